@@ -1,0 +1,1 @@
+"""Sandbox backends: ``subprocess`` and ``off`` (local.py), ``matrixlab`` (matrixlab.py)."""

@@ -1,0 +1,59 @@
+"""The backend interface every sandbox implements."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..results import RunResult, new_run_id
+
+#: Called with ``("stdout" | "stderr", text)`` as output is produced.
+OutputCallback = Callable[[str, str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ResourceLimits:
+    """Per-run resource limits for the local backend's OS isolation."""
+
+    memory_mb: int = 1024
+    max_processes: int = 256
+    max_file_size_mb: int = 128
+
+
+@dataclass
+class RunRequest:
+    """One approved snippet, with the policy already applied to it."""
+
+    language: str
+    code: str
+    timeout_sec: int
+    stdin: str | None = None
+    allow_network: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    max_output_bytes: int = 512_000
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    run_id: str = field(default_factory=new_run_id)
+    plan_id: str | None = None
+
+
+class SandboxBackend(abc.ABC):
+    """A place where snippets run. Subclasses are async and never block the loop."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    async def run(self, request: RunRequest, on_output: OutputCallback | None = None) -> RunResult:
+        """Run one snippet; deliver output to ``on_output`` as it is produced."""
+
+    def isolation(self) -> list[str]:
+        """The isolation layers a run on this backend gets now."""
+        return []
+
+    async def health(self) -> dict[str, Any]:
+        """``{"ok": bool, "error": str | None, ...}`` for status."""
+        return {"ok": True, "error": None}
+
+    async def aclose(self) -> None:
+        """Release connections; the default has nothing to release."""

@@ -1,0 +1,207 @@
+"""Local backends on asyncio: ``subprocess`` (isolated) and ``off`` (pass-through).
+
+Each snippet runs in a fresh 0700 temp dir that is removed afterwards, in its
+own process group, with stdin from ``/dev/null`` unless text is given. Both
+pipes are drained concurrently under the output cap; on timeout the whole
+group is killed and the output produced so far is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import ClassVar
+
+from ..languages import Interpreters, snippet_filename
+from ..output import CappedText
+from ..results import RunResult
+from .base import OutputCallback, RunRequest, SandboxBackend
+from .isolation import Isolator, Launch, default_isolator
+
+_READ_SIZE = 65536
+#: How long to wait for pipes held open by processes that left the group.
+_PIPE_GRACE_SEC = 0.5
+BASE_LAYERS = ["tempdir", "env-scrub"]
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group led by ``pid`` (ignoring a group already gone)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+async def _drain(
+    stream: asyncio.StreamReader | None,
+    name: str,
+    sink: CappedText,
+    on_output: OutputCallback | None,
+) -> None:
+    """Read a pipe to its end; keep up to the cap, discard the rest."""
+    if stream is None:
+        return
+    while True:
+        chunk = await stream.read(_READ_SIZE)
+        if not chunk:
+            break
+        text = sink.feed(chunk)
+        if text and on_output is not None:
+            await on_output(name, text)
+    tail = sink.finish()
+    if tail and on_output is not None:
+        await on_output(name, tail)
+
+
+async def _feed_stdin(proc: asyncio.subprocess.Process, data: str) -> None:
+    if proc.stdin is None:
+        return
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        proc.stdin.write(data.encode("utf-8"))
+        await proc.stdin.drain()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        proc.stdin.close()
+
+
+class SubprocessSandbox(SandboxBackend):
+    """Runs snippets as local child processes with the strongest OS isolation available."""
+
+    name: ClassVar[str] = "subprocess"
+
+    def __init__(
+        self,
+        interpreters: Interpreters | None = None,
+        isolator: Isolator | None = None,
+    ) -> None:
+        self.interpreters = interpreters or Interpreters()
+        self.isolator = isolator if isolator is not None else self._default_isolator()
+
+    @staticmethod
+    def _default_isolator() -> Isolator:
+        return default_isolator()
+
+    def isolation(self, *, allow_network: bool = False) -> list[str]:
+        """Layers a run gets now: temp dir, env scrub, then the OS layers."""
+        return BASE_LAYERS + self.isolator.layers(allow_network=allow_network)
+
+    async def run(self, request: RunRequest, on_output: OutputCallback | None = None) -> RunResult:
+        """Run ``request`` in a fresh temp dir; see the module docstring."""
+        language = request.language
+        command = self.interpreters.display_command(language)
+        started = time.monotonic()
+        result = RunResult(
+            backend=self.name,
+            language=language,
+            command=command,
+            exit_code=-1,
+            run_id=request.run_id,
+            plan_id=request.plan_id,
+        )
+        interpreter = self.interpreters.resolve(language)
+        if interpreter is None:
+            missing = getattr(self.interpreters, language)
+            result.stderr = (
+                f"could not launch: the {language} interpreter {missing!r} is not installed "
+                f"or not on PATH; install it to run {language} snippets"
+            )
+            return result
+
+        workdir = Path(tempfile.mkdtemp(prefix="gitpilot-sandbox-"))
+        launch: Launch | None = None
+        try:
+            filename = snippet_filename(language)
+            (workdir / filename).write_text(request.code, encoding="utf-8")
+            launch = self.isolator.prepare(
+                [interpreter, filename],
+                workdir=workdir,
+                allow_network=request.allow_network,
+                limits=request.limits,
+            )
+            result.isolation = BASE_LAYERS + launch.layers
+            await self._execute(request, launch, workdir, result, on_output)
+        finally:
+            if launch is not None:
+                launch.cleanup()
+            shutil.rmtree(workdir, ignore_errors=True)
+            result.duration_ms = int((time.monotonic() - started) * 1000)
+        return result
+
+    async def _execute(
+        self,
+        request: RunRequest,
+        launch: Launch,
+        workdir: Path,
+        result: RunResult,
+        on_output: OutputCallback | None,
+    ) -> None:
+        out = CappedText(request.max_output_bytes)
+        err = CappedText(request.max_output_bytes)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *launch.argv,
+                cwd=str(workdir),
+                env=request.env,
+                stdin=asyncio.subprocess.PIPE
+                if request.stdin is not None
+                else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=launch.preexec_fn,
+            )
+        except OSError as exc:
+            result.stderr = f"could not launch {launch.argv[0]!r}: {exc.strerror or exc}"
+            return
+        launch.on_started(proc.pid)
+        readers = [
+            asyncio.ensure_future(_drain(proc.stdout, "stdout", out, on_output)),
+            asyncio.ensure_future(_drain(proc.stderr, "stderr", err, on_output)),
+        ]
+        if request.stdin is not None:
+            readers.append(asyncio.ensure_future(_feed_stdin(proc, request.stdin)))
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=request.timeout_sec)
+        except asyncio.TimeoutError:
+            result.timed_out = True
+        finally:
+            # Whatever is left of the run (background children, a timed-out
+            # tree) dies with it: the temp dir is about to disappear.
+            _kill_group(proc.pid)
+            launch.kill_all()
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+            done, pending = await asyncio.wait(readers, timeout=_PIPE_GRACE_SEC)
+            for task in pending:
+                task.cancel()
+            for task in pending:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            for task in done:
+                task.result()
+        result.stdout = out.text
+        result.stderr = err.text
+        result.truncated = out.truncated or err.truncated
+        if result.timed_out:
+            result.exit_code = -1
+        else:
+            code = proc.returncode if proc.returncode is not None else -1
+            # A child killed by a signal reports 128 + signal, as a shell does.
+            result.exit_code = 128 - code if code < 0 else code
+            if launch.memory_exceeded():
+                result.stderr += "\n[sandbox] killed: memory limit exceeded\n"
+
+
+class NullSandbox(SubprocessSandbox):
+    """``off``: no OS isolation and no resource limits; same envelope and policy."""
+
+    name: ClassVar[str] = "off"
+
+    @staticmethod
+    def _default_isolator() -> Isolator:
+        return Isolator()

@@ -1,0 +1,122 @@
+"""Typed exceptions of the sandbox core.
+
+Every error carries a stable snake_case ``code`` and the HTTP status a REST face
+should answer with. Faces translate them in one place each (server handlers,
+magic, CLI); the core never formats responses itself.
+"""
+
+from __future__ import annotations
+
+
+class SandboxError(Exception):
+    """Base class: a failure the user can act on, never a bug."""
+
+    code = "sandbox_error"
+    status = 400
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidRequest(SandboxError):
+    """The request is malformed (shape, type, range)."""
+
+    code = "invalid_request"
+
+
+class UnknownLanguage(SandboxError):
+    """A language that is neither canonical nor a known alias."""
+
+    code = "unknown_language"
+
+
+class UnknownBackend(SandboxError):
+    """A backend name outside ``subprocess``, ``matrixlab``, ``off``."""
+
+    code = "unknown_backend"
+
+
+class InvalidSetting(SandboxError):
+    """A settings value that fails validation."""
+
+    code = "invalid_setting"
+
+
+class EmptyCode(SandboxError):
+    """A snippet with nothing to run."""
+
+    code = "empty_code"
+
+
+class PolicyViolation(SandboxError):
+    """A destructive pattern or another policy refusal before launch."""
+
+    code = "policy_violation"
+
+
+class BackendNotAllowed(SandboxError):
+    """The administrator does not allow this backend."""
+
+    code = "backend_not_allowed"
+    status = 403
+
+
+class PlanNotFound(SandboxError):
+    """Unknown, evicted or already consumed plan."""
+
+    code = "plan_not_found"
+    status = 404
+
+
+class PlanBlocked(SandboxError):
+    """A blocked plan can never be approved."""
+
+    code = "plan_blocked"
+    status = 409
+
+
+class ApprovalError(SandboxError):
+    """A run refused by the approval gate; ``code`` says which rule refused it."""
+
+    code = "approval_required"
+    status = 403
+
+
+class FileAccessError(SandboxError):
+    """A file plan that names a path outside the root or an unreadable file."""
+
+    code = "invalid_file"
+
+
+class LifecycleDisabled(SandboxError):
+    """Mutating lifecycle calls need GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1."""
+
+    code = "lifecycle_disabled"
+    status = 403
+
+
+class DockerUnavailable(SandboxError):
+    """No Docker engine answers."""
+
+    code = "docker_unavailable"
+    status = 503
+
+
+class BackendUnreachable(SandboxError):
+    """The MatrixLab Runner could not be reached."""
+
+    code = "backend_unreachable"
+    status = 503
+
+
+class BackendFailure(SandboxError):
+    """The MatrixLab Runner answered with an error."""
+
+    code = "backend_error"
+    status = 502

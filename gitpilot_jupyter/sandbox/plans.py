@@ -1,0 +1,247 @@
+"""Execution plans and the approval store.
+
+A plan describes what would run. Approving it mints a single-use token bound
+to the plan's digest (canonical language, code, stdin, timeout, network,
+backend), to the session id when one was given, and to the approving user.
+A run presents the token with what it wants to run; the store checks it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ApprovalError, PlanBlocked, PlanNotFound
+
+SOURCES = ("code_block", "cell", "file_run", "chat", "rerun", "api")
+MAX_PENDING_PLANS = 256
+APPROVAL_TTL_SEC = 300
+
+
+def plan_digest(
+    *, language: str, code: str, stdin: str | None, timeout_sec: int, network: bool, backend: str
+) -> str:
+    """The sha256 over everything that decides what a run does."""
+    material = json.dumps(
+        {
+            "language": language,
+            "code": code,
+            "stdin": stdin,
+            "timeout_sec": timeout_sec,
+            "network": network,
+            "backend": backend,
+        },
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return "sha256:" + hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class ExecutionPlan:
+    """What would run, where, under which rules, and what the scan found."""
+
+    plan_id: str
+    goal: str
+    source: str
+    language: str
+    command: list[str]
+    backend: str
+    timeout_sec: int
+    network: bool
+    checks: list[dict[str, Any]]
+    warnings: list[dict[str, str]]
+    blocked: bool
+    requires_approval: bool
+    digest: str
+    created_at: float
+    code: str
+    stdin: str | None = None
+    file: str | None = None
+    blocked_reason: str | None = None
+    session_id: str | None = None
+
+    @property
+    def high_risk(self) -> bool:
+        """True when a high-severity warning asks for an explicit human look."""
+        return any(w["severity"] == "high" for w in self.warnings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as the API shows it (stdin and session are not echoed)."""
+        return {
+            "plan_id": self.plan_id,
+            "goal": self.goal,
+            "source": self.source,
+            "language": self.language,
+            "command": self.command,
+            "backend": self.backend,
+            "timeout_sec": self.timeout_sec,
+            "network": self.network,
+            "checks": self.checks,
+            "warnings": self.warnings,
+            "blocked": self.blocked,
+            "blocked_reason": self.blocked_reason,
+            "requires_approval": self.requires_approval,
+            "digest": self.digest,
+            "created_at": self.created_at,
+            "code": self.code,
+            "file": self.file,
+        }
+
+
+@dataclass
+class Approval:
+    """A minted approval token and what it is bound to."""
+
+    token: str
+    plan_id: str
+    digest: str
+    session_id: str | None
+    user: str | None
+    expires_at: float
+    approved_by: str = "user"
+    used: bool = field(default=False)
+
+    def to_dict(self, now: float) -> dict[str, Any]:
+        """The approve answer."""
+        return {
+            "approval_token": self.token,
+            "plan_id": self.plan_id,
+            "expires_in": max(0, int(round(self.expires_at - now))),
+        }
+
+
+def new_plan_id() -> str:
+    """``plan_`` + 16 hex characters."""
+    return "plan_" + secrets.token_hex(8)
+
+
+class PlanStore:
+    """Pending plans (at most 256, oldest evicted) and approval tokens. Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        max_pending: int = MAX_PENDING_PLANS,
+        ttl_sec: float = APPROVAL_TTL_SEC,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.max_pending = max_pending
+        self.ttl_sec = ttl_sec
+        self.clock = clock
+        self._plans: OrderedDict[str, ExecutionPlan] = OrderedDict()
+        self._approvals: OrderedDict[str, Approval] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, plan: ExecutionPlan) -> None:
+        """Keep ``plan`` pending; evict the oldest beyond the limit."""
+        with self._lock:
+            self._plans[plan.plan_id] = plan
+            while len(self._plans) > self.max_pending:
+                self._plans.popitem(last=False)
+
+    def get(self, plan_id: str) -> ExecutionPlan:
+        """A pending plan, or :class:`PlanNotFound`."""
+        with self._lock:
+            plan = self._plans.get(plan_id)
+        if plan is None:
+            raise PlanNotFound(f"no pending plan {plan_id!r} (unknown, expired or already approved)")
+        return plan
+
+    def pending(self) -> list[ExecutionPlan]:
+        """Plans waiting for approval, oldest first."""
+        with self._lock:
+            return list(self._plans.values())
+
+    def approve(
+        self,
+        plan_id: str,
+        *,
+        session_id: str | None = None,
+        user: str | None = None,
+        approved_by: str = "user",
+    ) -> Approval:
+        """Consume a pending plan and mint its single-use token."""
+        with self._lock:
+            plan = self._plans.get(plan_id)
+            if plan is None:
+                raise PlanNotFound(
+                    f"no pending plan {plan_id!r} (unknown, evicted or already approved)"
+                )
+            if plan.blocked:
+                raise PlanBlocked(
+                    f"plan {plan_id} is blocked and can never be approved: {plan.blocked_reason}"
+                )
+            del self._plans[plan_id]
+            now = self.clock()
+            self._forget_expired(now)
+            approval = Approval(
+                token=secrets.token_urlsafe(32),
+                plan_id=plan_id,
+                digest=plan.digest,
+                session_id=session_id if session_id is not None else plan.session_id,
+                user=user,
+                expires_at=now + self.ttl_sec,
+                approved_by=approved_by,
+            )
+            self._approvals[approval.token] = approval
+            return approval
+
+    def redeem(
+        self,
+        token: object,
+        *,
+        digest: str,
+        session_id: str | None = None,
+        user: str | None = None,
+    ) -> Approval:
+        """Check ``token`` against what is about to run and spend it.
+
+        A mismatch of what runs leaves the token unspent; every refusal has its own code.
+        """
+        if not token:
+            raise ApprovalError(
+                "this run needs an approval: POST /api/sandbox/plan, then /approve, "
+                "and send the approval_token with the run",
+                code="approval_required",
+            )
+        with self._lock:
+            approval = self._approvals.get(str(token))
+            now = self.clock()
+            if approval is None:
+                raise ApprovalError("unknown approval token", code="approval_unknown")
+            if approval.used:
+                raise ApprovalError("this approval token was already used", code="approval_used")
+            if now >= approval.expires_at:
+                raise ApprovalError(
+                    "this approval token has expired; plan and approve again",
+                    code="approval_expired",
+                )
+            if approval.session_id is not None and approval.session_id != session_id:
+                raise ApprovalError(
+                    "this approval token belongs to another session", code="approval_session"
+                )
+            if approval.user is not None and user is not None and approval.user != user:
+                raise ApprovalError(
+                    "this approval token was granted to another user", code="approval_session"
+                )
+            if approval.digest != digest:
+                raise ApprovalError(
+                    "what you asked to run differs from the approved plan (code, language, "
+                    "stdin, timeout, network or backend); the token was not spent",
+                    code="approval_mismatch",
+                )
+            approval.used = True
+            return approval
+
+    def _forget_expired(self, now: float) -> None:
+        # Used tokens are kept until they expire so a replay says "used", not "unknown".
+        for token in [t for t, a in self._approvals.items() if a.expires_at + self.ttl_sec < now]:
+            del self._approvals[token]

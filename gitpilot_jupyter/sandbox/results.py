@@ -1,0 +1,50 @@
+"""The result envelope every backend returns and every face shows."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def new_run_id() -> str:
+    """A fresh run id: ``run_`` + 16 hex characters."""
+    return "run_" + secrets.token_hex(8)
+
+
+@dataclass
+class RunResult:
+    """What happened to one snippet: the same fields on every backend.
+
+    ``exit_code`` is -1 when the snippet timed out or could not be launched.
+    ``isolation`` lists only the layers that were really in force.
+    """
+
+    backend: str
+    language: str
+    command: list[str]
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+    duration_ms: int = 0
+    truncated: bool = False
+    timed_out: bool = False
+    sandbox_id: str | None = None
+    run_id: str = field(default_factory=new_run_id)
+    plan_id: str | None = None
+    isolation: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the snippet exited 0 and was not killed."""
+        return self.exit_code == 0 and not self.timed_out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON envelope."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        """Rebuild an envelope received as JSON (unknown keys are ignored)."""
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)

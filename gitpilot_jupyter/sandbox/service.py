@@ -1,0 +1,392 @@
+"""SandboxService: the one path every face calls (plan -> approve -> run, status, config)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .._version import __version__
+from .backends.base import OutputCallback, ResourceLimits, RunRequest, SandboxBackend
+from .backends.isolation import Isolator
+from .backends.local import NullSandbox, SubprocessSandbox
+from .errors import BackendNotAllowed, EmptyCode, FileAccessError, InvalidRequest, UnknownBackend
+from .languages import CANONICAL_LANGUAGES, Interpreters, canonical_language, language_for_path
+from .plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id, plan_digest
+from .policy import SandboxPolicy, find_destructive
+from .results import RunResult
+from .scan import scan
+from .settings import BACKENDS, EffectiveSettings, SandboxSettings, SettingsStore, check_backend
+
+REQUIRE_APPROVAL_ENV = "GITPILOT_SANDBOX_REQUIRE_APPROVAL"
+MAX_CODE_CHARS = 1_000_000
+MAX_FILE_BYTES = 1_000_000
+
+#: Receives ``(event_name, data)`` for every plan, approval, run and config change.
+AuditHook = Callable[[str, dict[str, Any]], None]
+
+
+def approval_required_by_env(environ: Mapping[str, str]) -> bool:
+    """False only when ``GITPILOT_SANDBOX_REQUIRE_APPROVAL`` is set to a false value."""
+    raw = environ.get(REQUIRE_APPROVAL_ENV, "").strip().lower()
+    return raw not in ("0", "false", "no", "off")
+
+
+class SandboxService:
+    """Plans, approves and runs snippets under one policy, on the resolved backend.
+
+    The service is pure Python and async; faces (REST, magic, CLI, lab) only
+    translate their input into these calls and the typed errors into theirs.
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: SettingsStore | None = None,
+        policy: SandboxPolicy | None = None,
+        plans: PlanStore | None = None,
+        interpreters: Interpreters | None = None,
+        isolator: Isolator | None = None,
+        require_approval: bool | None = None,
+        allowed_backends: Iterable[str] | None = None,
+        root_dir: str | Path | None = None,
+        audit: AuditHook | None = None,
+    ) -> None:
+        self.settings = settings or SettingsStore()
+        self.policy = policy or SandboxPolicy()
+        self.plans = plans or PlanStore()
+        self.interpreters = interpreters or Interpreters()
+        self._require_approval = require_approval
+        self.allowed_backends = tuple(allowed_backends) if allowed_backends else BACKENDS
+        self.root_dir = Path(root_dir).resolve() if root_dir else None
+        self.audit = audit
+        self._local: dict[str, SandboxBackend] = {
+            "subprocess": SubprocessSandbox(self.interpreters, isolator),
+            "off": NullSandbox(self.interpreters),
+        }
+
+    # -- resolution -------------------------------------------------------------------
+
+    @property
+    def require_approval(self) -> bool:
+        """Whether runs need an approval token (server config, else the env var)."""
+        if self._require_approval is not None:
+            return self._require_approval
+        return approval_required_by_env(self.settings.environ)
+
+    def resolve(self, backend: str | None = None) -> tuple[str, EffectiveSettings]:
+        """The backend for a call: explicit > env > file > default, checked every time."""
+        effective = self.settings.effective()
+        if backend is not None:
+            name = check_backend(backend)
+        elif effective.env_error and effective.env_override == "GITPILOT_SANDBOX":
+            raise UnknownBackend(effective.env_error)
+        else:
+            name = effective.settings.backend
+        if name not in self.allowed_backends:
+            raise BackendNotAllowed(
+                f"the sandbox backend {name!r} is not allowed on this server; "
+                f"allowed: {list(self.allowed_backends)}"
+            )
+        return name, effective
+
+    def backend(self, name: str, settings: SandboxSettings) -> SandboxBackend:
+        """The backend object for ``name`` configured from ``settings``."""
+        if name in self._local:
+            return self._local[name]
+        from .backends.matrixlab import MatrixLabSandbox
+
+        return MatrixLabSandbox(
+            url=settings.matrixlab_url,
+            token=settings.matrixlab_token,
+            image=settings.matrixlab_image,
+        )
+
+    def _emit(self, event: str, data: dict[str, Any]) -> None:
+        if self.audit is not None:
+            self.audit(event, data)
+
+    def _command(self, language: str) -> list[str]:
+        return self.interpreters.display_command(language)
+
+    # -- plan -------------------------------------------------------------------------
+
+    def read_file(self, file: str) -> str:
+        """The text of ``file`` under the root folder; nothing outside it is read."""
+        if not isinstance(file, str) or not file.strip():
+            raise FileAccessError("file must be a non-empty relative path")
+        root = self.root_dir or Path.cwd().resolve()
+        candidate = (root / file.lstrip("/")).resolve() if not os.path.isabs(file) else Path(file)
+        candidate = candidate.resolve()
+        if candidate != root and root not in candidate.parents:
+            raise FileAccessError(f"file {file!r} is outside the server's root folder")
+        if not candidate.is_file():
+            raise FileAccessError(f"file {file!r} does not exist or is not a file")
+        data = candidate.read_bytes()
+        if len(data) > MAX_FILE_BYTES:
+            raise FileAccessError(f"file {file!r} is larger than {MAX_FILE_BYTES} bytes")
+        return data.decode("utf-8", errors="replace")
+
+    async def plan(
+        self,
+        *,
+        language: str | None = None,
+        code: str | None = None,
+        file: str | None = None,
+        source: str = "api",
+        timeout_sec: int | None = None,
+        stdin: str | None = None,
+        session_id: str | None = None,
+        backend: str | None = None,
+        allow_network: bool | None = None,
+        user: str | None = None,
+    ) -> ExecutionPlan:
+        """Describe what would run; keep it pending for approval."""
+        if source not in SOURCES:
+            raise InvalidRequest(f"unknown source {source!r}; expected one of {list(SOURCES)}")
+        if file is not None:
+            if code is not None:
+                raise InvalidRequest("give either code or file, not both")
+            code = self.read_file(file)
+            lang = canonical_language(language) if language else language_for_path(file)
+        else:
+            if language is None:
+                raise InvalidRequest("language is required", code="missing_field")
+            lang = canonical_language(language)
+            if code is None:
+                raise InvalidRequest("code is required", code="missing_field")
+        if not code.strip():
+            raise EmptyCode("there is no code to run")
+        if len(code) > MAX_CODE_CHARS:
+            raise InvalidRequest(f"code is longer than {MAX_CODE_CHARS} characters")
+        name, effective = self.resolve(backend)
+        settings = effective.settings
+        timeout = self.policy.timeout(timeout_sec, settings.timeout_sec)
+        network = settings.allow_network if allow_network is None else bool(allow_network)
+        command = self._command(lang)
+        blocked_label = find_destructive(" ".join(command))
+        if lang == "bash" and blocked_label is None:
+            blocked_label = find_destructive(code)
+        checks: list[dict[str, Any]] = [
+            {"label": f"language {lang} is supported", "ok": True},
+            {"label": "no destructive pattern", "ok": blocked_label is None},
+            {"label": f"timeout {timeout} s within 1..{self.policy.max_timeout_sec}", "ok": True},
+            {"label": "network disabled" if not network else "network allowed", "ok": not network},
+        ]
+        if name in self._local:
+            found = self.interpreters.resolve(lang) is not None
+            checks.insert(1, {"label": f"{command[0]} interpreter installed", "ok": found})
+        lines = code.count("\n") + (0 if code.endswith("\n") else 1)
+        goal = f"Run {file}" if file else f"Run a {lang} snippet ({lines} line{'s' * (lines != 1)})"
+        plan = ExecutionPlan(
+            plan_id=new_plan_id(),
+            goal=goal,
+            source="file_run" if file and source == "api" else source,
+            language=lang,
+            command=command,
+            backend=name,
+            timeout_sec=timeout,
+            network=network,
+            checks=checks,
+            warnings=scan(lang, code),
+            blocked=blocked_label is not None,
+            blocked_reason=f"destructive pattern {blocked_label!r}" if blocked_label else None,
+            requires_approval=self.require_approval,
+            digest=plan_digest(
+                language=lang, code=code, stdin=stdin, timeout_sec=timeout, network=network,
+                backend=name,
+            ),
+            created_at=time.time(),
+            code=code,
+            stdin=stdin,
+            file=file,
+            session_id=session_id,
+        )
+        self.plans.add(plan)
+        self._emit("plan", {"user": user, "plan_id": plan.plan_id, "digest": plan.digest,
+                            "language": lang, "backend": name, "blocked": plan.blocked,
+                            "source": plan.source})
+        return plan
+
+    async def approve(
+        self,
+        plan_id: str,
+        *,
+        session_id: str | None = None,
+        user: str | None = None,
+        approved_by: str = "user",
+    ) -> dict[str, Any]:
+        """Approve a pending plan: ``{approval_token, plan_id, expires_in}``."""
+        plan = self.plans.get(plan_id)
+        approval = self.plans.approve(
+            plan_id, session_id=session_id, user=user, approved_by=approved_by
+        )
+        self._emit("approve", {"user": user, "plan_id": plan_id, "digest": plan.digest,
+                               "language": plan.language, "backend": plan.backend,
+                               "approved_by": approved_by})
+        return approval.to_dict(self.plans.clock())
+
+    # -- run --------------------------------------------------------------------------
+
+    async def run(
+        self,
+        *,
+        language: str,
+        code: str,
+        timeout_sec: int | None = None,
+        stdin: str | None = None,
+        approval_token: str | None = None,
+        session_id: str | None = None,
+        backend: str | None = None,
+        allow_network: bool | None = None,
+        user: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> RunResult:
+        """Run an approved snippet. Order of checks: approval, language, code, policy."""
+        name, effective = self.resolve(backend)
+        settings = effective.settings
+        network = settings.allow_network if allow_network is None else bool(allow_network)
+        try:
+            lang = canonical_language(language)
+        except Exception:
+            lang = str(language)
+        requested_timeout = settings.timeout_sec if timeout_sec is None else timeout_sec
+        digest = plan_digest(
+            language=lang, code=code, stdin=stdin, timeout_sec=requested_timeout,  # type: ignore[arg-type]
+            network=network, backend=name,
+        )
+        plan_id: str | None = None
+        if self.require_approval:
+            approval = self.plans.redeem(
+                approval_token, digest=digest, session_id=session_id, user=user
+            )
+            plan_id = approval.plan_id
+        lang = canonical_language(language)
+        if not isinstance(code, str) or not code.strip():
+            raise EmptyCode("there is no code to run")
+        timeout = self.policy.timeout(timeout_sec, settings.timeout_sec)
+        command = self._command(lang)
+        self.policy.check_destructive(lang, code, command)
+        request = RunRequest(
+            language=lang,
+            code=code,
+            timeout_sec=timeout,
+            stdin=stdin,
+            allow_network=network,
+            env=self.policy.scrub_env(os.environ, allow_network=network),
+            max_output_bytes=self.policy.max_output_bytes,
+            limits=ResourceLimits(
+                memory_mb=settings.memory_limit_mb,
+                max_processes=settings.max_processes,
+                max_file_size_mb=settings.max_file_size_mb,
+            ),
+            plan_id=plan_id,
+        )
+        result = await self.backend(name, settings).run(request, on_output)
+        self._emit("run", {"user": user, "plan_id": plan_id, "digest": digest, "language": lang,
+                           "backend": name, "run_id": result.run_id,
+                           "exit_code": result.exit_code, "duration_ms": result.duration_ms,
+                           "timed_out": result.timed_out, "truncated": result.truncated})
+        return result
+
+    async def run_approved_here(
+        self,
+        *,
+        language: str,
+        code: str,
+        source: str = "api",
+        approved_by: str = "user",
+        timeout_sec: int | None = None,
+        stdin: str | None = None,
+        session_id: str | None = None,
+        backend: str | None = None,
+        allow_network: bool | None = None,
+        user: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> tuple[ExecutionPlan, RunResult]:
+        """Plan, approve in-process and run: for faces where the caller is the approver.
+
+        A blocked plan raises :class:`PlanBlocked` and never runs.
+        """
+        plan = await self.plan(
+            language=language, code=code, source=source, timeout_sec=timeout_sec, stdin=stdin,
+            session_id=session_id, backend=backend, allow_network=allow_network, user=user,
+        )
+        token: str | None = None
+        if plan.requires_approval:
+            approval = await self.approve(
+                plan.plan_id, session_id=session_id, user=user, approved_by=approved_by
+            )
+            token = approval["approval_token"]
+        result = await self.run(
+            language=plan.language, code=plan.code, timeout_sec=plan.timeout_sec, stdin=stdin,
+            approval_token=token, session_id=session_id, backend=plan.backend,
+            allow_network=plan.network, user=user, on_output=on_output,
+        )
+        return plan, result
+
+    # -- status and config --------------------------------------------------------------
+
+    def config(self) -> dict[str, Any]:
+        """The effective settings, masked (``has_token``, never the token)."""
+        return self.settings.effective().settings.masked()
+
+    async def configure(self, changes: Mapping[str, object], *, user: str | None = None) -> dict[str, Any]:
+        """Persist a subset of settings (validated, env values never written); return status."""
+        if not isinstance(changes, Mapping):
+            raise InvalidRequest("the settings must be a JSON object")
+        if "backend" in changes:
+            check_backend(changes["backend"])
+        self.settings.update(changes)
+        self._emit("config", {"user": user, "keys": sorted(changes)})
+        return await self.status()
+
+    async def status(self) -> dict[str, Any]:
+        """Live backend, masked settings, health, env override, approval and isolation."""
+        effective = self.settings.effective()
+        settings = effective.settings
+        error: str | None = effective.env_error
+        name: str | None = None
+        remote: Any = None
+        ok = error is None
+        isolation: list[str] = []
+        try:
+            name, _ = self.resolve()
+        except (UnknownBackend, BackendNotAllowed) as exc:
+            error, ok = exc.message, False
+        if name is not None:
+            backend = self.backend(name, settings)
+            health = await backend.health()
+            ok = ok and bool(health.get("ok"))
+            error = error or health.get("error")
+            remote = health.get("remote")
+            isolation = backend.isolation()
+        local = self._local["subprocess"]
+        assert isinstance(local, SubprocessSandbox)
+        return {
+            "backend": name,
+            "settings": settings.masked(),
+            "has_token": bool(settings.matrixlab_token),
+            "ok": ok,
+            "error": error,
+            "remote": remote,
+            "env_override": effective.env_override,
+            "env_error": effective.env_error,
+            "require_approval": self.require_approval,
+            "isolation": isolation,
+            "isolation_report": local.isolator.report(),
+            "settings_error": effective.settings_error,
+            "settings_path": str(self.settings.path),
+            "allowed_backends": list(self.allowed_backends),
+            "languages": {
+                lang: self.interpreters.resolve(lang) is not None for lang in CANONICAL_LANGUAGES
+            },
+            "version": __version__,
+        }
+
+    async def aclose(self) -> None:
+        """Release backend resources."""
+        for backend in self._local.values():
+            await backend.aclose()

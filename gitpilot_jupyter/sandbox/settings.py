@@ -1,0 +1,292 @@
+"""Sandbox settings: the file, validation, env precedence, masking, atomic writes.
+
+The file is ``$GITPILOT_CONFIG_DIR/settings.json`` (default ``~/.gitpilot``); the
+sandbox owns its ``"sandbox"`` key and preserves every other top-level key.
+Precedence at every call: explicit argument > environment > file > default.
+Only what the user set is ever written: values supplied by the environment
+(a token above all) never reach the disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from .errors import InvalidSetting, UnknownBackend
+
+BACKENDS = ("matrixlab", "off", "subprocess")
+DEFAULT_BACKEND = "subprocess"
+MAX_TIMEOUT_SEC = 600
+
+#: env var -> settings field, in the order that decides ``env_override``.
+ENV_VARS = {
+    "GITPILOT_SANDBOX": "backend",
+    "GITPILOT_MATRIXLAB_URL": "matrixlab_url",
+    "GITPILOT_MATRIXLAB_TOKEN": "matrixlab_token",
+    "GITPILOT_MATRIXLAB_IMAGE": "matrixlab_image",
+}
+CONFIG_DIR_ENV = "GITPILOT_CONFIG_DIR"
+
+_INT_RANGES = {
+    "timeout_sec": (1, MAX_TIMEOUT_SEC),
+    "memory_limit_mb": (16, 65536),
+    "max_processes": (8, 4096),
+    "max_file_size_mb": (1, 65536),
+}
+
+
+@dataclass
+class SandboxSettings:
+    """The sandbox settings as stored under the ``"sandbox"`` key."""
+
+    backend: str = DEFAULT_BACKEND
+    matrixlab_url: str = "http://localhost:8765"
+    matrixlab_token: str = ""
+    matrixlab_image: str = ""
+    allow_network: bool = False
+    timeout_sec: int = 120
+    memory_limit_mb: int = 1024
+    max_processes: int = 256
+    max_file_size_mb: int = 128
+
+    def masked(self) -> dict[str, Any]:
+        """The settings as any API, UI or log may show them: the token replaced by ``has_token``."""
+        data = asdict(self)
+        data.pop("matrixlab_token")
+        data["has_token"] = bool(self.matrixlab_token)
+        return data
+
+
+FIELD_NAMES = tuple(f.name for f in fields(SandboxSettings))
+
+
+def check_backend(value: object) -> str:
+    """Validate a backend name; the message lists the accepted ones."""
+    if not isinstance(value, str) or value not in BACKENDS:
+        raise UnknownBackend(f"unknown sandbox backend {value!r}; expected one of {list(BACKENDS)}")
+    return value
+
+
+def validate_setting(key: str, value: object) -> object:
+    """Validate one setting; return the value to store. Raises :class:`InvalidSetting`."""
+    if key not in FIELD_NAMES:
+        raise InvalidSetting(f"unknown setting {key!r}; expected one of {sorted(FIELD_NAMES)}")
+    if key == "backend":
+        return check_backend(value)
+    if key == "matrixlab_url":
+        if not isinstance(value, str):
+            raise InvalidSetting("matrixlab_url must be a string")
+        parsed = urlparse(value.strip())
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise InvalidSetting(
+                f"matrixlab_url must be an http:// or https:// URL, got {value!r}"
+            )
+        return value.strip().rstrip("/")
+    if key in ("matrixlab_token", "matrixlab_image"):
+        if not isinstance(value, str):
+            raise InvalidSetting(f"{key} must be a string")
+        return value.strip()
+    if key == "allow_network":
+        if not isinstance(value, bool):
+            raise InvalidSetting("allow_network must be true or false")
+        return value
+    low, high = _INT_RANGES[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSetting(f"{key} must be an integer between {low} and {high}")
+    if not low <= value <= high:
+        raise InvalidSetting(f"{key} must be between {low} and {high}, got {value}")
+    return value
+
+
+def parse_setting(key: str, text: str) -> object:
+    """Parse ``KEY=VALUE`` text (CLI, magic) into a typed value, then validate it."""
+    if key not in FIELD_NAMES:
+        return validate_setting(key, text)
+    default = getattr(SandboxSettings(), key)
+    value: object = text
+    if isinstance(default, bool):
+        lowered = text.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            value = True
+        elif lowered in ("0", "false", "no", "off"):
+            value = False
+    elif isinstance(default, int):
+        with contextlib.suppress(ValueError):
+            value = int(text.strip())
+    return validate_setting(key, value)
+
+
+@dataclass
+class EffectiveSettings:
+    """Settings as they apply to the next call, with where they came from."""
+
+    settings: SandboxSettings
+    env_override: str | None = None
+    env_error: str | None = None
+    settings_error: str | None = None
+    from_env: list[str] = field(default_factory=list)
+
+
+class SettingsStore:
+    """Reads and writes ``settings.json``; every read looks at the file and env anew."""
+
+    _lock = threading.Lock()
+
+    def __init__(
+        self, config_dir: str | Path | None = None, environ: Mapping[str, str] | None = None
+    ) -> None:
+        self._config_dir = Path(config_dir) if config_dir else None
+        self._environ = environ
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        """The environment consulted (``os.environ`` unless one was given)."""
+        return os.environ if self._environ is None else self._environ
+
+    @property
+    def config_dir(self) -> Path:
+        """The settings folder: explicit > ``GITPILOT_CONFIG_DIR`` > ``~/.gitpilot``."""
+        if self._config_dir is not None:
+            return self._config_dir
+        env_dir = self.environ.get(CONFIG_DIR_ENV, "").strip()
+        return Path(env_dir).expanduser() if env_dir else Path.home() / ".gitpilot"
+
+    @property
+    def path(self) -> Path:
+        """The settings file."""
+        return self.config_dir / "settings.json"
+
+    def _read_document(self) -> tuple[dict[str, Any], str | None]:
+        """The whole file as a dict, and an error text when it could not be used."""
+        try:
+            raw = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}, None
+        except OSError as exc:
+            return {}, f"cannot read {self.path}: {exc.strerror or exc}"
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:
+            return {}, f"{self.path} is not valid JSON ({exc}); using defaults"
+        if not isinstance(doc, dict):
+            return {}, f"{self.path} does not hold a JSON object; using defaults"
+        return doc, None
+
+    def persisted(self) -> tuple[dict[str, Any], str | None]:
+        """The valid user-set values of the ``"sandbox"`` key, and a settings error if any."""
+        doc, error = self._read_document()
+        section = doc.get("sandbox", {})
+        if not isinstance(section, dict):
+            return {}, error or f'{self.path}: "sandbox" is not an object; using defaults'
+        values: dict[str, Any] = {}
+        bad: list[str] = []
+        for key, value in section.items():
+            try:
+                values[key] = validate_setting(key, value)
+            except (InvalidSetting, UnknownBackend):
+                bad.append(key)
+        if bad and error is None:
+            error = f"{self.path}: ignored invalid value(s) for {', '.join(sorted(bad))}"
+        return values, error
+
+    def effective(self) -> EffectiveSettings:
+        """Defaults < file < environment, with ``env_override`` and errors reported."""
+        values, settings_error = self.persisted()
+        env = self.environ
+        from_env: list[str] = []
+        env_override: str | None = None
+        env_error: str | None = None
+        for var, key in ENV_VARS.items():
+            raw = env.get(var, "").strip()
+            if not raw:
+                continue
+            if env_override is None:
+                env_override = var
+            if key == "backend" and raw not in BACKENDS:
+                env_error = (
+                    f"{var}={raw!r} is not a sandbox backend; expected one of {list(BACKENDS)}"
+                )
+                continue
+            try:
+                values[key] = validate_setting(key, raw)
+            except InvalidSetting as exc:
+                env_error = f"{var}: {exc}"
+                continue
+            from_env.append(key)
+        return EffectiveSettings(
+            settings=SandboxSettings(**values),
+            env_override=env_override,
+            env_error=env_error,
+            settings_error=settings_error,
+            from_env=from_env,
+        )
+
+    def update(self, changes: Mapping[str, object]) -> SandboxSettings:
+        """Validate ``changes`` and persist them; other keys and top-level entries are kept.
+
+        Nothing is written when any value is invalid. An empty ``matrixlab_token``
+        clears the saved token. Returns the persisted (not env-merged) settings.
+        """
+        clean = {key: validate_setting(key, value) for key, value in changes.items()}
+        with self._locked():
+            doc, error = self._read_document()
+            if error and self.path.exists():
+                self._keep_bad_copy()
+                doc = {}
+            section = doc.get("sandbox")
+            current = dict(section) if isinstance(section, dict) else {}
+            current.update(clean)
+            if current.get("matrixlab_token") == "":
+                current.pop("matrixlab_token")
+            doc["sandbox"] = current
+            self._write_atomic(doc)
+        values, _ = self.persisted()
+        return SandboxSettings(**values)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Serialise writers in this process and, where ``fcntl`` exists, across processes."""
+        self.config_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with self._lock, open(self.config_dir / ".settings.lock", "a", encoding="utf-8") as fh:
+            try:
+                import fcntl
+            except ImportError:  # pragma: no cover - Windows
+                yield
+                return
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _keep_bad_copy(self) -> None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        with contextlib.suppress(OSError):
+            os.replace(self.path, self.path.with_name(f"settings.json.bad-{stamp}"))
+
+    def _write_atomic(self, doc: Mapping[str, Any]) -> None:
+        folder = self.config_dir
+        with contextlib.suppress(OSError):
+            os.chmod(folder, 0o700)
+        fd, tmp = tempfile.mkstemp(prefix=".settings.", suffix=".tmp", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(doc, fh, indent=2, sort_keys=True)
+                fh.write("\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
