@@ -38,7 +38,7 @@ def canonical_language(name: object) -> str:
     except KeyError:
         raise UnknownLanguage(
             f"unknown language {name!r}; expected one of {list(CANONICAL_LANGUAGES)} "
-            f"or an alias ({', '.join(sorted(k for k in _ALIASES if k not in CANONICAL_LANGUAGES))})"
+            f"or an alias ({', '.join(sorted(set(_ALIASES) - set(CANONICAL_LANGUAGES)))})"
         ) from None
 
 

@@ -114,7 +114,7 @@ class Approval:
         return {
             "approval_token": self.token,
             "plan_id": self.plan_id,
-            "expires_in": max(0, int(round(self.expires_at - now))),
+            "expires_in": max(0, round(self.expires_at - now)),
         }
 
 
@@ -152,7 +152,9 @@ class PlanStore:
         with self._lock:
             plan = self._plans.get(plan_id)
         if plan is None:
-            raise PlanNotFound(f"no pending plan {plan_id!r} (unknown, expired or already approved)")
+            raise PlanNotFound(
+                f"no pending plan {plan_id!r} (unknown, expired or already approved)"
+            )
         return plan
 
     def pending(self) -> list[ExecutionPlan]:

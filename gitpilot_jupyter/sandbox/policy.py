@@ -113,5 +113,6 @@ class SandboxPolicy:
             label = find_destructive(text)
             if label:
                 raise PolicyViolation(
-                    f"refused by policy: destructive pattern {label!r} found", code="destructive_pattern"
+                    f"refused by policy: destructive pattern {label!r} found",
+                    code="destructive_pattern",
                 )

@@ -29,39 +29,111 @@ def _rule(langs: str, severity: str, label: str, pattern: str, detail: str) -> R
 
 
 RULES: tuple[Rule, ...] = (
-    _rule("python", "high", "os.system", r"\bos\s*\.\s*(system|popen|exec\w*|spawn\w*)\s*\(",
-          "runs a shell command from Python"),
-    _rule("python", "high", "exec / eval", r"(?<![\w.])(exec|eval|compile|__import__)\s*\(",
-          "executes code built at run time"),
-    _rule("python", "high", "subprocess", r"\bsubprocess\b|\bpty\s*\.\s*spawn",
-          "starts other programs"),
-    _rule("javascript", "high", "child_process", r"\bchild_process\b",
-          "starts other programs"),
-    _rule("javascript", "high", "eval", r"(?<![\w.])(eval|Function)\s*\(",
-          "executes code built at run time"),
-    _rule("bash", "high", "eval / sudo", r"(?<![\w-])(eval|sudo|su)\s",
-          "runs code built at run time or with raised privileges"),
-    _rule("bash", "high", "pipe to shell", r"\|\s*(ba|z|da)?sh\b",
-          "pipes downloaded or generated text into a shell"),
-    _rule("python", "medium", "network", r"\b(import|from)\s+(socket|requests|urllib\w*|httpx|"
-          r"http\.client|aiohttp|ftplib|smtplib|paramiko)\b", "uses a network library"),
-    _rule("javascript", "medium", "network", r"\bfetch\s*\(|require\(\s*['\"](https?|net|dgram|"
-          r"axios)['\"]\s*\)", "uses the network"),
-    _rule("bash", "medium", "network", r"(?<![\w-])(curl|wget|nc|ncat|ssh|scp|rsync|ftp)\s",
-          "uses a network tool"),
-    _rule("python", "low", "environment", r"\bos\s*\.\s*(environ|getenv)\b",
-          "reads environment variables"),
-    _rule("javascript", "low", "environment", r"\bprocess\s*\.\s*env\b",
-          "reads environment variables"),
-    _rule("bash", "low", "environment", r"(?<![\w-])(env|printenv|set)\s*($|\|)",
-          "lists environment variables"),
-    _rule("python", "low", "file write",
-          r"\bopen\s*\([^)]*['\"][wax]b?\+?['\"]|\.write_(text|bytes)\s*\(|\bshutil\s*\.\s*"
-          r"(rmtree|move|copy\w*)\b|\bos\s*\.\s*(remove|unlink|rmdir|rename)\b", "writes or removes files"),
-    _rule("javascript", "low", "file write", r"\bfs\s*\.\s*(write|append|unlink|rm|rename)\w*",
-          "writes or removes files"),
-    _rule("bash", "low", "file write", r"(?<![<>&\d])>{1,2}\s*(?!&|/dev/null)\S|(?<![\w-])(rm|mv|tee)\s",
-          "writes or removes files"),
+    _rule(
+        "python",
+        "high",
+        "os.system",
+        r"\bos\s*\.\s*(system|popen|exec\w*|spawn\w*)\s*\(",
+        "runs a shell command from Python",
+    ),
+    _rule(
+        "python",
+        "high",
+        "exec / eval",
+        r"(?<![\w.])(exec|eval|compile|__import__)\s*\(",
+        "executes code built at run time",
+    ),
+    _rule(
+        "python",
+        "high",
+        "subprocess",
+        r"\bsubprocess\b|\bpty\s*\.\s*spawn",
+        "starts other programs",
+    ),
+    _rule("javascript", "high", "child_process", r"\bchild_process\b", "starts other programs"),
+    _rule(
+        "javascript",
+        "high",
+        "eval",
+        r"(?<![\w.])(eval|Function)\s*\(",
+        "executes code built at run time",
+    ),
+    _rule(
+        "bash",
+        "high",
+        "eval / sudo",
+        r"(?<![\w-])(eval|sudo|su)\s",
+        "runs code built at run time or with raised privileges",
+    ),
+    _rule(
+        "bash",
+        "high",
+        "pipe to shell",
+        r"\|\s*(ba|z|da)?sh\b",
+        "pipes downloaded or generated text into a shell",
+    ),
+    _rule(
+        "python",
+        "medium",
+        "network",
+        r"\b(import|from)\s+(socket|requests|urllib\w*|httpx|"
+        r"http\.client|aiohttp|ftplib|smtplib|paramiko)\b",
+        "uses a network library",
+    ),
+    _rule(
+        "javascript",
+        "medium",
+        "network",
+        r"\bfetch\s*\(|require\(\s*['\"](https?|net|dgram|"
+        r"axios)['\"]\s*\)",
+        "uses the network",
+    ),
+    _rule(
+        "bash",
+        "medium",
+        "network",
+        r"(?<![\w-])(curl|wget|nc|ncat|ssh|scp|rsync|ftp)\s",
+        "uses a network tool",
+    ),
+    _rule(
+        "python",
+        "low",
+        "environment",
+        r"\bos\s*\.\s*(environ|getenv)\b",
+        "reads environment variables",
+    ),
+    _rule(
+        "javascript", "low", "environment", r"\bprocess\s*\.\s*env\b", "reads environment variables"
+    ),
+    _rule(
+        "bash",
+        "low",
+        "environment",
+        r"(?<![\w-])(env|printenv|set)\s*($|\|)",
+        "lists environment variables",
+    ),
+    _rule(
+        "python",
+        "low",
+        "file write",
+        r"\bopen\s*\([^)]*['\"][wax]b?\+?['\"]|\.write_(text|bytes)\s*\(|\bshutil\s*\.\s*"
+        r"(rmtree|move|copy\w*)\b|\bos\s*\.\s*(remove|unlink|rmdir|rename)\b",
+        "writes or removes files",
+    ),
+    _rule(
+        "javascript",
+        "low",
+        "file write",
+        r"\bfs\s*\.\s*(write|append|unlink|rm|rename)\w*",
+        "writes or removes files",
+    ),
+    _rule(
+        "bash",
+        "low",
+        "file write",
+        r"(?<![<>&\d])>{1,2}\s*(?!&|/dev/null)\S|(?<![\w-])(rm|mv|tee)\s",
+        "writes or removes files",
+    ),
 )
 
 

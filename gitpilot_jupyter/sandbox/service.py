@@ -195,7 +195,11 @@ class SandboxService:
             blocked_reason=f"destructive pattern {blocked_label!r}" if blocked_label else None,
             requires_approval=self.require_approval,
             digest=plan_digest(
-                language=lang, code=code, stdin=stdin, timeout_sec=timeout, network=network,
+                language=lang,
+                code=code,
+                stdin=stdin,
+                timeout_sec=timeout,
+                network=network,
                 backend=name,
             ),
             created_at=time.time(),
@@ -205,9 +209,18 @@ class SandboxService:
             session_id=session_id,
         )
         self.plans.add(plan)
-        self._emit("plan", {"user": user, "plan_id": plan.plan_id, "digest": plan.digest,
-                            "language": lang, "backend": name, "blocked": plan.blocked,
-                            "source": plan.source})
+        self._emit(
+            "plan",
+            {
+                "user": user,
+                "plan_id": plan.plan_id,
+                "digest": plan.digest,
+                "language": lang,
+                "backend": name,
+                "blocked": plan.blocked,
+                "source": plan.source,
+            },
+        )
         return plan
 
     async def approve(
@@ -223,9 +236,17 @@ class SandboxService:
         approval = self.plans.approve(
             plan_id, session_id=session_id, user=user, approved_by=approved_by
         )
-        self._emit("approve", {"user": user, "plan_id": plan_id, "digest": plan.digest,
-                               "language": plan.language, "backend": plan.backend,
-                               "approved_by": approved_by})
+        self._emit(
+            "approve",
+            {
+                "user": user,
+                "plan_id": plan_id,
+                "digest": plan.digest,
+                "language": plan.language,
+                "backend": plan.backend,
+                "approved_by": approved_by,
+            },
+        )
         return approval.to_dict(self.plans.clock())
 
     # -- run --------------------------------------------------------------------------
@@ -254,8 +275,12 @@ class SandboxService:
             lang = str(language)
         requested_timeout = settings.timeout_sec if timeout_sec is None else timeout_sec
         digest = plan_digest(
-            language=lang, code=code, stdin=stdin, timeout_sec=requested_timeout,  # type: ignore[arg-type]
-            network=network, backend=name,
+            language=lang,
+            code=code,
+            stdin=stdin,
+            timeout_sec=requested_timeout,
+            network=network,
+            backend=name,
         )
         plan_id: str | None = None
         if self.require_approval:
@@ -285,10 +310,21 @@ class SandboxService:
             plan_id=plan_id,
         )
         result = await self.backend(name, settings).run(request, on_output)
-        self._emit("run", {"user": user, "plan_id": plan_id, "digest": digest, "language": lang,
-                           "backend": name, "run_id": result.run_id,
-                           "exit_code": result.exit_code, "duration_ms": result.duration_ms,
-                           "timed_out": result.timed_out, "truncated": result.truncated})
+        self._emit(
+            "run",
+            {
+                "user": user,
+                "plan_id": plan_id,
+                "digest": digest,
+                "language": lang,
+                "backend": name,
+                "run_id": result.run_id,
+                "exit_code": result.exit_code,
+                "duration_ms": result.duration_ms,
+                "timed_out": result.timed_out,
+                "truncated": result.truncated,
+            },
+        )
         return result
 
     async def run_approved_here(
@@ -311,8 +347,15 @@ class SandboxService:
         A blocked plan raises :class:`PlanBlocked` and never runs.
         """
         plan = await self.plan(
-            language=language, code=code, source=source, timeout_sec=timeout_sec, stdin=stdin,
-            session_id=session_id, backend=backend, allow_network=allow_network, user=user,
+            language=language,
+            code=code,
+            source=source,
+            timeout_sec=timeout_sec,
+            stdin=stdin,
+            session_id=session_id,
+            backend=backend,
+            allow_network=allow_network,
+            user=user,
         )
         token: str | None = None
         if plan.requires_approval:
@@ -321,9 +364,16 @@ class SandboxService:
             )
             token = approval["approval_token"]
         result = await self.run(
-            language=plan.language, code=plan.code, timeout_sec=plan.timeout_sec, stdin=stdin,
-            approval_token=token, session_id=session_id, backend=plan.backend,
-            allow_network=plan.network, user=user, on_output=on_output,
+            language=plan.language,
+            code=plan.code,
+            timeout_sec=plan.timeout_sec,
+            stdin=stdin,
+            approval_token=token,
+            session_id=session_id,
+            backend=plan.backend,
+            allow_network=plan.network,
+            user=user,
+            on_output=on_output,
         )
         return plan, result
 
@@ -333,7 +383,9 @@ class SandboxService:
         """The effective settings, masked (``has_token``, never the token)."""
         return self.settings.effective().settings.masked()
 
-    async def configure(self, changes: Mapping[str, object], *, user: str | None = None) -> dict[str, Any]:
+    async def configure(
+        self, changes: Mapping[str, object], *, user: str | None = None
+    ) -> dict[str, Any]:
         """Persist a subset of settings (validated, env values never written); return status."""
         if not isinstance(changes, Mapping):
             raise InvalidRequest("the settings must be a JSON object")

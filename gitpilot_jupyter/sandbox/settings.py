@@ -87,9 +87,7 @@ def validate_setting(key: str, value: object) -> object:
             raise InvalidSetting("matrixlab_url must be a string")
         parsed = urlparse(value.strip())
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise InvalidSetting(
-                f"matrixlab_url must be an http:// or https:// URL, got {value!r}"
-            )
+            raise InvalidSetting(f"matrixlab_url must be an http:// or https:// URL, got {value!r}")
         return value.strip().rstrip("/")
     if key in ("matrixlab_token", "matrixlab_image"):
         if not isinstance(value, str):

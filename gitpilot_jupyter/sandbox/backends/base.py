@@ -55,5 +55,5 @@ class SandboxBackend(abc.ABC):
         """``{"ok": bool, "error": str | None, ...}`` for status."""
         return {"ok": True, "error": None}
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Release connections; the default has nothing to release."""

@@ -1,0 +1,67 @@
+"""``jupyter sandbox``: the command-line face of the sandbox.
+
+Each command group lives in its own module with a ``register(subparsers)``
+function; this module builds the parser and maps core errors to exit statuses
+in one place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+from .._version import __version__
+from ..sandbox.errors import SandboxError
+from . import commands
+
+#: Exit status for a refused or invalid request (as argparse uses for usage errors).
+EXIT_USAGE = 2
+#: Exit status of a snippet that timed out, as ``timeout(1)`` reports it.
+EXIT_TIMEOUT = 124
+
+#: Modules that add subcommands, in the order ``--help`` lists them.
+COMMAND_MODULES: tuple[ModuleType, ...] = (commands,)
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``jupyter sandbox`` parser."""
+    parser = argparse.ArgumentParser(
+        prog="jupyter sandbox",
+        description=(
+            "Plan, approve and run untrusted snippets in the gitpilot-jupyter sandbox, "
+            "and manage its settings."
+        ),
+        epilog=(
+            "Exit status: the snippet's own exit code for `run`; 124 when it timed out "
+            "(as timeout(1)); 2 for a refused or invalid request; 1 for any other failure."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for module in COMMAND_MODULES:
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except SandboxError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""Core commands: ``status``, ``config``, ``plan``, ``run``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..sandbox.errors import InvalidRequest
+from ..sandbox.languages import language_for_path
+from ..sandbox.plans import ExecutionPlan
+from ..sandbox.results import RunResult
+from ..sandbox.service import SandboxService
+from ..sandbox.settings import FIELD_NAMES, parse_setting
+from ..sandbox.sync import run_sync
+from .render import print_plan, print_result_footer, print_status
+
+EXIT_TIMEOUT = 124
+
+
+def make_service() -> SandboxService:
+    """The in-process service the CLI drives (settings and env as for every face)."""
+    return SandboxService(root_dir=Path.cwd())
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``status``, ``config``, ``plan`` and ``run``."""
+    p = subparsers.add_parser("status", help="show the live backend, settings and health")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.set_defaults(handler=cmd_status)
+
+    p = subparsers.add_parser(
+        "config",
+        help="show the settings, or change them with --set KEY=VALUE",
+        description=f"Settings keys: {', '.join(FIELD_NAMES)}. The token is write-only; "
+        "`--set matrixlab_token=` clears it.",
+    )
+    p.add_argument(
+        "--set",
+        dest="changes",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set one setting (repeatable); nothing is written if any value is invalid",
+    )
+    p.add_argument("--json", action="store_true", help="print the settings as JSON")
+    p.set_defaults(handler=cmd_config)
+
+    for name, helptext in (
+        ("plan", "show the plan for a snippet without running it"),
+        ("run", "plan, approve and run a snippet; exit with its exit code"),
+    ):
+        p = subparsers.add_parser(name, help=helptext)
+        p.add_argument(
+            "language",
+            nargs="?",
+            help="python, javascript or bash (or an alias); "
+            "guessed from FILE's extension when omitted",
+        )
+        p.add_argument("file", nargs="?", help="a file to run instead of -c CODE")
+        p.add_argument("-c", "--code", help="the code to run")
+        p.add_argument("--timeout", type=int, help="seconds, 1..600 (default: the settings')")
+        p.add_argument("--backend", help="subprocess, matrixlab or off (default: the settings')")
+        net = p.add_mutually_exclusive_group()
+        net.add_argument(
+            "--network",
+            dest="network",
+            action="store_true",
+            default=None,
+            help="allow network access for this run",
+        )
+        net.add_argument(
+            "--no-network",
+            dest="network",
+            action="store_false",
+            help="deny network access for this run",
+        )
+        p.add_argument(
+            "--stdin",
+            dest="stdin_file",
+            metavar="FILE",
+            help="feed this file to the snippet's stdin ('-' for this stdin)",
+        )
+        p.add_argument("--json", action="store_true", help="print the plan / result as JSON")
+        if name == "run":
+            p.add_argument(
+                "-y",
+                "--yes",
+                action="store_true",
+                help="approve without asking (needed when stdin is not a terminal)",
+            )
+            p.set_defaults(handler=cmd_run)
+        else:
+            p.set_defaults(handler=cmd_plan)
+
+
+def _print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """``jupyter sandbox status``."""
+    status = run_sync(make_service().status())
+    if args.json:
+        _print_json(status)
+    else:
+        print_status(status)
+    return 0 if status["ok"] else 1
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """``jupyter sandbox config [--set KEY=VALUE ...]``."""
+    service = make_service()
+    if args.changes:
+        changes: dict[str, object] = {}
+        for item in args.changes:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise InvalidRequest(f"--set takes KEY=VALUE, got {item!r}")
+            changes[key.strip()] = parse_setting(key.strip(), value)
+        run_sync(service.configure(changes, user="cli"))
+    config = service.config()
+    if args.json:
+        _print_json(config)
+    else:
+        for key, value in config.items():
+            print(f"{key:18} {json.dumps(value)}")
+        print(f"{'file':18} {service.settings.path}")
+    return 0
+
+
+def _snippet(args: argparse.Namespace) -> dict[str, Any]:
+    """Language, code and file from ``LANGUAGE (-c CODE | FILE)``."""
+    language, file = args.language, args.file
+    if args.code is None and file is None and language and Path(language).suffix:
+        language, file = None, language  # `run demo.py`: the only positional is the file
+    if (args.code is None) == (file is None):
+        raise InvalidRequest("give exactly one of -c CODE or FILE")
+    if file is not None:
+        path = Path(file)
+        try:
+            code = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidRequest(f"cannot read {file}: {exc.strerror or exc}") from None
+        language = language or language_for_path(file)
+    else:
+        code = args.code
+        language = language or "python"
+    stdin: str | None = None
+    if args.stdin_file == "-":
+        stdin = sys.stdin.read()
+    elif args.stdin_file:
+        stdin = Path(args.stdin_file).read_text(encoding="utf-8")
+    return {
+        "language": language,
+        "code": code,
+        "stdin": stdin,
+        "timeout_sec": args.timeout,
+        "backend": args.backend,
+        "allow_network": args.network,
+    }
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``jupyter sandbox plan``: the plan only."""
+    plan = run_sync(make_service().plan(source="api", user="cli", **_snippet(args)))
+    if args.json:
+        _print_json(plan.to_dict())
+    else:
+        print_plan(plan)
+    return 2 if plan.blocked else 0
+
+
+def _confirm(plan: ExecutionPlan, yes: bool) -> bool:
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        print(
+            "error: this run needs an approval; no terminal to ask on. "
+            "Re-run with --yes to approve it.",
+            file=sys.stderr,
+        )
+        return False
+    answer = input("Approve and run? [y/N] ").strip().lower()
+    return answer in ("y", "yes")
+
+
+def exit_status(result: RunResult) -> int:
+    """The CLI's exit status for a result: the snippet's, or 124 on timeout."""
+    if result.timed_out:
+        return EXIT_TIMEOUT
+    if result.exit_code < 0:
+        return 1
+    return min(result.exit_code, 255)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``jupyter sandbox run``: plan, confirm, approve, run."""
+    service = make_service()
+    snippet = _snippet(args)
+    plan = run_sync(service.plan(source="api", user="cli", **snippet))
+    if not args.json:
+        print_plan(plan, stream=sys.stderr)
+    if plan.blocked:
+        print(f"error: refused by policy: {plan.blocked_reason}", file=sys.stderr)
+        return 2
+    if plan.requires_approval and not _confirm(plan, args.yes):
+        return 2
+
+    async def go() -> RunResult:
+        token = None
+        if plan.requires_approval:
+            token = (await service.approve(plan.plan_id, user="cli"))["approval_token"]
+
+        async def echo(stream: str, text: str) -> None:
+            out = sys.stdout if stream == "stdout" else sys.stderr
+            out.write(text)
+            out.flush()
+
+        return await service.run(
+            language=plan.language,
+            code=plan.code,
+            timeout_sec=plan.timeout_sec,
+            stdin=snippet["stdin"],
+            approval_token=token,
+            backend=plan.backend,
+            allow_network=plan.network,
+            user="cli",
+            on_output=None if args.json else echo,
+        )
+
+    result = run_sync(go())
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print_result_footer(result, stream=sys.stderr)
+    return exit_status(result)

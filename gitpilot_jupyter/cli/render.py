@@ -1,0 +1,59 @@
+"""Human-readable output of the CLI (plans, results, status)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from ..sandbox.plans import ExecutionPlan
+from ..sandbox.results import RunResult
+
+
+def result_badges(result: RunResult) -> str:
+    """``backend · exit N · 12 ms`` plus ``timed out`` / ``truncated``: one line for every face."""
+    parts = [result.backend, f"exit {result.exit_code}", f"{result.duration_ms} ms"]
+    if result.timed_out:
+        parts.append("timed out")
+    if result.truncated:
+        parts.append("output truncated")
+    return " · ".join(parts)
+
+
+def print_plan(plan: ExecutionPlan, stream: TextIO = sys.stdout) -> None:
+    """The plan as a short block of text."""
+    w = stream.write
+    w(f"Plan {plan.plan_id}: {plan.goal}\n")
+    w(
+        f"  language {plan.language} · backend {plan.backend} · timeout {plan.timeout_sec} s · "
+        f"network {'on' if plan.network else 'off'}\n"
+    )
+    w(f"  command  {' '.join(plan.command)}\n")
+    for check in plan.checks:
+        w(f"  [{'ok' if check['ok'] else '!!'}] {check['label']}\n")
+    for warning in plan.warnings:
+        w(f"  warning ({warning['severity']}): {warning['label']}: {warning['detail']}\n")
+    if plan.blocked:
+        w(f"  BLOCKED: {plan.blocked_reason}\n")
+
+
+def print_result_footer(result: RunResult, stream: TextIO = sys.stderr) -> None:
+    """The one-line footer after a run."""
+    stream.write(f"[sandbox] {result_badges(result)}\n")
+
+
+def print_status(status: dict[str, Any], stream: TextIO = sys.stdout) -> None:
+    """``jupyter sandbox status`` in text."""
+    w = stream.write
+    w(f"backend          {status['backend']}  ({'ok' if status['ok'] else 'NOT OK'})\n")
+    if status.get("error"):
+        w(f"error            {status['error']}\n")
+    if status.get("env_override"):
+        w(f"env override     {status['env_override']}\n")
+    if status.get("settings_error"):
+        w(f"settings error   {status['settings_error']}\n")
+    w(f"require approval {status['require_approval']}\n")
+    w(f"isolation        {', '.join(status['isolation']) or 'none'}\n")
+    langs = ", ".join(f"{k} {'yes' if v else 'missing'}" for k, v in status["languages"].items())
+    w(f"interpreters     {langs}\n")
+    w(f"settings file    {status['settings_path']}\n")
+    w(f"version          {status['version']}\n")

@@ -1,0 +1,31 @@
+"""Shared fixtures: every test gets its own settings folder and a clean environment."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytest_jupyter.jupyter_server", "pytest_jupyter.jupyter_client"]
+
+_SANDBOX_ENV = (
+    "GITPILOT_SANDBOX",
+    "GITPILOT_MATRIXLAB_URL",
+    "GITPILOT_MATRIXLAB_TOKEN",
+    "GITPILOT_MATRIXLAB_IMAGE",
+    "GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE",
+    "GITPILOT_SANDBOX_REQUIRE_APPROVAL",
+)
+
+
+@pytest.fixture(autouse=True)
+def sandbox_config_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """A private ``GITPILOT_CONFIG_DIR`` and no sandbox env vars from the developer's shell."""
+    folder = tmp_path_factory.mktemp("gitpilot-config")
+    for name in _SANDBOX_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GITPILOT_CONFIG_DIR", str(folder))
+    yield folder
