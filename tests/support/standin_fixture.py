@@ -1,0 +1,102 @@
+"""Pytest fixtures that run the Runner stand-in as a real HTTP server process.
+
+Use them from any test folder with ``pytest_plugins = ["tests.support.standin_fixture"]``
+in its ``conftest.py`` (or import the fixtures directly):
+
+* ``runner_standin``: a healthy Runner with a bearer token; has ``.url`` and ``.token``.
+* ``start_standin``: a factory, ``start_standin(mode="slow", token="", delay=3.0)``,
+  for the failure modes listed in :mod:`tests.support.runner_standin`.
+
+Every process started is killed at teardown.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_SEC = 30
+
+
+@dataclass
+class StandinRunner:
+    """A running stand-in: where it listens and the token it expects ('' = none)."""
+
+    url: str
+    token: str
+    mode: str
+    process: subprocess.Popen[str]
+
+    @property
+    def port(self) -> int:
+        """The loopback port it listens on."""
+        return int(self.url.rsplit(":", 1)[1])
+
+    def stop(self) -> None:
+        """Kill the process (idempotent)."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def launch_standin(mode: str = "ok", token: str = "", delay: float = 3.0) -> StandinRunner:
+    """Start ``python -m tests.support.runner_standin`` on a free loopback port."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.runner_standin",
+            "--port",
+            "0",
+            "--mode",
+            mode,
+            "--token",
+            token,
+            "--delay",
+            str(delay),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    # The first line names the URL once the socket listens; readline blocks until then.
+    line = process.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        process.kill()
+        process.wait(timeout=START_TIMEOUT_SEC)
+        raise RuntimeError(f"the Runner stand-in did not start: {line!r}")
+    return StandinRunner(url=line.split(" ", 2)[2], token=token, mode=mode, process=process)
+
+
+StartStandin = Callable[..., StandinRunner]
+
+
+@pytest.fixture
+def start_standin() -> Iterator[StartStandin]:
+    """Factory of stand-in Runners; all of them are killed at teardown."""
+    started: list[StandinRunner] = []
+
+    def start(mode: str = "ok", token: str = "", delay: float = 3.0) -> StandinRunner:
+        runner = launch_standin(mode=mode, token=token, delay=delay)
+        started.append(runner)
+        return runner
+
+    yield start
+    for runner in started:
+        runner.stop()
+
+
+@pytest.fixture
+def runner_standin(start_standin: StartStandin) -> StandinRunner:
+    """A healthy stand-in Runner that requires a bearer token (``.url``, ``.token``)."""
+    return start_standin(mode="ok", token="standin-" + secrets.token_urlsafe(12))
