@@ -6,17 +6,9 @@ import sys
 from typing import Any, TextIO
 
 from ..sandbox.plans import ExecutionPlan
-from ..sandbox.results import RunResult
+from ..sandbox.results import RunResult, result_badges
 
-
-def result_badges(result: RunResult) -> str:
-    """``backend · exit N · 12 ms`` plus ``timed out`` / ``truncated``: one line for every face."""
-    parts = [result.backend, f"exit {result.exit_code}", f"{result.duration_ms} ms"]
-    if result.timed_out:
-        parts.append("timed out")
-    if result.truncated:
-        parts.append("output truncated")
-    return " · ".join(parts)
+__all__ = ["print_plan", "print_result_footer", "print_status", "result_badges"]
 
 
 def print_plan(plan: ExecutionPlan, stream: TextIO = sys.stdout) -> None:

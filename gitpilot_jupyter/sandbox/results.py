@@ -48,3 +48,13 @@ class RunResult:
         """Rebuild an envelope received as JSON (unknown keys are ignored)."""
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
+
+
+def result_badges(result: RunResult) -> str:
+    """``backend · exit N · 12 ms`` plus ``timed out`` / ``truncated``: one line for every face."""
+    parts = [result.backend, f"exit {result.exit_code}", f"{result.duration_ms} ms"]
+    if result.timed_out:
+        parts.append("timed out")
+    if result.truncated:
+        parts.append("output truncated")
+    return " · ".join(parts)

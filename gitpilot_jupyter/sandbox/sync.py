@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -29,7 +30,12 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
 
-    thread = threading.Thread(target=target, name="gitpilot-sandbox-sync", daemon=True)
+    # Carry the caller's context (ipykernel keeps the cell's parent header in a
+    # contextvar) so output printed by the coroutine lands in the calling cell.
+    context = contextvars.copy_context()
+    thread = threading.Thread(
+        target=context.run, args=(target,), name="gitpilot-sandbox-sync", daemon=True
+    )
     thread.start()
     thread.join()
     if "error" in box:
