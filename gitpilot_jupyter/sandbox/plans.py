@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import ApprovalError, PlanBlocked, PlanNotFound
 
-SOURCES = ("code_block", "cell", "file_run", "chat", "rerun", "api")
+SOURCES = ("code_block", "cell", "file_run", "chat", "rerun", "api", "agent")
 MAX_PENDING_PLANS = 256
 APPROVAL_TTL_SEC = 300
 
@@ -161,6 +161,23 @@ class PlanStore:
         """Plans waiting for approval, oldest first."""
         with self._lock:
             return list(self._plans.values())
+
+    def reject(self, plan_id: str) -> ExecutionPlan:
+        """Drop a pending plan unapproved (a human said no); :class:`PlanNotFound` if gone."""
+        with self._lock:
+            plan = self._plans.pop(plan_id, None)
+        if plan is None:
+            raise PlanNotFound(f"no pending plan {plan_id!r} (unknown, evicted or already decided)")
+        return plan
+
+    def approval_for(self, plan_id: str) -> Approval | None:
+        """The live (unused, unexpired) approval minted for ``plan_id``, if any."""
+        with self._lock:
+            now = self.clock()
+            for approval in reversed(self._approvals.values()):
+                if approval.plan_id == plan_id and not approval.used and now < approval.expires_at:
+                    return approval
+        return None
 
     def approve(
         self,

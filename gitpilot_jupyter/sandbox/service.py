@@ -12,6 +12,7 @@ from .._version import __version__
 from .backends.base import OutputCallback, ResourceLimits, RunRequest, SandboxBackend
 from .backends.isolation import Isolator
 from .backends.local import NullSandbox, SubprocessSandbox
+from .claims import ClaimStore
 from .errors import BackendNotAllowed, EmptyCode, FileAccessError, InvalidRequest, UnknownBackend
 from .languages import CANONICAL_LANGUAGES, Interpreters, canonical_language, language_for_path
 from .plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id, plan_digest
@@ -57,6 +58,8 @@ class SandboxService:
         self.settings = settings or SettingsStore()
         self.policy = policy or SandboxPolicy()
         self.plans = plans or PlanStore()
+        #: Lets a planner (an agent in ``ask`` mode) collect the token once a human approves.
+        self.claims = ClaimStore(self.plans)
         self.interpreters = interpreters or Interpreters()
         self._require_approval = require_approval
         self.allowed_backends = tuple(allowed_backends) if allowed_backends else BACKENDS
