@@ -1,0 +1,211 @@
+"""Plan -> approve -> run: every refusal has its own code; a mismatch does not spend the token."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from gitpilot_jupyter.sandbox.errors import (
+    ApprovalError,
+    EmptyCode,
+    FileAccessError,
+    InvalidRequest,
+    PlanBlocked,
+    PlanNotFound,
+    PolicyViolation,
+    UnknownLanguage,
+)
+from gitpilot_jupyter.sandbox.plans import PlanStore
+from gitpilot_jupyter.sandbox.service import SandboxService
+from gitpilot_jupyter.sandbox.settings import SettingsStore
+
+T = TypeVar("T")
+
+
+def sync(awaitable: Awaitable[T]) -> T:
+    async def wrap() -> T:
+        return await awaitable
+
+    return asyncio.run(wrap())
+
+
+def approved(service: SandboxService, **plan: Any) -> str:
+    p = sync(service.plan(**plan))
+    return str(
+        sync(service.approve(p.plan_id, session_id=plan.get("session_id")))["approval_token"]
+    )
+
+
+def refusal(service: SandboxService, **run: Any) -> str:
+    with pytest.raises(ApprovalError) as info:
+        sync(service.run(**run))
+    assert info.value.status == 403
+    return info.value.code
+
+
+def test_plan_describes_the_run(service: SandboxService) -> None:
+    plan = sync(service.plan(language="py", code="import os\nos.system('ls')", source="cell"))
+    data = plan.to_dict()
+    assert data["plan_id"].startswith("plan_") and len(data["plan_id"]) == 21
+    assert data["language"] == "python" and data["command"] == ["python", "inline.py"]
+    assert data["backend"] == "subprocess" and data["timeout_sec"] == 120
+    assert data["network"] is False and data["blocked"] is False
+    assert data["requires_approval"] is True and data["source"] == "cell"
+    assert data["digest"].startswith("sha256:")
+    assert {
+        "severity": "high",
+        "label": "os.system",
+        "detail": "runs a shell command from Python",
+    } in data["warnings"]
+    assert all({"label", "ok"} <= set(c) for c in data["checks"])
+
+
+def test_approved_run_runs_once(service: SandboxService) -> None:
+    token = approved(service, language="python", code="print(2+2)")
+    assert len(token) >= 43
+    result = sync(service.run(language="python", code="print(2+2)", approval_token=token))
+    assert result.stdout == "4\n" and result.plan_id
+    assert (
+        refusal(service, language="python", code="print(2+2)", approval_token=token)
+        == "approval_used"
+    )
+
+
+def test_no_token_and_unknown_token(service: SandboxService) -> None:
+    assert refusal(service, language="python", code="print(1)") == "approval_required"
+    assert (
+        refusal(service, language="python", code="print(1)", approval_token="x" * 43)
+        == "approval_unknown"
+    )
+
+
+def test_expired_token(sandbox_config_dir: Path) -> None:
+    now = [1000.0]
+    service = SandboxService(
+        settings=SettingsStore(sandbox_config_dir), plans=PlanStore(clock=lambda: now[0])
+    )
+    token = approved(service, language="python", code="print(1)")
+    now[0] += 301
+    assert (
+        refusal(service, language="python", code="print(1)", approval_token=token)
+        == "approval_expired"
+    )
+
+
+def test_other_session(service: SandboxService) -> None:
+    token = approved(service, language="python", code="print(1)", session_id="s1")
+    assert (
+        refusal(service, language="python", code="print(1)", approval_token=token, session_id="s2")
+        == "approval_session"
+    )
+    result = sync(
+        service.run(language="python", code="print(1)", approval_token=token, session_id="s1")
+    )
+    assert result.exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"code": "print(3)"},
+        {"timeout_sec": 7},
+        {"language": "bash", "code": "print(1)"},
+        {"stdin": "hello"},
+        {"allow_network": True},
+        {"backend": "off"},
+    ],
+)
+def test_mismatch_is_refused_and_does_not_spend_the_token(
+    service: SandboxService, change: dict[str, Any]
+) -> None:
+    token = approved(service, language="python", code="print(1)", timeout_sec=5)
+    run = {"language": "python", "code": "print(1)", "timeout_sec": 5, "approval_token": token}
+    assert refusal(service, **{**run, **change}) == "approval_mismatch"
+    assert sync(service.run(**run)).stdout == "1\n"
+
+
+def test_alias_then_canonical_is_the_same_snippet(service: SandboxService) -> None:
+    token = approved(service, language="py", code="print(5)")
+    result = sync(service.run(language="python", code="print(5)", approval_token=token))
+    assert result.stdout == "5\n"
+
+
+def test_blocked_plan_cannot_be_approved(service: SandboxService) -> None:
+    plan = sync(service.plan(language="bash", code="rm -rf /"))
+    assert plan.blocked and "rm -rf /" in (plan.blocked_reason or "")
+    with pytest.raises(PlanBlocked) as info:
+        sync(service.approve(plan.plan_id))
+    assert info.value.status == 409
+
+
+def test_unknown_and_consumed_plans_are_404(service: SandboxService) -> None:
+    with pytest.raises(PlanNotFound):
+        sync(service.approve("plan_0000000000000000"))
+    plan = sync(service.plan(language="python", code="print(1)"))
+    sync(service.approve(plan.plan_id))
+    with pytest.raises(PlanNotFound) as info:
+        sync(service.approve(plan.plan_id))
+    assert info.value.status == 404
+
+
+def test_oldest_plans_are_evicted_beyond_256(service: SandboxService) -> None:
+    first = sync(service.plan(language="python", code="print(0)"))
+    for i in range(256):
+        sync(service.plan(language="python", code=f"print({i + 1})"))
+    with pytest.raises(PlanNotFound):
+        sync(service.approve(first.plan_id))
+    assert len(service.plans.pending()) == 256
+
+
+def test_run_checks_come_after_approval(service: SandboxService) -> None:
+    # Without a token every bad run is a 403 first ...
+    assert refusal(service, language="ruby", code="puts 1") == "approval_required"
+    # ... and with approval switched off the language, code and policy checks answer.
+    service._require_approval = False
+    with pytest.raises(UnknownLanguage):
+        sync(service.run(language="ruby", code="puts 1"))
+    with pytest.raises(EmptyCode):
+        sync(service.run(language="python", code="   "))
+    with pytest.raises(InvalidRequest):
+        sync(service.run(language="python", code="print(1)", timeout_sec=601))
+    with pytest.raises(PolicyViolation):
+        sync(service.run(language="sh", code="rm -rf /"))
+    assert sync(service.run(language="python", code="print(1)")).stdout == "1\n"
+
+
+def test_require_approval_env_switch(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITPILOT_SANDBOX_REQUIRE_APPROVAL", "0")
+    assert service.require_approval is False
+    assert sync(service.status())["require_approval"] is False
+    assert sync(service.run(language="python", code="print(1)")).stdout == "1\n"
+
+
+def test_file_plan_reads_under_root_only(service: SandboxService, tmp_path: Path) -> None:
+    (tmp_path / "demo.py").write_text("print('from file')\n")
+    plan = sync(service.plan(file="demo.py"))
+    assert plan.language == "python" and plan.code == "print('from file')\n"
+    assert plan.source == "file_run" and plan.goal == "Run demo.py"
+    outside = tmp_path.parent / "outside.py"
+    outside.write_text("print(1)")
+    for path in ("../outside.py", str(outside), "sub/../../outside.py", "missing.py"):
+        with pytest.raises(FileAccessError):
+            sync(service.plan(file=path))
+
+
+def test_default_backend_and_env_resolution(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert sync(service.plan(language="python", code="1")).backend == "subprocess"
+    sync(service.configure({"backend": "off"}))
+    assert sync(service.plan(language="python", code="1")).backend == "off"
+    monkeypatch.setenv("GITPILOT_SANDBOX", "subprocess")
+    assert sync(service.plan(language="python", code="1")).backend == "subprocess"
+    assert sync(service.plan(language="python", code="1", backend="off")).backend == "off"
+    status = sync(service.status())
+    assert status["env_override"] == "GITPILOT_SANDBOX" and status["backend"] == "subprocess"

@@ -1,0 +1,100 @@
+"""The `jupyter sandbox` command: real processes, real exit statuses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def cli(
+    *args: str, stdin: str | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "jupyter-sandbox"), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
+
+
+def test_run_exits_with_the_snippets_exit_code() -> None:
+    ok = cli("run", "python", "-c", "print(2+2)", "--yes")
+    assert (ok.returncode, ok.stdout) == (0, "4\n")
+    assert "subprocess · exit 0" in ok.stderr
+    failing = cli("run", "bash", "-c", "echo oops >&2; exit 3", "--yes")
+    assert failing.returncode == 3 and "oops" in failing.stderr
+
+
+def test_timeout_exits_124_like_timeout1() -> None:
+    result = cli("run", "bash", "-c", "sleep 30", "--timeout", "1", "--yes")
+    assert result.returncode == 124 and "timed out" in result.stderr
+
+
+def test_json_prints_the_envelope() -> None:
+    result = cli("run", "py", "-c", "print('hi')", "--yes", "--json")
+    envelope = json.loads(result.stdout)
+    assert envelope["stdout"] == "hi\n" and envelope["exit_code"] == 0
+    assert {"backend", "duration_ms", "truncated", "timed_out", "isolation", "run_id"} <= set(
+        envelope
+    )
+
+
+def test_without_a_tty_and_without_yes_it_refuses_and_says_how() -> None:
+    result = cli("run", "python", "-c", "print(1)", stdin="")
+    assert result.returncode == 2
+    assert "--yes" in result.stderr and result.stdout == ""
+
+
+def test_destructive_snippet_is_refused() -> None:
+    result = cli("run", "bash", "-c", "rm -rf /", "--yes")
+    assert result.returncode == 2 and "rm -rf /" in result.stderr
+
+
+def test_file_run_guesses_the_language(tmp_path: Path) -> None:
+    (tmp_path / "hello.sh").write_text("echo from-file\n")
+    result = cli("run", "hello.sh", "--yes", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout == "from-file\n"
+
+
+def test_config_set_and_show(sandbox_config_dir: Path) -> None:
+    assert cli("config", "--set", "timeout_sec=30", "--set", "backend=off").returncode == 0
+    shown = json.loads(cli("config", "--json").stdout)
+    assert shown["timeout_sec"] == 30 and shown["backend"] == "off"
+    bad = cli("config", "--set", "backend=docker")
+    assert bad.returncode == 2 and "unknown sandbox backend 'docker'" in bad.stderr
+    assert (
+        json.loads((sandbox_config_dir / "settings.json").read_text())["sandbox"]["backend"]
+        == "off"
+    )
+
+
+def test_token_never_printed(sandbox_config_dir: Path) -> None:
+    cli("config", "--set", "matrixlab_token=tok-123456")
+    assert "tok-123456" not in cli("config").stdout
+    status = cli("status", "--json")
+    assert "tok-123456" not in status.stdout and json.loads(status.stdout)["has_token"] is True
+
+
+def test_plan_shows_warnings_and_blocks() -> None:
+    plan = cli("plan", "python", "-c", "import subprocess")
+    assert plan.returncode == 0 and "warning (high): subprocess" in plan.stdout
+    blocked = cli("plan", "bash", "-c", ":(){ :|:& };:", "--json")
+    assert blocked.returncode == 2 and json.loads(blocked.stdout)["blocked"] is True
+
+
+def test_unknown_language_is_a_usage_error() -> None:
+    result = cli("run", "ruby", "-c", "puts 1", "--yes")
+    assert result.returncode == 2 and "unknown language 'ruby'" in result.stderr
+
+
+def test_jupyter_launcher_finds_the_subcommand() -> None:
+    result = subprocess.run(
+        [str(BIN / "jupyter"), "sandbox", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and "124" in result.stdout

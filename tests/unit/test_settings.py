@@ -1,0 +1,161 @@
+"""Settings: defaults, precedence, env override, masking, atomic writes, corrupt files."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from gitpilot_jupyter.sandbox.errors import InvalidSetting, UnknownBackend
+from gitpilot_jupyter.sandbox.settings import SettingsStore, parse_setting
+
+
+def store(folder: Path, **env: str) -> SettingsStore:
+    return SettingsStore(folder, environ=env)
+
+
+def test_missing_file_means_defaults(tmp_path: Path) -> None:
+    eff = store(tmp_path).effective()
+    assert eff.settings.backend == "subprocess"
+    assert eff.settings.matrixlab_url == "http://localhost:8765"
+    assert eff.settings.timeout_sec == 120
+    assert eff.settings.allow_network is False
+    assert eff.env_override is None and eff.settings_error is None
+
+
+def test_env_beats_file_and_names_the_override(tmp_path: Path) -> None:
+    store(tmp_path).update({"backend": "off"})
+    eff = store(tmp_path, GITPILOT_SANDBOX="matrixlab").effective()
+    assert eff.settings.backend == "matrixlab"
+    assert eff.env_override == "GITPILOT_SANDBOX"
+    assert store(tmp_path).effective().settings.backend == "off"
+
+
+def test_env_override_is_the_first_var_set_in_contract_order(tmp_path: Path) -> None:
+    eff = store(
+        tmp_path, GITPILOT_MATRIXLAB_IMAGE="img:1", GITPILOT_MATRIXLAB_URL="http://runner:8765"
+    ).effective()
+    assert eff.env_override == "GITPILOT_MATRIXLAB_URL"
+    assert eff.settings.matrixlab_url == "http://runner:8765"
+    assert eff.settings.matrixlab_image == "img:1"
+
+
+def test_empty_env_var_does_not_win(tmp_path: Path) -> None:
+    store(tmp_path).update({"backend": "off"})
+    eff = store(tmp_path, GITPILOT_SANDBOX="").effective()
+    assert eff.settings.backend == "off" and eff.env_override is None
+
+
+def test_unknown_backend_in_env_is_reported_not_replaced(tmp_path: Path) -> None:
+    eff = store(tmp_path, GITPILOT_SANDBOX="docker").effective()
+    assert eff.env_override == "GITPILOT_SANDBOX"
+    assert eff.env_error is not None and "'docker'" in eff.env_error
+
+
+def test_unknown_backend_refused_with_the_contract_message(tmp_path: Path) -> None:
+    with pytest.raises(UnknownBackend) as info:
+        store(tmp_path).update({"backend": "x"})
+    assert str(info.value) == (
+        "unknown sandbox backend 'x'; expected one of ['matrixlab', 'off', 'subprocess']"
+    )
+    assert not (tmp_path / "settings.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("timeout_sec", 0),
+        ("timeout_sec", 601),
+        ("timeout_sec", "60"),
+        ("timeout_sec", True),
+        ("allow_network", "yes"),
+        ("matrixlab_url", "ftp://runner"),
+        ("matrixlab_url", "localhost:8765"),
+        ("colour", "blue"),
+    ],
+)
+def test_invalid_values_are_refused_and_nothing_is_written(
+    tmp_path: Path, key: str, value: object
+) -> None:
+    store(tmp_path).update({"timeout_sec": 30})
+    before = (tmp_path / "settings.json").read_text()
+    with pytest.raises(InvalidSetting):
+        store(tmp_path).update({"backend": "off", key: value})
+    assert (tmp_path / "settings.json").read_text() == before
+
+
+def test_token_is_masked_and_cleared_by_empty_string(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    s.update({"matrixlab_token": "s3cret-token"})
+    masked = s.effective().settings.masked()
+    assert masked["has_token"] is True
+    assert "s3cret-token" not in json.dumps(masked)
+    assert "matrixlab_token" not in masked
+    s.update({"matrixlab_token": ""})
+    assert s.effective().settings.masked()["has_token"] is False
+    assert "matrixlab_token" not in json.loads((tmp_path / "settings.json").read_text())["sandbox"]
+
+
+def test_env_token_is_never_persisted(tmp_path: Path) -> None:
+    s = store(tmp_path, GITPILOT_MATRIXLAB_TOKEN="from-env-token")
+    assert s.effective().settings.matrixlab_token == "from-env-token"
+    s.update({"backend": "matrixlab", "timeout_sec": 30})
+    text = (tmp_path / "settings.json").read_text()
+    assert "from-env-token" not in text
+    assert json.loads(text)["sandbox"] == {"backend": "matrixlab", "timeout_sec": 30}
+
+
+def test_other_top_level_keys_are_preserved(tmp_path: Path) -> None:
+    (tmp_path / "settings.json").write_text(
+        json.dumps({"llm": {"provider": "ollama"}, "sandbox": {"timeout_sec": 10}})
+    )
+    store(tmp_path).update({"backend": "off"})
+    doc = json.loads((tmp_path / "settings.json").read_text())
+    assert doc["llm"] == {"provider": "ollama"}
+    assert doc["sandbox"] == {"timeout_sec": 10, "backend": "off"}
+
+
+def test_file_is_0600_in_a_0700_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "fresh"
+    store(folder).update({"backend": "off"})
+    assert stat.S_IMODE(os.stat(folder / "settings.json").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    leftovers = [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+    assert leftovers == []
+
+
+def test_corrupt_file_is_survived_reported_and_kept_aside(tmp_path: Path) -> None:
+    (tmp_path / "settings.json").write_text("{not json")
+    eff = store(tmp_path).effective()
+    assert eff.settings.backend == "subprocess"
+    assert eff.settings_error and "not valid JSON" in eff.settings_error
+    store(tmp_path).update({"backend": "off"})
+    kept = list(tmp_path.glob("settings.json.bad-*"))
+    assert len(kept) == 1 and kept[0].read_text() == "{not json"
+    assert store(tmp_path).effective().settings.backend == "off"
+
+
+def test_invalid_value_in_file_is_ignored_and_reported(tmp_path: Path) -> None:
+    (tmp_path / "settings.json").write_text(
+        json.dumps({"sandbox": {"backend": "docker", "timeout_sec": 30}})
+    )
+    eff = store(tmp_path).effective()
+    assert eff.settings.backend == "subprocess"
+    assert eff.settings.timeout_sec == 30
+    assert eff.settings_error and "backend" in eff.settings_error
+
+
+def test_config_dir_follows_env(tmp_path: Path) -> None:
+    s = SettingsStore(environ={"GITPILOT_CONFIG_DIR": str(tmp_path / "cfg")})
+    assert s.path == tmp_path / "cfg" / "settings.json"
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "value"),
+    [("timeout_sec", "30", 30), ("allow_network", "on", True), ("backend", "off", "off")],
+)
+def test_parse_setting_types_text(key: str, text: str, value: object) -> None:
+    assert parse_setting(key, text) == value
