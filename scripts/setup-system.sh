@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install the system parts the test suite needs on a fresh Debian machine (run as root):
+#   chromium     the real browser the JupyterLab tests drive (never `playwright install`)
+#   docker.io    a Docker engine for the MatrixLab lifecycle tests
+#   debootstrap  builds the local base image (Docker Hub is not reachable)
+#   bubblewrap   OS isolation of the default subprocess backend
+#   nodejs       JavaScript snippets and the lab extension build
+# Idempotent: packages already installed are skipped quickly.
+set -euo pipefail
+
+packages=(chromium docker.io debootstrap bubblewrap iptables)
+# node may come from elsewhere than Debian's package: only install it when there is none.
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+
+if ((${#missing[@]})); then
+  echo "setup-system: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup-system: all system packages present"
+fi
