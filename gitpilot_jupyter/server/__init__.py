@@ -1,0 +1,1 @@
+"""The jupyter_server extension: the sandbox REST API (see ``rest-api.yml``)."""

@@ -1,0 +1,139 @@
+"""SandboxApp: the jupyter_server extension that mounts the sandbox REST API.
+
+It builds ONE :class:`SandboxService` from its traitlets config (rooted at the
+server's ``root_dir``, auditing through the server's event logger) and keeps it
+in the web app's settings under ``gitpilot_sandbox_service``, where handlers
+and other extensions reach it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, validate
+
+from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
+from ..sandbox.policy import SandboxPolicy
+from ..sandbox.service import SandboxService
+from ..sandbox.settings import BACKENDS, MAX_TIMEOUT_SEC, SettingsStore
+from . import handlers, matrixlab, run
+from .audit import make_audit_hook
+from .base import SERVICE_KEY
+
+API = "/api/sandbox"
+
+
+class SandboxApp(ExtensionApp):
+    """The sandbox REST API under ``/api/sandbox`` (plan -> approve -> run, status, config)."""
+
+    name = "gitpilot_jupyter"
+    description = "A safe code sandbox for Jupyter: plan, approve and run snippets."
+
+    require_approval = Bool(
+        None,
+        allow_none=True,
+        help=(
+            "Whether every run needs an approval token from /api/sandbox/approve. "
+            "Unset: the environment decides (GITPILOT_SANDBOX_REQUIRE_APPROVAL=0 turns it "
+            "off, anything else keeps it on). Turn it off only on a trusted single-user server."
+        ),
+    ).tag(config=True)
+
+    allowed_backends = List(
+        Unicode(),
+        default_value=list(BACKENDS),
+        help=(
+            "The sandbox backends users may choose (subset of 'subprocess', 'matrixlab', "
+            "'off'). A multi-user server should drop 'off', which runs snippets unisolated."
+        ),
+    ).tag(config=True)
+
+    max_timeout_sec = Int(
+        MAX_TIMEOUT_SEC,
+        help=f"The longest timeout a snippet may ask for, in seconds (1..{MAX_TIMEOUT_SEC}).",
+    ).tag(config=True)
+
+    settings_dir = Unicode(
+        "",
+        help=(
+            "The folder of settings.json. Empty: $GITPILOT_CONFIG_DIR, else ~/.gitpilot "
+            "(shared with GitPilot, whose own keys are preserved)."
+        ),
+    ).tag(config=True)
+
+    plan_ttl_sec = Float(
+        float(APPROVAL_TTL_SEC),
+        help="How long an approval token stays valid, in seconds.",
+    ).tag(config=True)
+
+    service_class = Type(
+        default_value=SandboxService,
+        klass=SandboxService,
+        help="The SandboxService class to build (a subclass may add policy or backends).",
+    ).tag(config=True)
+
+    @validate("allowed_backends")
+    def _check_backends(self, proposal: Any) -> list[str]:
+        value: list[str] = list(proposal["value"])
+        unknown = sorted(set(value) - set(BACKENDS))
+        if unknown or not value:
+            raise TraitError(
+                f"allowed_backends must be a non-empty subset of {list(BACKENDS)}, got {value}"
+            )
+        return value
+
+    @validate("max_timeout_sec")
+    def _check_max_timeout(self, proposal: Any) -> int:
+        value = int(proposal["value"])
+        if not 1 <= value <= MAX_TIMEOUT_SEC:
+            raise TraitError(f"max_timeout_sec must be between 1 and {MAX_TIMEOUT_SEC}")
+        return value
+
+    @validate("plan_ttl_sec")
+    def _check_ttl(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if value <= 0:
+            raise TraitError("plan_ttl_sec must be positive")
+        return value
+
+    def build_service(self) -> SandboxService:
+        """The one service of this server, configured from the traits above."""
+        assert self.serverapp is not None
+        service: SandboxService = self.service_class(
+            settings=SettingsStore(self.settings_dir or None),
+            policy=SandboxPolicy(max_timeout_sec=self.max_timeout_sec),
+            plans=PlanStore(ttl_sec=self.plan_ttl_sec),
+            require_approval=self.require_approval,
+            allowed_backends=self.allowed_backends,
+            root_dir=self.serverapp.root_dir,
+            audit=make_audit_hook(self.serverapp.event_logger, self.log),
+        )
+        return service
+
+    def initialize_settings(self) -> None:
+        """Build the service and share it through the web app's settings."""
+        self.service = self.build_service()
+        self.settings[SERVICE_KEY] = self.service
+
+    def initialize_handlers(self) -> None:
+        """Mount one handler per resource under ``/api/sandbox``."""
+        self.handlers.extend(
+            [
+                (f"{API}/status", handlers.StatusHandler),
+                (f"{API}/config", handlers.ConfigHandler),
+                (f"{API}/plan", handlers.PlanHandler),
+                (f"{API}/plans", handlers.PlansHandler),
+                (f"{API}/approve", handlers.ApproveHandler),
+                (f"{API}/run", run.RunHandler),
+                (f"{API}/matrixlab/test", matrixlab.ConnectionTestHandler),
+                (f"{API}/matrixlab/lifecycle", matrixlab.LifecycleStatusHandler),
+                (f"{API}/matrixlab/(install|start|stop)", matrixlab.LifecycleActionHandler),
+            ]
+        )
+
+    async def stop_extension(self) -> None:
+        """Release the service's backend resources."""
+        service: SandboxService | None = getattr(self, "service", None)
+        if service is not None:
+            await service.aclose()

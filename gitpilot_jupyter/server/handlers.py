@@ -1,0 +1,83 @@
+"""REST handlers: status, config, plan, plans, approve. One small class per resource.
+
+GET asks the authorizer for ``read``, PUT for ``write``, and every POST for
+``execute`` (planning, approving and running all lead to code execution).
+"""
+
+from __future__ import annotations
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from .base import SandboxHandler, authorized_execute
+
+
+class StatusHandler(SandboxHandler):
+    """``GET /api/sandbox/status``."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """Live backend, masked settings, health, env override, approval, isolation."""
+        self.write_json(await self.call(self.service.status()))
+
+
+class ConfigHandler(SandboxHandler):
+    """``GET|PUT /api/sandbox/config``."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """The effective settings, masked."""
+        self.write_json(self.service.config())
+
+    @web.authenticated
+    @authorized
+    async def put(self) -> None:
+        """Persist any subset of the settings; answer the new status."""
+        changes = self.body("SettingsUpdate")
+        self.write_json(await self.call(self.service.configure(changes, user=self.username)))
+
+
+class PlanHandler(SandboxHandler):
+    """``POST /api/sandbox/plan``: a snippet or a file under the server's root."""
+
+    @web.authenticated
+    @authorized_execute
+    async def post(self) -> None:
+        """Plan and keep the plan pending for approval."""
+        body = self.body("PlanRequest")
+        plan = await self.call(self.service.plan(**body, user=self.username))
+        self.write_json({"plan": plan.to_dict()})
+
+
+class PlansHandler(SandboxHandler):
+    """``GET /api/sandbox/plans``: what waits for approval (for UIs approving elsewhere)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """Pending plans, oldest first; ``?session_id=`` keeps one session's."""
+        session_id = self.get_query_argument("session_id", None)
+        plans = [
+            plan.to_dict()
+            for plan in self.service.plans.pending()
+            if session_id is None or plan.session_id == session_id
+        ]
+        self.write_json({"plans": plans})
+
+
+class ApproveHandler(SandboxHandler):
+    """``POST /api/sandbox/approve``."""
+
+    @web.authenticated
+    @authorized_execute
+    async def post(self) -> None:
+        """Approve a pending plan; answer its single-use token."""
+        body = self.body("ApproveRequest")
+        approval = await self.call(
+            self.service.approve(
+                body["plan_id"], session_id=body.get("session_id"), user=self.username
+            )
+        )
+        self.write_json(approval)

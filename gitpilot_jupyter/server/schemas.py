@@ -1,0 +1,98 @@
+"""Request bodies checked against the OpenAPI document, the one place their shape is written.
+
+``rest-api.yml`` is OpenAPI 3.1, whose schemas are JSON Schema 2020-12, so the
+handlers validate bodies with the very schemas the document publishes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from ..sandbox.errors import InvalidRequest
+
+#: Bodies larger than this are refused before parsing.
+MAX_BODY_BYTES = 2 * 1024 * 1024
+
+#: jsonschema keyword -> the stable ``code`` of the 400 answer.
+_CODES = {
+    "additionalProperties": "unknown_field",
+    "required": "missing_field",
+    "type": "invalid_type",
+    "enum": "invalid_value",
+}
+
+
+@functools.cache
+def openapi_document() -> dict[str, Any]:
+    """The parsed ``rest-api.yml`` shipped with the package."""
+    text = resources.files(__package__).joinpath("rest-api.yml").read_text(encoding="utf-8")
+    doc: dict[str, Any] = yaml.safe_load(text)
+    return doc
+
+
+@functools.cache
+def _validator(schema_name: str) -> Draft202012Validator:
+    components = openapi_document()["components"]
+    if schema_name not in components["schemas"]:
+        raise KeyError(f"no schema {schema_name!r} in rest-api.yml")
+    schema = {"$ref": f"#/components/schemas/{schema_name}", "components": components}
+    return Draft202012Validator(schema)
+
+
+def _describe(error: ValidationError) -> InvalidRequest:
+    """A 400 with a message naming the field and a code naming the rule."""
+    code = _CODES.get(str(error.validator), "invalid_body")
+    where = ".".join(str(p) for p in error.absolute_path)
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        allowed = sorted(error.schema.get("properties", {}))
+        message = f"unknown field(s) {extra}; expected some of {allowed}"
+    elif error.validator == "required":
+        message = error.message.replace("is a required property", "is required")
+    elif error.validator == "type":
+        expected = error.validator_value
+        kinds = " or ".join(expected) if isinstance(expected, list) else str(expected)
+        message = f"{where or 'the body'} must be of type {kinds}"
+    elif error.validator == "enum":
+        message = f"{where} must be one of {error.validator_value}, got {error.instance!r}"
+    else:
+        message = f"{where or 'the body'}: {error.message}"
+    return InvalidRequest(message, code=code)
+
+
+def parse_body(raw: bytes, schema_name: str) -> dict[str, Any]:
+    """Decode a JSON request body and check it against ``schema_name``.
+
+    An empty body counts as ``{}``. Raises :class:`InvalidRequest` (400) with
+    ``body_too_large``, ``malformed_json``, ``invalid_body`` or a field code.
+    """
+    if len(raw) > MAX_BODY_BYTES:
+        raise InvalidRequest(
+            f"the request body is larger than {MAX_BODY_BYTES} bytes", code="body_too_large"
+        )
+    if raw.strip():
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InvalidRequest(
+                f"the request body is not valid JSON: {exc}", code="malformed_json"
+            ) from None
+    else:
+        body = {}
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object", code="invalid_body")
+    # The shallowest error first: an unknown field says more than a nested type.
+    errors = sorted(
+        _validator(schema_name).iter_errors(body),
+        key=lambda e: (len(e.path), [str(p) for p in e.path]),
+    )
+    if errors:
+        raise _describe(errors[0])
+    return body

@@ -1,0 +1,69 @@
+"""A real Jupyter server with the sandbox extension, and a client that checks every answer.
+
+Every response a test receives through ``api`` is validated against the shipped
+OpenAPI document, so the handlers are held to ``rest-api.yml`` by the whole suite.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from openapi_core import OpenAPI
+from traitlets.config import Config
+
+from gitpilot_jupyter.server.schemas import openapi_document
+
+from .helpers import NDJSON, Answer, Api, check_against_openapi, server_config
+
+
+@pytest.fixture(scope="session")
+def openapi() -> OpenAPI:
+    """The shipped OpenAPI document, ready to validate responses."""
+    return OpenAPI.from_dict(openapi_document())
+
+
+@pytest.fixture
+def jp_server_config(request: pytest.FixtureRequest) -> Config:
+    """The extension on an authenticated server; ``indirect`` params set SandboxApp traits."""
+    return server_config(**getattr(request, "param", {}))
+
+
+@pytest.fixture
+def api(jp_fetch: Any, openapi: OpenAPI) -> Api:
+    """``await api(method, path, body=..., headers=..., raw=...)`` -> :class:`Answer`.
+
+    Never raises on an HTTP error status; validates each answer against the OpenAPI document.
+    """
+
+    async def call(
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
+        validate: bool = True,
+    ) -> Answer:
+        kwargs: dict[str, Any] = {"method": method, "raise_error": False}
+        if method in ("POST", "PUT"):
+            kwargs["body"] = raw if raw is not None else json.dumps({} if body is None else body)
+        response = await jp_fetch(
+            *path.strip("/").split("/"), headers=headers or {}, params=params, **kwargs
+        )
+        text = response.body.decode("utf-8") if response.body else ""
+        parsed: Any = None
+        if text and "json" in response.headers.get("Content-Type", ""):
+            parsed = (
+                json.loads(text)
+                if NDJSON not in response.headers["Content-Type"]
+                else [json.loads(line) for line in text.splitlines()]
+            )
+        answer = Answer(response.code, parsed, text, response.headers)
+        if validate:
+            check_against_openapi(openapi, method, "/" + path.strip("/"), answer)
+        return answer
+
+    return call
