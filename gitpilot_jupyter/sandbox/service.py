@@ -13,7 +13,14 @@ from .backends.base import OutputCallback, ResourceLimits, RunRequest, SandboxBa
 from .backends.isolation import Isolator
 from .backends.local import NullSandbox, SubprocessSandbox
 from .claims import ClaimStore
-from .errors import BackendNotAllowed, EmptyCode, FileAccessError, InvalidRequest, UnknownBackend
+from .errors import (
+    BackendNotAllowed,
+    EmptyCode,
+    FileAccessError,
+    InvalidRequest,
+    UnknownBackend,
+    UnknownLanguage,
+)
 from .languages import CANONICAL_LANGUAGES, Interpreters, canonical_language, language_for_path
 from .plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id, plan_digest
 from .policy import SandboxPolicy, find_destructive
@@ -274,8 +281,8 @@ class SandboxService:
         network = settings.allow_network if allow_network is None else bool(allow_network)
         try:
             lang = canonical_language(language)
-        except Exception:
-            lang = str(language)
+        except UnknownLanguage:
+            lang = str(language)  # cannot match any plan: the approval check refuses it first
         requested_timeout = settings.timeout_sec if timeout_sec is None else timeout_sec
         digest = plan_digest(
             language=lang,
