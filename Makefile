@@ -27,6 +27,7 @@ test-core: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check gitpilot_jupyter tests
+	$(BIN)/ruff format --check gitpilot_jupyter tests
 	$(BIN)/mypy
 
 debug: $(STAMP) ## walk the whole sandbox path and say what breaks
