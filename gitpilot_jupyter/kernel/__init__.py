@@ -1,0 +1,1 @@
+"""The kernel face: ``%%sandbox`` / ``%sandbox`` magics and the client they call."""

@@ -1,0 +1,72 @@
+"""What a ``%%sandbox`` cell shows: live output, the footer line, short errors.
+
+The short errors follow IPython's ``%%bash``: a failed snippet raises an
+exception whose whole traceback is one line (IPython's ``_render_traceback_``
+protocol), because the snippet's own traceback is already in the cell.
+"""
+
+from __future__ import annotations
+
+import sys
+from subprocess import CalledProcessError
+
+from ..sandbox.plans import ExecutionPlan
+from ..sandbox.results import RunResult, result_badges
+
+
+def footer(result: RunResult, path: str) -> str:
+    """``[sandbox] subprocess · exit 0 · 12 ms · in-process``: one line after every run."""
+    return f"[sandbox] {result_badges(result)} · {path}"
+
+
+async def echo_to_cell(stream: str, text: str) -> None:
+    """Print a chunk of the snippet's output as it arrives: stdout to stdout, stderr to stderr."""
+    out = sys.stdout if stream == "stdout" else sys.stderr
+    out.write(text)
+    out.flush()
+
+
+def failure_message(result: RunResult) -> str:
+    """Why a run counts as failed, in one line."""
+    if result.timed_out:
+        return f"the {result.language} snippet timed out and was killed ({result.duration_ms} ms)"
+    if result.exit_code == -1:
+        return f"the {result.language} snippet could not be launched (see its stderr)"
+    return f"the {result.language} snippet exited with code {result.exit_code}"
+
+
+def blocked_message(plan: ExecutionPlan) -> str:
+    """Why a blocked plan never runs."""
+    return f"refused by policy, nothing ran: {plan.blocked_reason}"
+
+
+class SandboxCellError(Exception):
+    """A ``%%sandbox`` cell that did not succeed; IPython shows it as one line."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+class SandboxBlocked(SandboxCellError):
+    """The plan matched a destructive pattern; it was never run."""
+
+    def __init__(self, plan: ExecutionPlan) -> None:
+        super().__init__(blocked_message(plan))
+        self.plan = plan
+
+
+class SandboxRunError(SandboxCellError, CalledProcessError):
+    """The snippet exited non-zero, timed out or could not launch (as ``%%bash`` raises).
+
+    It is a :class:`subprocess.CalledProcessError` like ``%%bash``'s, so code that
+    catches that keeps working; ``result`` holds the whole envelope.
+    """
+
+    def __init__(self, result: RunResult) -> None:
+        CalledProcessError.__init__(
+            self, result.exit_code, result.command, result.stdout, result.stderr
+        )
+        self.result = result
+
+    def __str__(self) -> str:
+        return failure_message(self.result)

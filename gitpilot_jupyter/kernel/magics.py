@@ -1,0 +1,252 @@
+"""``%%sandbox`` and ``%sandbox``: the sandbox in a notebook cell.
+
+Executing a ``%%sandbox`` cell is the user's approval for a plan without a
+high-severity warning; a plan with one shows an Approve / Reject card and runs
+on the click (or at once with ``--yes``). A blocked plan never runs. Core errors
+become a one-line ``UsageError`` here, the one place this face maps them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import shlex
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar, cast
+
+from IPython.core import magic_arguments as ma
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, magics_class
+from IPython.core.magic import cell_magic as _cell_magic
+from IPython.core.magic import line_magic as _line_magic
+from IPython.display import display as _display
+from traitlets import Bool, Unicode, observe
+
+from ..cli.render import print_status
+from ..sandbox.errors import SandboxError
+from ..sandbox.plans import ExecutionPlan
+from ..sandbox.results import RunResult
+from ..sandbox.service import SandboxService
+from ..sandbox.settings import parse_setting
+from ..sandbox.sync import run_sync
+from .client import LocalClient, SandboxClient, make_client
+from .display import SandboxBlocked, SandboxRunError, echo_to_cell, footer
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# IPython's decorators are untyped (or typed too narrowly): typed aliases keep mypy strict here.
+argument: Callable[..., Callable[[F], F]] = ma.argument
+magic_arguments: Callable[..., Callable[[F], F]] = ma.magic_arguments
+parse_argstring: Callable[[Any, str], Any] = ma.parse_argstring
+cell_magic = cast(Callable[[str], Callable[[F], F]], _cell_magic)
+line_magic = cast(Callable[[str], Callable[[F], F]], _line_magic)
+display: Callable[..., None] = _display
+
+LINE_USAGE = "%sandbox status | settings | config [KEY=VALUE ...] | debug [--matrixlab] | last"
+
+
+@contextlib.contextmanager
+def usage_errors() -> Iterator[None]:
+    """Turn a core :class:`SandboxError` into a one-line ``UsageError``."""
+    try:
+        yield
+    except SandboxError as exc:
+        raise UsageError(f"sandbox: {exc.message} [{exc.code}]") from None
+
+
+@magics_class
+class SandboxMagics(Magics):
+    """Run cells in the gitpilot sandbox: ``%%sandbox`` and ``%sandbox``."""
+
+    server = Unicode(
+        "auto",
+        help="Where snippets go: 'auto' (the REST API of the Jupyter server that launched "
+        "this kernel when it has the sandbox extension, else in-process), 'local' (always "
+        "in-process) or the http(s) URL of a Jupyter server.",
+    ).tag(config=True)
+    server_token = Unicode(
+        "",
+        help="Token for a Jupyter server given by URL in `server` (default: $JUPYTER_TOKEN).",
+    ).tag(config=True)
+    default_language = Unicode("python", help="Language of a %%sandbox cell that names none.").tag(
+        config=True
+    )
+    raise_error = Bool(
+        True,
+        help="Raise a short error when a snippet exits non-zero or times out "
+        "(per cell: --no-raise-error).",
+    ).tag(config=True)
+    show_footer = Bool(
+        True, help="Print the one-line footer (backend, exit code, duration, badges) after a run."
+    ).tag(config=True)
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self._client: SandboxClient | None = None
+        self.last: dict[str, Any] | None = None
+        # %config lists and configures only the shell's registered configurables.
+        if shell is not None and self not in shell.configurables:
+            shell.configurables.append(self)
+
+    @observe("server", "server_token")
+    def _forget_client(self, _change: Any) -> None:
+        self._client = None
+
+    @property
+    def client(self) -> SandboxClient:
+        """The client for the ``server`` setting, found on first use."""
+        if self._client is None:
+            with usage_errors():
+                self._client = make_client(self.server, self.server_token)
+        return self._client
+
+    @property
+    def user_ns(self) -> dict[str, Any]:
+        """The notebook's namespace (``--stdin`` reads it, ``--out`` writes it)."""
+        assert self.shell is not None, "SandboxMagics needs an IPython shell"
+        ns: dict[str, Any] = self.shell.user_ns
+        return ns
+
+    def _store(self, result: RunResult, out: str | None) -> None:
+        self.last = result.to_dict()
+        if out:
+            self.user_ns[out] = self.last
+
+    def _stdin(self, name: str | None) -> str | None:
+        if name is None:
+            return None
+        if name not in self.user_ns:
+            raise UsageError(f"sandbox: --stdin {name}: no variable named {name!r}")
+        value = self.user_ns[name]
+        if isinstance(value, bytes):
+            return value.decode("utf-8", errors="replace")
+        if not isinstance(value, str):
+            raise UsageError(
+                f"sandbox: --stdin {name}: must be str or bytes, not {type(value).__name__}"
+            )
+        return value
+
+    @magic_arguments(name="%%sandbox")
+    @argument("language", nargs="?", default=None, help="python (default), javascript or bash")
+    @argument("--timeout", type=int, metavar="N", help="seconds, 1..600")
+    @argument(
+        "--network", dest="network", action="store_const", const=True, default=None,
+        help="allow network access",
+    )  # fmt: skip
+    @argument(
+        "--no-network", dest="network", action="store_const", const=False, help="deny network"
+    )
+    @argument("--backend", help="subprocess, matrixlab or off")
+    @argument("--stdin", metavar="VAR", help="feed this str variable as stdin")
+    @argument("--out", metavar="VAR", help="store the result envelope in VAR")
+    @argument("--yes", action="store_true", help="approve plans with high warnings without a card")
+    @argument(
+        "--no-raise-error",
+        dest="raise_error",
+        action="store_false",
+        default=None,
+        help="do not raise when the snippet exits non-zero",
+    )
+    @cell_magic("sandbox")
+    def sandbox_cell(self, line: str, cell: str) -> Any:
+        """Plan, approve and run the cell in the sandbox; stream its output."""
+        args = parse_argstring(self.sandbox_cell, line)
+        stdin = self._stdin(args.stdin)
+        client = self.client
+        with usage_errors():
+            plan = run_sync(
+                client.plan(
+                    language=args.language or self.default_language,
+                    code=cell,
+                    timeout_sec=args.timeout,
+                    stdin=stdin,
+                    backend=args.backend,
+                    allow_network=args.network,
+                )
+            )
+        if plan.blocked:
+            raise SandboxBlocked(plan)
+        if plan.high_risk and not args.yes:
+            return self._show_card(plan, client, stdin, args.out)
+        with usage_errors():
+            result = run_sync(client.run_approved(plan, stdin=stdin, on_output=echo_to_cell))
+        self._store(result, args.out)
+        if self.show_footer:
+            print(footer(result, client.path), flush=True)
+        raise_error = self.raise_error if args.raise_error is None else args.raise_error
+        if raise_error and not result.ok:
+            raise SandboxRunError(result)
+        return None
+
+    def _show_card(
+        self, plan: ExecutionPlan, client: SandboxClient, stdin: str | None, out: str | None
+    ) -> None:
+        from ..widgets.approval import ApprovalCard
+
+        card = ApprovalCard(plan, client, stdin=stdin, on_result=lambda r: self._store(r, out))
+        display(card)
+
+    @line_magic("sandbox")
+    def sandbox_line(self, line: str) -> Any:
+        """``%sandbox status | settings | config KEY=VALUE | debug | last``."""
+        words = shlex.split(line)
+        if not words:
+            raise UsageError(f"usage: {LINE_USAGE}")
+        command, rest = words[0], words[1:]
+        handler = getattr(self, f"_line_{command}", None)
+        if handler is None:
+            raise UsageError(f"sandbox: unknown subcommand {command!r}; usage: {LINE_USAGE}")
+        with usage_errors():
+            return handler(rest)
+
+    def _line_status(self, rest: list[str]) -> None:
+        status = run_sync(self.client.status())
+        print_status(status)
+        print(f"{'path':16} {self.client.path}")
+
+    def _line_settings(self, rest: list[str]) -> Any:
+        from ..widgets.panel import SandboxSettingsPanel
+
+        panel = SandboxSettingsPanel.for_client(self.client)
+        display(panel)
+        return None
+
+    def _line_config(self, rest: list[str]) -> None:
+        changes: dict[str, object] = {}
+        for item in rest:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise UsageError(f"sandbox: config takes KEY=VALUE, got {item!r}")
+            changes[key.strip()] = parse_setting(key.strip(), value)
+        status = run_sync(self.client.configure(changes)) if changes else None
+        status = status or run_sync(self.client.status())
+        for key, value in status["settings"].items():
+            print(f"{key:18} {json.dumps(value)}")
+
+    def _line_debug(self, rest: list[str]) -> None:
+        if rest not in ([], ["--matrixlab"]):
+            raise UsageError("usage: %sandbox debug [--matrixlab]")
+        try:
+            diagnostics = importlib.import_module("gitpilot_jupyter.sandbox.diagnostics")
+        except ImportError:
+            raise UsageError("sandbox: diagnostics are not available in this version") from None
+        client = self.client
+        service = client.service if isinstance(client, LocalClient) else SandboxService()
+        stages = diagnostics.run_diagnostics(service, matrixlab=bool(rest))
+        failed = 0
+        for stage in stages:
+            state = str(getattr(stage, "status", "?")).upper()
+            failed += state == "FAIL"
+            print(f"{state:5} {getattr(stage, 'name', stage)}: {getattr(stage, 'detail', '')}")
+            fix = getattr(stage, "fix", None)
+            if state == "FAIL" and fix:
+                print(f"      fix: {fix}")
+        if failed:
+            raise UsageError(f"sandbox: {failed} diagnostic stage(s) failed (see above)")
+
+    def _line_last(self, rest: list[str]) -> dict[str, Any] | None:
+        if self.last is None:
+            print("no %%sandbox cell has run in this kernel yet")
+            return None
+        return self.last

@@ -1,0 +1,1 @@
+"""ipywidgets for the sandbox: the settings panel and the plan approval card."""

@@ -1,0 +1,136 @@
+"""The Approve / Reject card a ``%%sandbox`` cell shows for a plan with a high-severity warning.
+
+The card shows the plan (language, backend, timeout, network, checks, warnings,
+the code); Approve approves the plan and runs it, streaming the output into the
+card; Reject runs nothing. Each card decides once: a second click does nothing.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+
+import ipywidgets as ipw
+from traitlets import Enum
+
+from ..kernel.client import SandboxClient
+from ..kernel.display import failure_message, footer
+from ..sandbox.errors import SandboxError
+from ..sandbox.plans import ExecutionPlan
+from ..sandbox.results import RunResult
+from ..sandbox.sync import run_sync
+
+_SEVERITY_COLOURS = {"high": "#b71c1c", "medium": "#e65100", "low": "#455a64"}
+MAX_CODE_PREVIEW = 4000
+
+
+def plan_html(plan: ExecutionPlan) -> str:
+    """The plan as a compact HTML block (everything user-supplied is escaped)."""
+    e = html.escape
+    rows = [
+        f"<b>{e(plan.goal)}</b> <code>{e(plan.plan_id)}</code>",
+        f"language <b>{e(plan.language)}</b> · backend <b>{e(plan.backend)}</b> · "
+        f"timeout <b>{plan.timeout_sec} s</b> · network <b>{'on' if plan.network else 'off'}</b>",
+    ]
+    checks = "".join(
+        f"<li>{'✅' if c['ok'] else '⚠️'} {e(str(c['label']))}</li>" for c in plan.checks
+    )
+    rows.append(f"<ul style='margin:2px 0'>{checks}</ul>")
+    for w in plan.warnings:
+        colour = _SEVERITY_COLOURS.get(w["severity"], "#455a64")
+        rows.append(
+            f"<div style='color:{colour}'>⚠ <b>{e(w['severity'])}</b>: "
+            f"{e(w['label'])}: {e(w['detail'])}</div>"
+        )
+    code = plan.code if len(plan.code) <= MAX_CODE_PREVIEW else plan.code[:MAX_CODE_PREVIEW] + "…"
+    rows.append(f"<pre style='max-height:12em;overflow:auto'>{e(code)}</pre>")
+    return "".join(f"<div>{row}</div>" for row in rows)
+
+
+class ApprovalCard(ipw.VBox):  # type: ignore[misc]
+    """Approve / Reject a plan; the run happens on the click and shows in :attr:`output`."""
+
+    state = Enum(
+        ("pending", "running", "done", "rejected", "failed"),
+        default_value="pending",
+        help="Where the card is: waiting for a decision, running, or decided.",
+    )
+
+    def __init__(
+        self,
+        plan: ExecutionPlan,
+        client: SandboxClient,
+        *,
+        stdin: str | None = None,
+        on_result: Callable[[RunResult], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.client = client
+        self.stdin = stdin
+        self.on_result = on_result
+        self.result: RunResult | None = None
+        self.approve_button = ipw.Button(
+            description="Approve and run", button_style="danger", icon="play"
+        )
+        self.reject_button = ipw.Button(description="Reject", icon="times")
+        self.status = ipw.HTML("<i>This snippet needs your approval before it runs.</i>")
+        self.output = ipw.Output()
+        self.approve_button.on_click(lambda _: self.approve())
+        self.reject_button.on_click(lambda _: self.reject())
+        super().__init__(
+            [
+                ipw.HTML(plan_html(plan)),
+                ipw.HBox([self.approve_button, self.reject_button]),
+                self.status,
+                self.output,
+            ],
+            layout=ipw.Layout(border="1px solid #b71c1c", padding="6px", margin="4px 0"),
+        )
+
+    def _decided(self) -> bool:
+        if self.state != "pending":
+            return True
+        self.approve_button.disabled = self.reject_button.disabled = True
+        return False
+
+    def approve(self) -> None:
+        """Approve the plan and run it; its output streams into :attr:`output`."""
+        if self._decided():
+            return
+        self.state = "running"
+        self.status.value = "<i>Approved: running…</i>"
+        try:
+            result = run_sync(self._approve_and_run())
+        except SandboxError as exc:
+            self.state = "failed"
+            self.status.value = f"<b>Not run:</b> {html.escape(exc.message)}"
+            return
+        self.result = result
+        self.output.append_stdout(footer(result, self.client.path) + "\n")
+        if result.ok:
+            self.state = "done"
+            self.status.value = "<i>Approved and run.</i>"
+        else:
+            self.state = "failed"
+            self.status.value = f"<b>{html.escape(failure_message(result))}</b>"
+        if self.on_result is not None:
+            self.on_result(result)
+
+    async def _approve_and_run(self) -> RunResult:
+        token = await self.client.approve(self.plan, approved_by="user")
+        return await self.client.run(
+            self.plan, token=token, stdin=self.stdin, on_output=self._append
+        )
+
+    async def _append(self, stream: str, text: str) -> None:
+        if stream == "stdout":
+            self.output.append_stdout(text)
+        else:
+            self.output.append_stderr(text)
+
+    def reject(self) -> None:
+        """Reject the plan: nothing runs."""
+        if self._decided():
+            return
+        self.state = "rejected"
+        self.status.value = "<b>Rejected:</b> nothing ran."

@@ -1,0 +1,176 @@
+"""The settings panel's model: plain traitlets, no widgets, driven through a kernel client.
+
+The view (:mod:`.panel`) binds its widgets to these traits with links; the
+model talks to the sandbox (in-process or REST) and holds what the panel shows.
+The saved token is never held here: only ``has_token``. What the user types as
+a new token lives in ``token_input`` until Save, which empties it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from traitlets import Bool, Dict, HasTraits, Int, Unicode
+
+from ..kernel.client import SandboxClient
+from ..sandbox.errors import SandboxError
+from ..sandbox.sync import run_sync
+
+T = TypeVar("T")
+
+LIFECYCLE_FLAG = "GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE"
+#: Settings the panel edits; only those the user changed are saved.
+EDITABLE = ("backend", "matrixlab_url", "matrixlab_image", "allow_network", "timeout_sec")
+
+
+def format_steps(steps: list[dict[str, Any]]) -> str:
+    """A lifecycle answer's steps as a shell-like transcript."""
+    lines: list[str] = []
+    for step in steps:
+        lines.append(f"$ {step.get('cmd', '')}   # exit {step.get('exit_code')}, "
+                     f"{step.get('duration_ms', 0)} ms")  # fmt: skip
+        for stream in ("stdout", "stderr"):
+            text = str(step.get(stream) or "").rstrip()
+            if text:
+                lines.append(text)
+    return "\n".join(lines)
+
+
+def format_test(report: dict[str, Any]) -> str:
+    """Test connection's answer in one line: verdict, latency, version, Docker, hint."""
+    parts = ["✅ connected" if report.get("ok") else "❌ not usable"]
+    if report.get("latency_ms") is not None:
+        parts.append(f"{round(float(report['latency_ms']))} ms")
+    if report.get("version"):
+        parts.append(f"Runner {report['version']}")
+    if report.get("docker_ok") is not None:
+        parts.append("Docker ok" if report["docker_ok"] else "Docker NOT ok")
+    text = " · ".join(parts)
+    if report.get("hint"):
+        text += f" — {report['hint']}"
+    return text
+
+
+class SandboxSettingsModel(HasTraits):
+    """What the settings panel shows and edits."""
+
+    backend = Unicode("subprocess", help="subprocess (Local), matrixlab or off (Pass-through).")
+    matrixlab_url = Unicode("http://localhost:8765", help="The MatrixLab Runner's URL.")
+    matrixlab_image = Unicode("", help="Default image ('' = the Runner's per-language default).")
+    allow_network = Bool(False, help="Let snippets reach the network.")
+    timeout_sec = Int(120, help="Default timeout of a run, 1..600 s.")
+    token_input = Unicode("", help="A new bearer token typed by the user; emptied on Save.")
+    has_token = Bool(False, help="Whether a token is saved (the token itself is never read).")
+    env_override = Unicode("", help="The env var that shadows the saved choice ('' = none).")
+    message = Unicode("", help="The outcome of the last action, for the user.")
+    test_result = Unicode("", help="Test connection's verdict and hint.")
+    lifecycle_enabled = Bool(False, help=f"Whether {LIFECYCLE_FLAG}=1 allows Install/Start/Stop.")
+    lifecycle_reason = Unicode("", help="Why the lifecycle buttons are disabled.")
+    lifecycle = Dict(help="The last lifecycle inspection (installed, running, docker...).")
+    transcript = Unicode("", help="The steps of the last lifecycle action.")
+    busy = Bool(False, help="True while an action runs (the view shows progress).")
+    path = Unicode("", help="Which path the client takes: in-process or REST.")
+
+    def __init__(self, client: SandboxClient, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.client = client
+        self.path = client.path
+        self._loaded: dict[str, Any] = {}
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T | None:
+        """Run one client call; a typed error becomes the panel's message."""
+        self.busy = True
+        try:
+            return run_sync(coro)
+        except SandboxError as exc:
+            self.message = f"⚠ {exc.message}"
+            return None
+        finally:
+            self.busy = False
+
+    def _apply_status(self, status: dict[str, Any]) -> None:
+        settings = status.get("settings", {})
+        for key in EDITABLE:
+            if key in settings:
+                setattr(self, key, settings[key])
+        self._loaded = {key: getattr(self, key) for key in EDITABLE}
+        self.has_token = bool(status.get("has_token", settings.get("has_token")))
+        self.env_override = status.get("env_override") or ""
+
+    def load(self) -> None:
+        """Read the status and the lifecycle state from the sandbox."""
+        status = self._call(self.client.status())
+        if status is not None:
+            self._apply_status(status)
+        self.refresh_lifecycle()
+
+    def refresh_lifecycle(self) -> None:
+        """Inspect the Runner's lifecycle (always safe); set the buttons' enabled state."""
+        try:
+            state = run_sync(self.client.lifecycle("status"))
+        except SandboxError as exc:
+            self.lifecycle, self.lifecycle_enabled = {}, False
+            self.lifecycle_reason = f"lifecycle unavailable: {exc.message}"
+            return
+        self.lifecycle = state
+        self.lifecycle_enabled = bool(state.get("lifecycle_enabled"))
+        if not self.lifecycle_enabled:
+            self.lifecycle_reason = (
+                f"Install / Start / Stop are off: set {LIFECYCLE_FLAG}=1 where the sandbox runs."
+            )
+        elif not state.get("docker_available"):
+            self.lifecycle_reason = "Docker is not available where the sandbox runs."
+        else:
+            self.lifecycle_reason = ""
+
+    def changes(self) -> dict[str, object]:
+        """What the user changed since the last load, plus a typed token."""
+        changed: dict[str, object] = {
+            key: getattr(self, key)
+            for key in EDITABLE
+            if getattr(self, key) != self._loaded.get(key)
+        }
+        if self.token_input:
+            changed["matrixlab_token"] = self.token_input
+        return changed
+
+    def save(self) -> None:
+        """Persist only what the user set; the typed token is sent once, then forgotten."""
+        changes = self.changes()
+        self.token_input = ""
+        if not changes:
+            self.message = "Nothing to save."
+            return
+        status = self._call(self.client.configure(changes))
+        if status is not None:
+            self._apply_status(status)
+            self.message = f"Saved {', '.join(sorted(changes))}."
+
+    def clear_token(self) -> None:
+        """Remove the saved bearer token."""
+        self.token_input = ""
+        status = self._call(self.client.configure({"matrixlab_token": ""}))
+        if status is not None:
+            self._apply_status(status)
+            self.message = "Token cleared."
+
+    def test_connection(self) -> None:
+        """Test the Runner at the URL shown, with the typed token if any (not saved)."""
+        report = self._call(
+            self.client.test_matrixlab(url=self.matrixlab_url, token=self.token_input or None)
+        )
+        if report is not None:
+            self.test_result = format_test(report)
+
+    def run_lifecycle(self, action: str) -> None:
+        """``install``, ``start`` or ``stop`` the Runner; keep the step transcript."""
+        self.transcript = f"{action}…"
+        answer = self._call(self.client.lifecycle(action))
+        if answer is not None:
+            verdict = "done" if answer.get("ok", True) else "FAILED"
+            self.transcript = f"{action} {verdict}\n{format_steps(answer.get('steps', []))}"
+            self.message = f"{action.capitalize()} {verdict}."
+        else:
+            self.transcript = f"{action} refused: {self.message}"
+        self.refresh_lifecycle()
