@@ -12,7 +12,9 @@ Standard library only: it also runs as a plain script inside a Docker image.
 
     python -m tests.support.runner_standin --port 0 --token T --mode ok
 
-``--port 0`` picks a free port; the first stdout line is ``listening on URL``.
+``GET /_standin/requests`` (not in the real Runner) lists the last POSTs it
+received, so tests can check what the client sent. ``--port 0`` picks a free
+port; the first stdout line is ``listening on URL``.
 Modes: ``ok``, ``down-docker`` (health ``ok: false``, runs fail), ``slow``
 (every answer waits ``--delay`` seconds), ``error500`` (every POST is a 500),
 ``garbage`` (every POST answers 200 with invalid JSON), ``old`` (no ``/code/run``
@@ -116,6 +118,8 @@ class Runner:
         self.token, self.mode, self.delay = token, mode, delay
         self.uploads: dict[str, bytes] = {}
         self.events: dict[str, list[dict[str, Any]]] = {}
+        #: The last POSTs (path, body), for tests at GET /_standin/requests.
+        self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
 
     # -- execution ------------------------------------------------------------------
@@ -337,6 +341,9 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, runner.health())
         if path == "/capabilities":
             return self._send(200, runner.capabilities())
+        if path == "/_standin/requests":
+            with runner.lock:
+                return self._send(200, {"requests": runner.requests})
         if not self._authorized():
             return self._send(401, {"detail": "missing or invalid bearer token"})
         parts = path.strip("/").split("/")
@@ -357,13 +364,17 @@ class Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return self._send(401, {"detail": "missing or invalid bearer token"})
         if runner.mode == "error500":
-            return self._send(500, {"detail": "Internal Server Error: runner exploded (stand-in)"})
+            trace = "".join(f"  frame {i}: in handler\n" for i in range(60))
+            detail = f"Internal Server Error: runner exploded (stand-in)\n{trace}END-OF-BODY"
+            return self._send(500, {"detail": detail})
         if runner.mode == "garbage":
             return self._send(200, None, raw=b"<html>not json {")
         try:
             body = json.loads(raw or b"null")
         except ValueError:
             body = None
+        with runner.lock:
+            runner.requests = [*runner.requests[-49:], {"path": self.path, "body": body}]
         try:
             if not isinstance(body, dict):
                 raise Invalid([], "Input should be a valid dictionary or object")

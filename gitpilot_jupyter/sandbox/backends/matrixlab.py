@@ -1,29 +1,312 @@
 """The ``matrixlab`` backend: a MatrixLab Runner runs each snippet in its own container.
 
-Not implemented yet (issue 4): every run reports the Runner as unreachable.
+Snippets go to ``POST /code/run``, workspace commands (a file with its folder)
+to ``POST /run`` with a zip workspace, never to ``/repo/run``. The Runner's
+answers are made equal to the local backends' results: the banner line is
+stripped, exit 124 + ``TIMEOUT`` becomes ``timed_out`` with exit -1, and our
+output cap applies after the Runner's. See ``matrixlab-runner.md``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import re
+import shlex
+import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import BackendUnreachable
-from ..results import RunResult
+import httpx
+
+from ..errors import BackendFailure, BackendUnreachable
+from ..languages import Interpreters, canonical_language
+from ..output import DEFAULT_OUTPUT_CAP, cap_text
+from ..results import RunResult, new_run_id
+from ..workspace import zip_workspace
 from .base import OutputCallback, RunRequest, SandboxBackend
+
+#: Extra seconds the HTTP call waits beyond the run timeout (container start, transfer).
+HTTP_GRACE_SEC = 5.0
+HEALTH_TIMEOUT_SEC = 5.0
+#: How much of a Runner error body a message quotes.
+BODY_EXCERPT_CHARS = 400
+
+_BANNER = re.compile(r"\A== Matrix Lab step: command ==\r?\n")
+_TIMEOUT_MARK = re.compile(r"(?:\r?\n)?TIMEOUT[ \t]*(?:\r?\n)?\Z")
+_TIMEOUT_WORDS = re.compile(r"time[ _-]?out|timed[ _-]?out|TimeoutExpired", re.IGNORECASE)
+#: Runner image aliases by canonical language (its per-language defaults).
+IMAGE_ALIASES = {"python": "python", "javascript": "node", "bash": "bash"}
+_IMAGE_HINTS = (
+    ("javascript", ("node", "javascript", "-js", "deno", "bun")),
+    ("bash", ("utils", "bash", "shell", "busybox", "alpine")),
+    ("python", ("python", "py3", "jupyter", "conda", "scipy")),
+)
+
+
+def image_language(image: str) -> str:
+    """The language an image serves, guessed from its name; python when nothing says otherwise."""
+    name = image.lower().rsplit("/", 1)[-1]
+    for language, words in _IMAGE_HINTS:
+        if any(word in name for word in words):
+            return language
+    return "python"
+
+
+def auth_headers(token: str) -> dict[str, str]:
+    """``Authorization: Bearer <token>`` when a token is set."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def body_excerpt(response: httpx.Response) -> str:
+    """The first 400 characters of a response body, for error messages."""
+    return response.text[:BODY_EXCERPT_CHARS]
+
+
+def unreachable(url: str, exc: Exception, timeout: float | None = None) -> BackendUnreachable:
+    """The 503 error for a transport failure talking to the Runner at ``url``."""
+    if isinstance(exc, httpx.TimeoutException):
+        waited = f" within {timeout:g} s" if timeout else ""
+        detail = f"the MatrixLab Runner at {url} did not answer{waited}"
+    else:
+        detail = f"cannot reach the MatrixLab Runner at {url}: {exc or type(exc).__name__}"
+    return BackendUnreachable(
+        f"{detail}. Check that it runs and the URL is right (`jupyter sandbox matrixlab test`)."
+    )
+
+
+def runner_error(url: str, path: str, response: httpx.Response) -> BackendFailure:
+    """The 502 error for a Runner answering an error status."""
+    hint = ""
+    if response.status_code == 401:
+        hint = " Set matrixlab_token to the Runner's MATRIXLAB_BEARER_TOKEN."
+    return BackendFailure(
+        f"the MatrixLab Runner at {url} answered {response.status_code} on {path}: "
+        f"{body_excerpt(response)}{hint}"
+    )
 
 
 class MatrixLabSandbox(SandboxBackend):
-    """Placeholder until the Runner client lands."""
+    """Runs snippets through a MatrixLab Runner over HTTP (``httpx.AsyncClient``)."""
 
     name: ClassVar[str] = "matrixlab"
 
-    def __init__(self, *, url: str, token: str = "", image: str = "") -> None:
-        self.url = url
+    def __init__(
+        self,
+        *,
+        url: str,
+        token: str = "",
+        image: str = "",
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
         self.token = token
         self.image = image
+        self._transport = transport
 
-    async def run(self, request: RunRequest, on_output: OutputCallback | None = None) -> RunResult:
-        raise BackendUnreachable("the matrixlab backend is not available in this build yet")
+    def _client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=self._transport, headers=auth_headers(self.token))
+
+    def image_for(self, language: str) -> str | None:
+        """The user's image when it serves ``language``; None lets the Runner choose."""
+        if self.image and image_language(self.image) == canonical_language(language):
+            return self.image
+        return None
+
+    def isolation(self) -> list[str]:
+        """Each run gets its own container on the Runner's Docker engine."""
+        return ["runner-container"]
+
+    # -- HTTP ---------------------------------------------------------------------------
+
+    async def _post(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+        """POST to the Runner; the JSON answer, or None for its 500-on-timeout answer."""
+        try:
+            async with self._client() as client:
+                response = await client.post(
+                    self.url + path,
+                    json=body,
+                    timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+                )
+        except httpx.HTTPError as exc:
+            raise unreachable(self.url, exc, timeout) from None
+        if response.status_code == 500 and _TIMEOUT_WORDS.search(response.text):
+            # This Runner version fails a run that wrote to stderr before timing out.
+            return None
+        if not response.is_success:
+            raise runner_error(self.url, path, response)
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict) or not isinstance(payload.get("exit_code"), int):
+            raise BackendFailure(
+                f"the MatrixLab Runner at {self.url} answered {path} with something that is not "
+                f"a run result: {body_excerpt(response)}"
+            )
+        return payload
 
     async def health(self) -> dict[str, Any]:
-        return {"ok": False, "error": "the matrixlab backend is not available in this build yet"}
+        """``{"ok", "error", "remote"}`` from ``GET /health``; never raises."""
+        try:
+            async with self._client() as client:
+                response = await client.get(self.url + "/health", timeout=HEALTH_TIMEOUT_SEC)
+        except httpx.HTTPError as exc:
+            return {"ok": False, "error": unreachable(self.url, exc).message, "remote": None}
+        try:
+            remote = response.json() if response.is_success else None
+        except ValueError:
+            remote = None
+        if not isinstance(remote, dict):
+            return {
+                "ok": False,
+                "error": f"{self.url}/health answered {response.status_code} without a Runner "
+                f"health document: {body_excerpt(response)}",
+                "remote": None,
+            }
+        if remote.get("ok") is False:
+            error = (
+                f"the MatrixLab Runner at {self.url} is reachable, "
+                "but its Docker daemon is unavailable"
+            )
+            return {"ok": False, "error": error, "remote": remote}
+        return {"ok": True, "error": None, "remote": remote}
+
+    # -- results ------------------------------------------------------------------------
+
+    def _envelope(
+        self,
+        payload: dict[str, Any] | None,
+        *,
+        language: str,
+        command: list[str],
+        cap: int,
+        run_id: str,
+        plan_id: str | None,
+        started: float,
+    ) -> RunResult:
+        """The local backends' envelope from a Runner answer (None = timed out with a 500)."""
+        result = RunResult(
+            backend=self.name,
+            language=language,
+            command=command,
+            exit_code=-1,
+            timed_out=payload is None,
+            run_id=run_id,
+            plan_id=plan_id,
+            isolation=self.isolation(),
+        )
+        result.duration_ms = int((time.monotonic() - started) * 1000)
+        if payload is None:
+            return result
+        exit_code = payload["exit_code"]
+        stdout = _BANNER.sub("", str(payload.get("stdout") or ""), count=1)
+        stderr = str(payload.get("stderr") or "")
+        timed_out = payload.get("timed_out") is True or (
+            exit_code == 124 and _TIMEOUT_MARK.search(stderr) is not None
+        )
+        if timed_out:
+            stderr = _TIMEOUT_MARK.sub("", stderr)
+        result.stdout, cut_out = cap_text(stdout, cap)
+        result.stderr, cut_err = cap_text(stderr, cap)
+        result.truncated = bool(payload.get("truncated")) or cut_out or cut_err
+        result.timed_out = timed_out
+        result.exit_code = -1 if timed_out else exit_code
+        result.sandbox_id = str(payload["sandbox_id"]) if payload.get("sandbox_id") else None
+        if isinstance(payload.get("duration_ms"), int):
+            result.duration_ms = payload["duration_ms"]
+        return result
+
+    @staticmethod
+    async def _deliver(result: RunResult, on_output: OutputCallback | None) -> None:
+        # The Runner answers once at the end: hand the output over in one piece per stream.
+        if on_output is None:
+            return
+        if result.stdout:
+            await on_output("stdout", result.stdout)
+        if result.stderr:
+            await on_output("stderr", result.stderr)
+
+    # -- runs ---------------------------------------------------------------------------
+
+    def _limits(self, request: RunRequest) -> dict[str, Any]:
+        return {
+            "mem_limit_mb": min(max(request.limits.memory_mb, 128), 32768),
+            "pids_limit": min(max(request.limits.max_processes, 16), 4096),
+        }
+
+    async def run(self, request: RunRequest, on_output: OutputCallback | None = None) -> RunResult:
+        """Run one snippet with ``POST /code/run``."""
+        language = canonical_language(request.language)
+        body: dict[str, Any] = {
+            "language": language,
+            "code": request.code,
+            "timeout": request.timeout_sec,
+            "allow_network": request.allow_network,
+            "metadata": {"client": "gitpilot-jupyter", "run_id": request.run_id},
+            **self._limits(request),
+        }
+        if request.stdin is not None:
+            body["stdin"] = request.stdin
+        image = self.image_for(language)
+        if image:
+            body["image"] = image
+        started = time.monotonic()
+        payload = await self._post("/code/run", body, request.timeout_sec + HTTP_GRACE_SEC)
+        result = self._envelope(
+            payload,
+            language=language,
+            command=Interpreters().display_command(language),
+            cap=request.max_output_bytes,
+            run_id=request.run_id,
+            plan_id=request.plan_id,
+            started=started,
+        )
+        await self._deliver(result, on_output)
+        return result
+
+    async def run_workspace(
+        self,
+        argv: Sequence[str],
+        folder: str | Path,
+        *,
+        language: str,
+        timeout_sec: int,
+        cwd: str = ".",
+        allow_network: bool = False,
+        max_output_bytes: int = DEFAULT_OUTPUT_CAP,
+        run_id: str | None = None,
+        plan_id: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> RunResult:
+        """Run ``argv`` in ``folder`` (zipped and sent along) with ``POST /run``.
+
+        For "a file with its folder": ``argv`` is e.g. ``["python", "main.py"]``
+        and ``cwd`` is relative to ``folder``. Skipped content: see :mod:`..workspace`.
+        """
+        language = canonical_language(language)
+        archive = await asyncio.to_thread(zip_workspace, folder)
+        run_id = run_id or new_run_id()
+        body: dict[str, Any] = {
+            "cmd": shlex.join(argv),
+            "cwd": cwd,
+            "workspace": {"type": "zip", "zip_base64": base64.b64encode(archive).decode("ascii")},
+            "timeout": timeout_sec,
+            "image": self.image_for(language) or IMAGE_ALIASES[language],
+            "allow_network": allow_network,
+            "metadata": {"client": "gitpilot-jupyter", "run_id": run_id},
+        }
+        started = time.monotonic()
+        payload = await self._post("/run", body, timeout_sec + HTTP_GRACE_SEC)
+        result = self._envelope(
+            payload,
+            language=language,
+            command=list(argv),
+            cap=max_output_bytes,
+            run_id=run_id,
+            plan_id=plan_id,
+            started=started,
+        )
+        await self._deliver(result, on_output)
+        return result
