@@ -424,7 +424,11 @@ class SandboxService:
             ok = ok and bool(health.get("ok"))
             error = error or health.get("error")
             remote = health.get("remote")
-            isolation = backend.isolation()
+            if isinstance(backend, SubprocessSandbox):
+                # The network layer depends on the setting a run would use.
+                isolation = backend.isolation(allow_network=settings.allow_network)
+            else:
+                isolation = backend.isolation()
         local = self._local["subprocess"]
         assert isinstance(local, SubprocessSandbox)
         return {

@@ -2,17 +2,23 @@
 
 An :class:`Isolator` turns the interpreter argv into an isolated launch and
 says which layers that launch really has. This module holds the interface and
-the portable fallback (no OS layer); Linux isolation builds on it.
+the bare isolator (no OS layer, used by the ``off`` backend); the layered one
+(namespaces, cgroups, rlimits) is in :mod:`.layered`.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .base import ResourceLimits
+
+#: Caps the namespace tool: ``auto`` (bwrap, else unshare), ``bwrap``, ``unshare``, ``none``.
+ISOLATION_ENV = "GITPILOT_SANDBOX_ISOLATION"
+ISOLATION_CHOICES = ("auto", "bwrap", "unshare", "none")
 
 
 @dataclass
@@ -61,5 +67,9 @@ class Isolator:
 
 
 def default_isolator() -> Isolator:
-    """The strongest isolator this platform offers."""
-    return Isolator()
+    """The strongest isolator this platform offers (none on Windows)."""
+    if sys.platform == "win32":
+        return Isolator()
+    from .layered import LayeredIsolator
+
+    return LayeredIsolator()

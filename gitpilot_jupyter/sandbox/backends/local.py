@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -153,8 +154,10 @@ class SubprocessSandbox(SandboxBackend):
                 start_new_session=True,
                 preexec_fn=launch.preexec_fn,
             )
-        except OSError as exc:
-            result.stderr = f"could not launch {launch.argv[0]!r}: {exc.strerror or exc}"
+        except (OSError, subprocess.SubprocessError) as exc:
+            # SubprocessError: the isolation's preexec step (cgroup join, rlimits) failed.
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            result.stderr = f"could not launch {launch.argv[0]!r}: {reason}"
             return
         launch.on_started(proc.pid)
         readers = [
@@ -169,9 +172,10 @@ class SubprocessSandbox(SandboxBackend):
             result.timed_out = True
         finally:
             # Whatever is left of the run (background children, a timed-out
-            # tree) dies with it: the temp dir is about to disappear.
-            _kill_group(proc.pid)
+            # tree) dies with it: the temp dir is about to disappear. The launch
+            # kills first, while the tree's parent links are still intact.
             launch.kill_all()
+            _kill_group(proc.pid)
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()

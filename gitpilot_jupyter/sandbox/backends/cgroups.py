@@ -1,0 +1,291 @@
+"""Per-run cgroups (v1 or v2) for a real memory kill and a process-count limit.
+
+Each run gets a child cgroup beside (v2) or below (v1) the server's own; the
+child joins it between fork and exec, so everything it starts is inside. The
+cgroup also gives a complete list of the run's processes for the kill, even
+those that left the process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .base import ResourceLimits
+
+MIB = 1024 * 1024
+_KILL_ROUNDS = 20
+
+
+def _mounts() -> list[tuple[str, str, set[str]]]:
+    """``(mount point, fstype, super options)`` of every cgroup mount."""
+    found: list[tuple[str, str, set[str]]] = []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        parts, rparts = left.split(), right.split()
+        if len(parts) < 5 or len(rparts) < 3 or rparts[0] not in ("cgroup", "cgroup2"):
+            continue
+        found.append((parts[4], rparts[0], set(rparts[2].split(","))))
+    return found
+
+
+def _own_paths() -> dict[str, str]:
+    """Controller (or ``""`` for v2) -> this process's cgroup path."""
+    paths: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for name in controllers.split(",") if controllers else [""]:
+                paths[name] = path
+    return paths
+
+
+def _try_make(parent: Path) -> str | None:
+    """Create and remove a probe child of ``parent``; the error text if that fails."""
+    probe = parent / f"gitpilot-probe-{os.getpid()}-{secrets.token_hex(3)}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as exc:
+        return f"cannot create a cgroup under {parent}: {exc.strerror or exc}"
+    return None
+
+
+@dataclass
+class CgroupTree:
+    """Where run cgroups are made: one parent per controller (v1) or one for both (v2)."""
+
+    version: int
+    memory_parent: Path | None = None
+    pids_parent: Path | None = None
+
+    def layers(self) -> list[str]:
+        """``cgroup-memory`` / ``cgroup-pids`` as far as a parent exists for them."""
+        out = []
+        if self.memory_parent is not None:
+            out.append("cgroup-memory")
+        if self.pids_parent is not None:
+            out.append("cgroup-pids")
+        return out
+
+    def still_there(self) -> bool:
+        """A cheap re-check that the parents still exist."""
+        return all(p.is_dir() for p in (self.memory_parent, self.pids_parent) if p is not None)
+
+    def create(self, limits: ResourceLimits) -> CgroupRun:
+        """A fresh cgroup for one run with the limits written. Raises OSError."""
+        name = f"gitpilot-run-{os.getpid()}-{secrets.token_hex(6)}"
+        run = CgroupRun(version=self.version)
+        try:
+            if self.version == 2:
+                parent = self.memory_parent or self.pids_parent
+                assert parent is not None
+                run.dirs.append(_mkdir(parent / name))
+                if self.memory_parent is not None:
+                    _write(run.dirs[0] / "memory.max", limits.memory_mb * MIB)
+                    _write(run.dirs[0] / "memory.swap.max", 0, optional=True)
+                    run.memory_dir = run.dirs[0]
+                if self.pids_parent is not None:
+                    _write(run.dirs[0] / "pids.max", limits.max_processes)
+            else:
+                if self.memory_parent is not None:
+                    mem = _mkdir(self.memory_parent / name)
+                    run.dirs.append(mem)
+                    run.memory_dir = mem
+                    _write(mem / "memory.limit_in_bytes", limits.memory_mb * MIB)
+                    # Without the swap limit the kernel swaps instead of killing.
+                    _write(mem / "memory.memsw.limit_in_bytes", limits.memory_mb * MIB, True)
+                if self.pids_parent is not None:
+                    pids = _mkdir(self.pids_parent / name)
+                    run.dirs.append(pids)
+                    _write(pids / "pids.max", limits.max_processes)
+            run.open_join_fds()
+        except OSError:
+            run.cleanup()
+            raise
+        return run
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def _write(path: Path, value: int, optional: bool = False) -> None:
+    if optional and not path.exists():
+        return
+    path.write_text(str(value))
+
+
+@dataclass
+class CgroupRun:
+    """The cgroup(s) of one run: join, kill, OOM check, removal."""
+
+    version: int
+    dirs: list[Path] = field(default_factory=list)
+    memory_dir: Path | None = None
+    _fds: list[int] = field(default_factory=list)
+
+    def open_join_fds(self) -> None:
+        """Open ``cgroup.procs`` now, so the child only has to write to an open fd."""
+        for folder in self.dirs:
+            self._fds.append(os.open(folder / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+
+    def join(self) -> None:
+        """Move the calling process into the run's cgroups (called between fork and exec)."""
+        for fd in self._fds:
+            os.write(fd, b"0")
+
+    def close_fds(self) -> None:
+        """Close the join fds (the parent needs them only until the child started)."""
+        for fd in self._fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
+
+    def pids(self) -> set[int]:
+        """Every process in the run's cgroups now."""
+        found: set[int] = set()
+        for folder in self.dirs:
+            with contextlib.suppress(OSError, ValueError):
+                found.update(int(x) for x in (folder / "cgroup.procs").read_text().split())
+        return found
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of the run, including any forked during the kill."""
+        if self.version == 2 and self.dirs:
+            with contextlib.suppress(OSError):
+                (self.dirs[0] / "cgroup.kill").write_text("1")
+        for _ in range(_KILL_ROUNDS):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def oom_killed(self) -> bool:
+        """True when the kernel killed a process of the run for its memory limit."""
+        if self.memory_dir is None:
+            return False
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        try:
+            text = (self.memory_dir / name).read_text()
+        except OSError:
+            return False
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value) > 0
+        return False
+
+    def cleanup(self) -> None:
+        """Kill what is left and remove the cgroups; a busy one is retried on the next run."""
+        self.close_fds()
+        for folder in self.dirs:
+            _remove(folder)
+        self.dirs.clear()
+
+
+_STALE: set[Path] = set()
+
+
+def _remove(folder: Path) -> None:
+    try:
+        folder.rmdir()
+        _STALE.discard(folder)
+    except FileNotFoundError:
+        _STALE.discard(folder)
+    except OSError:
+        _STALE.add(folder)  # a process is still exiting: try again later
+
+
+def remove_stale() -> None:
+    """Remove run cgroups that were still busy when their run ended."""
+    for folder in list(_STALE):
+        _remove(folder)
+
+
+def _v1_parent(controller: str, own: dict[str, str]) -> tuple[Path | None, str | None]:
+    for point, fstype, options in _mounts():
+        if fstype == "cgroup" and controller in options:
+            parent = Path(point + own.get(controller, "/")).resolve()
+            if not os.access(parent, os.W_OK):
+                return None, f"the {controller} cgroup {parent} is not writable by this user"
+            error = _try_make(parent)
+            return (None, error) if error else (parent, None)
+    return None, None
+
+
+def _v2_parent(own: dict[str, str]) -> tuple[Path | None, set[str], str]:
+    point = next((p for p, fstype, _ in _mounts() if fstype == "cgroup2"), None)
+    if point is None:
+        return None, set(), "no cgroup v2 mount"
+    path = own.get("", "/")
+    base = Path(point + path)
+    # A non-root cgroup holding processes cannot have controlled children: use the parent.
+    candidates = [base] if path == "/" else [base.parent]
+    reason = "no cgroup with the memory or pids controller delegated to this user"
+    for cand in candidates:
+        try:
+            enabled = set((cand / "cgroup.subtree_control").read_text().split())
+        except OSError:
+            continue
+        wanted = enabled & {"memory", "pids"}
+        if not wanted:
+            reason = f"{cand} does not enable memory or pids for its children"
+            continue
+        if not os.access(cand, os.W_OK):
+            reason = f"{cand} is not writable by this user"
+            continue
+        error = _try_make(cand)
+        if error:
+            reason = error
+            continue
+        return cand, wanted, ""
+    return None, set(), reason
+
+
+def detect() -> tuple[CgroupTree | None, list[str]]:
+    """The cgroup tree runs can use, or None with the reasons it cannot."""
+    own = _own_paths()
+    mem, mem_err = _v1_parent("memory", own)
+    pids, pids_err = _v1_parent("pids", own)
+    if mem or pids:
+        tree = CgroupTree(1, mem, pids)
+        error = _probe_join(tree)
+        return (None, [error]) if error else (tree, [e for e in (mem_err, pids_err) if e])
+    parent, wanted, reason = _v2_parent(own)
+    if parent is None:
+        return None, [e for e in (mem_err, pids_err, reason) if e]
+    tree = CgroupTree(
+        2, parent if "memory" in wanted else None, parent if "pids" in wanted else None
+    )
+    error = _probe_join(tree)
+    return (None, [error]) if error else (tree, [])
+
+
+def _probe_join(tree: CgroupTree) -> str | None:
+    """Start a trivial process inside a fresh run cgroup; the error text if it cannot join."""
+    true = shutil.which("true") or "/bin/true"
+    try:
+        run = tree.create(ResourceLimits())
+    except OSError as exc:
+        return f"cannot set up a run cgroup: {exc.strerror or exc}"
+    try:
+        subprocess.run([true], preexec_fn=run.join, check=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"a process cannot join a run cgroup: {exc}"
+    finally:
+        run.cleanup()
+    return None

@@ -1,0 +1,271 @@
+"""The OS isolator of the ``subprocess`` backend: namespaces, cgroups, rlimits.
+
+On Linux a run is wrapped by bubblewrap (else ``unshare``), joins a per-run
+cgroup for memory and process limits where one can be made (else rlimits),
+and gets rlimits for file size and CPU time. Other POSIX systems get the
+rlimits they enforce. What is found is probed once and cached; each run
+re-checks it cheaply. Layers are only named when they are in force.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from . import cgroups, namespaces
+from .base import ResourceLimits
+from .isolation import ISOLATION_CHOICES, ISOLATION_ENV, Isolator, Launch
+from .rlimits import RlimitPlan, plan_rlimits, unavailable_reasons
+
+LINUX = sys.platform == "linux"
+_CGROUP_CACHE: list[tuple[cgroups.CgroupTree | None, list[str]]] = []
+
+
+def _cgroup_tree() -> tuple[cgroups.CgroupTree | None, list[str]]:
+    """The cgroup tree, detected once per process and re-checked by a stat."""
+    if _CGROUP_CACHE:
+        tree, reasons = _CGROUP_CACHE[0]
+        if tree is None or tree.still_there():
+            return tree, reasons
+        _CGROUP_CACHE.clear()
+    _CGROUP_CACHE.append(cgroups.detect())
+    return _CGROUP_CACHE[0]
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root`` by parent links, read from ``/proc`` (Linux)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rpartition(")")[2].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class LayeredLaunch(Launch):
+    """A launch holding its run cgroup (if any) and its rlimits."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        layers: list[str],
+        rlimits: RlimitPlan,
+        cgroup: cgroups.CgroupRun | None,
+    ) -> None:
+        super().__init__(argv=argv, layers=layers, preexec_fn=self._preexec)
+        self._rlimits = rlimits
+        self._cgroup = cgroup
+        self._pid: int | None = None
+
+    def _preexec(self) -> None:
+        # Runs in the child between fork and exec: join first, so all it starts is inside.
+        if self._cgroup is not None:
+            self._cgroup.join()
+        self._rlimits.apply()
+
+    def on_started(self, pid: int) -> None:
+        """Remember the pid; the parent no longer needs the cgroup join fds."""
+        self._pid = pid
+        if self._cgroup is not None:
+            self._cgroup.close_fds()
+
+    def kill_all(self) -> None:
+        """Kill the run's cgroup; without one, every descendant of the child still alive."""
+        if self._cgroup is not None:
+            self._cgroup.kill_all()
+        elif self._pid is not None and LINUX:
+            for pid in _descendants(self._pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def memory_exceeded(self) -> bool:
+        """True when the kernel killed a process of the run for its memory limit."""
+        return self._cgroup is not None and self._cgroup.oom_killed()
+
+    def cleanup(self) -> None:
+        """Kill leftovers and remove the run cgroup."""
+        if self._cgroup is not None:
+            self._cgroup.kill_all()
+            self._cgroup.cleanup()
+            self._cgroup = None
+
+
+class LayeredIsolator(Isolator):
+    """The strongest isolation this machine offers, within what was asked for.
+
+    ``namespaces``: ``auto`` (bwrap, else unshare), ``bwrap``, ``unshare`` or ``none``;
+    default from ``GITPILOT_SANDBOX_ISOLATION``. ``cgroups`` False uses rlimits only.
+    ``environ`` and ``home`` decide which credential folders are hidden.
+    """
+
+    def __init__(
+        self,
+        namespaces: str | None = None,
+        *,
+        cgroups: bool = True,
+        environ: Mapping[str, str] | None = None,
+        home: Path | None = None,
+    ) -> None:
+        self.environ = os.environ if environ is None else environ
+        raw = self.environ.get(ISOLATION_ENV, "").strip().lower() if namespaces is None else None
+        choice = namespaces if namespaces is not None else raw or "auto"
+        self.choice_error: str | None = None
+        if choice not in ISOLATION_CHOICES:
+            self.choice_error = (
+                f"{ISOLATION_ENV}={choice!r} is not one of {list(ISOLATION_CHOICES)}; using auto"
+            )
+            choice = "auto"
+        self.choice = choice
+        self.use_cgroups = cgroups
+        self.home = home
+
+    # -- what is available -----------------------------------------------------------
+
+    def _namespaces(self) -> tuple[namespaces.Namespaces | None, list[dict[str, str]]]:
+        """The namespace tool to use now, and why stronger ones are not used."""
+        if not LINUX:
+            return None, [
+                {
+                    "layer": "namespaces",
+                    "reason": f"{sys.platform} has no Linux namespaces",
+                    "fix": "use the matrixlab backend (Docker) for strong isolation",
+                }
+            ]
+        if self.choice == "none":
+            return None, [_disabled("namespaces", "none")]
+        missing: list[dict[str, str]] = []
+        if self.choice == "unshare":
+            missing.append(_disabled("bwrap", "unshare"))
+        else:
+            tool, why = namespaces.detect("bwrap")
+            if tool is not None:
+                return tool, missing
+            assert why is not None
+            missing.append(why)
+        if self.choice == "bwrap":
+            return None, missing
+        tool, why = namespaces.detect("unshare")
+        if why is not None:
+            missing.append(why)
+        return tool, missing
+
+    def _cgroups(self) -> tuple[cgroups.CgroupTree | None, list[dict[str, str]]]:
+        if not LINUX:
+            return None, []
+        if not self.use_cgroups:
+            return None, [_disabled("cgroups", "rlimits only", by="the isolator's configuration")]
+        tree, reasons = _cgroup_tree()
+        fix = (
+            "run the server as root, or in a cgroup delegated to your user "
+            "(systemd-run --user --scope -p Delegate=yes jupyter lab)"
+        )
+        missing = [{"layer": "cgroups", "reason": r, "fix": fix} for r in reasons]
+        if tree is not None and tree.memory_parent is None:
+            missing.append({"layer": "cgroup-memory", "reason": "no memory cgroup", "fix": fix})
+        if tree is not None and tree.pids_parent is None:
+            missing.append({"layer": "cgroup-pids", "reason": "no pids cgroup", "fix": fix})
+        return tree, missing
+
+    def _hidden(self) -> namespaces.Hidden:
+        home = self.home or Path(self.environ.get("HOME") or Path.home())
+        return namespaces.credential_paths(self.environ, home)
+
+    # -- the Isolator interface ------------------------------------------------------
+
+    def prepare(
+        self,
+        argv: list[str],
+        *,
+        workdir: Path,
+        allow_network: bool,
+        limits: ResourceLimits,
+    ) -> Launch:
+        """Wrap ``argv`` in the namespaces, a run cgroup and rlimits available now."""
+        tool, _ = self._namespaces()
+        tree, _ = self._cgroups()
+        layers: list[str] = []
+        if tool is not None:
+            argv = tool.wrap(
+                argv, workdir=workdir, allow_network=allow_network, hidden=self._hidden()
+            )
+            layers += tool.layers(allow_network=allow_network)
+        run: cgroups.CgroupRun | None = None
+        if tree is not None:
+            cgroups.remove_stale()
+            try:
+                run = tree.create(limits)
+                layers += tree.layers()
+            except OSError:
+                run = None  # fall back to rlimits for this run, and say so by the layers
+        covered = tree.layers() if run is not None and tree is not None else []
+        rlimits = plan_rlimits(
+            limits,
+            memory="cgroup-memory" not in covered,
+            processes="cgroup-pids" not in covered,
+        )
+        layers += rlimits.layers
+        return LayeredLaunch(list(argv), layers, rlimits, run)
+
+    def layers(self, *, allow_network: bool = False) -> list[str]:
+        """The layers a run gets now (for status); nothing is created."""
+        tool, _ = self._namespaces()
+        tree, _ = self._cgroups()
+        out = tool.layers(allow_network=allow_network) if tool is not None else []
+        covered = tree.layers() if tree is not None else []
+        rlimits = plan_rlimits(
+            ResourceLimits(),
+            memory="cgroup-memory" not in covered,
+            processes="cgroup-pids" not in covered,
+            count_tasks=False,
+        )
+        return out + covered + rlimits.layers
+
+    def report(self) -> dict[str, Any]:
+        """Layers in force, the mechanism, and each missing layer with its reason and fix."""
+        tool, missing = self._namespaces()
+        tree, cg_missing = self._cgroups()
+        covered = tree.layers() if tree is not None else []
+        missing += cg_missing
+        missing += unavailable_reasons(
+            memory="cgroup-memory" not in covered, processes="cgroup-pids" not in covered
+        )
+        if self.choice_error:
+            missing.insert(
+                0,
+                {
+                    "layer": "config",
+                    "reason": self.choice_error,
+                    "fix": f"set {ISOLATION_ENV} to auto, bwrap, unshare or none",
+                },
+            )
+        return {
+            "layers": self.layers(),
+            "namespaces": tool.kind if tool is not None else "none",
+            "cgroups": f"v{tree.version}" if tree is not None else "none",
+            "choice": self.choice,
+            "unavailable": missing,
+        }
+
+
+def _disabled(layer: str, choice: str, by: str = "") -> dict[str, str]:
+    return {
+        "layer": layer,
+        "reason": f"turned off by {by or f'{ISOLATION_ENV}={choice}'}",
+        "fix": f"unset {ISOLATION_ENV} (or set it to auto)",
+    }

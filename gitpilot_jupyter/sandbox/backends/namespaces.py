@@ -1,0 +1,185 @@
+"""Linux namespaces for a run: bubblewrap (preferred) or ``unshare``.
+
+Each tool is probed once with the exact options a run uses; the probe result
+is cached per executable path, so a re-check is only a ``PATH`` lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Folders (and files) holding the user's credentials, relative to the home folder.
+CREDENTIAL_DIRS = (".gitpilot", ".ssh", ".aws", ".config/gcloud", ".docker", ".kube", ".gnupg")
+CREDENTIAL_FILES = (".netrc", ".git-credentials", ".pypirc")
+
+BWRAP_FIX = (
+    "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap; "
+    "Fedora: sudo dnf install bubblewrap)"
+)
+USERNS_FIX = (
+    "allow unprivileged user namespaces (sudo sysctl -w kernel.unprivileged_userns_clone=1; "
+    "on Ubuntu 24.04+: sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0), "
+    "or run the server as root"
+)
+_PROBE_TIMEOUT = 10
+
+
+def runtime_dirs(environ: Mapping[str, str], home: Path) -> list[Path]:
+    """The Jupyter runtime folders (server tokens, kernel connection files)."""
+    found = []
+    if environ.get("JUPYTER_RUNTIME_DIR"):
+        found.append(Path(environ["JUPYTER_RUNTIME_DIR"]))
+    data = environ.get("JUPYTER_DATA_DIR") or os.path.join(
+        environ.get("XDG_DATA_HOME") or str(home / ".local" / "share"), "jupyter"
+    )
+    found.append(Path(data) / "runtime")
+    if environ.get("XDG_RUNTIME_DIR"):
+        found.append(Path(environ["XDG_RUNTIME_DIR"]) / "jupyter")
+    return found
+
+
+#: (folders, files) to hide from a run.
+Hidden = tuple[Sequence[Path], Sequence[Path]]
+
+
+def credential_paths(environ: Mapping[str, str], home: Path) -> Hidden:
+    """Existing credential folders and files to hide, resolved and without duplicates."""
+    dirs = [home / name for name in CREDENTIAL_DIRS] + runtime_dirs(environ, home)
+    if environ.get("GITPILOT_CONFIG_DIR"):
+        dirs.append(Path(environ["GITPILOT_CONFIG_DIR"]).expanduser())
+    real_dirs = sorted({p.resolve() for p in dirs if p.is_dir()})
+    real_files = sorted({p.resolve() for p in (home / n for n in CREDENTIAL_FILES) if p.is_file()})
+    return real_dirs, real_files
+
+
+def _needed_paths(argv0: str) -> list[Path]:
+    """Folders a run cannot do without: the interpreter and the Python installation."""
+    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent}
+    exe = shutil.which(argv0) or argv0
+    paths.add(Path(exe).parent)
+    paths.add(Path(exe).resolve().parent)
+    return sorted(paths)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+@dataclass
+class Namespaces:
+    """A working namespace tool and how to wrap a command with it."""
+
+    kind: str  # "bwrap" or "unshare"
+    path: str
+    user_ns: bool = False  # unshare needs --user --map-root-user when not root
+
+    def layers(self, *, allow_network: bool) -> list[str]:
+        """The layers a run wrapped by this tool gets."""
+        out = ["pidns", "ipcns", "utsns"]
+        if not allow_network:
+            out.append("netns")
+        if self.kind == "bwrap":
+            out[:0] = ["ro-root", "private-tmp"]
+            out.append("hidden-credentials")
+        return out
+
+    def wrap(
+        self, argv: list[str], *, workdir: Path, allow_network: bool, hidden: Hidden = ((), ())
+    ) -> list[str]:
+        """``argv`` wrapped to run in the namespaces, with ``workdir`` as its cwd.
+
+        ``hidden`` (folders, files) are covered by empty ones (bwrap only).
+        """
+        if self.kind == "bwrap":
+            return self._bwrap(argv, workdir=workdir, allow_network=allow_network, hidden=hidden)
+        cmd = [self.path]
+        if self.user_ns:
+            cmd += ["--user", "--map-root-user"]
+        cmd += ["--pid", "--fork", "--kill-child", "--mount-proc", "--ipc", "--uts"]
+        if not allow_network:
+            cmd.append("--net")
+        return [*cmd, "--", *argv]
+
+    def _bwrap(
+        self, argv: list[str], *, workdir: Path, allow_network: bool, hidden: Hidden
+    ) -> list[str]:
+        cmd = [self.path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        dirs, files = hidden
+        needed = _needed_paths(argv[0]) if argv else []
+        for folder in dirs:
+            # Never hide what the run needs (a venv inside a hidden folder would break it).
+            if not any(_inside(p, folder) for p in [*needed, workdir]):
+                cmd += ["--tmpfs", str(folder)]
+        for path in files:
+            cmd += ["--ro-bind", "/dev/null", str(path)]
+        # The run's own temp dir is its cwd and its /tmp: nothing else of the host's /tmp.
+        cmd += ["--bind", str(workdir), "/tmp", "--chdir", "/tmp"]
+        for path in needed:
+            if _inside(path, Path("/tmp")) and path.is_dir():
+                cmd += ["--ro-bind", str(path), str(path)]
+        cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+        if not allow_network:
+            cmd.append("--unshare-net")
+        cmd += ["--die-with-parent", "--new-session"]
+        if os.geteuid() == 0:
+            # Root keeps every capability in bwrap unless told: it could remount / writable.
+            cmd += ["--cap-drop", "ALL"]
+        return [*cmd, "--", *argv]
+
+
+def _probe(tool: Namespaces) -> str | None:
+    """Run ``true`` the way a run would; the error text when that fails."""
+    true = shutil.which("true") or "/bin/true"
+    with tempfile.TemporaryDirectory(prefix="gitpilot-probe-") as workdir:
+        argv = tool.wrap([true], workdir=Path(workdir), allow_network=False)
+        try:
+            proc = subprocess.run(
+                argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT, check=False
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return str(exc)
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        return lines[-1] if lines else f"exit status {proc.returncode}"
+    return None
+
+
+_CACHE: dict[tuple[str, str], tuple[Namespaces | None, str | None]] = {}
+
+
+def detect(kind: str) -> tuple[Namespaces | None, dict[str, str] | None]:
+    """A working ``kind`` tool, or None and ``{"layer", "reason", "fix"}`` saying why not.
+
+    The probe runs once per executable path; later calls only look the tool up on PATH.
+    """
+    path = shutil.which(kind)
+    if path is None:
+        fix = BWRAP_FIX if kind == "bwrap" else "install util-linux (it provides unshare)"
+        return None, {"layer": kind, "reason": f"{kind} is not installed (not on PATH)", "fix": fix}
+    key = (kind, path)
+    if key not in _CACHE:
+        candidates = [Namespaces(kind, path)]
+        if kind == "unshare" and os.geteuid() != 0:
+            candidates = [Namespaces(kind, path, user_ns=True)]
+        tool, error = None, None
+        for cand in candidates:
+            error = _probe(cand)
+            if error is None:
+                tool = cand
+                break
+        _CACHE[key] = (tool, error)
+    tool, error = _CACHE[key]
+    if tool is None:
+        return None, {
+            "layer": kind,
+            "reason": f"{kind} is installed but cannot create namespaces here: {error}",
+            "fix": USERNS_FIX,
+        }
+    return tool, None

@@ -1,0 +1,117 @@
+"""Per-process resource limits (``setrlimit``): the fallback when no cgroup is writable.
+
+Only limits the kernel really enforces are claimed: ``RLIMIT_NPROC`` does not
+apply to root, and macOS does not enforce ``RLIMIT_AS``. Memory is limited by
+``RLIMIT_DATA`` (writable private memory, Linux 4.7+) rather than the address
+space, because V8 (node) reserves gigabytes of address space it never uses.
+An rlimit gives a ``MemoryError``, not a kill: that needs a cgroup. ``RLIMIT_NPROC``
+counts every task of the user, so it is set to what the user already runs plus
+the run's allowance.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+from .base import ResourceLimits
+
+if sys.platform != "win32":
+    import resource
+
+MIB = 1024 * 1024
+#: CPU seconds a run may use: a backstop above the longest allowed timeout, per core.
+CPU_SECONDS = 600 * (os.cpu_count() or 1)
+
+
+@dataclass
+class RlimitPlan:
+    """The limits to set in the child before it execs, and the layer names they give."""
+
+    limits: list[tuple[int, int]] = field(default_factory=list)
+    layers: list[str] = field(default_factory=list)
+
+    def apply(self) -> None:
+        """Set every limit (soft = hard); runs in the child between fork and exec."""
+        for which, value in self.limits:
+            _, hard = resource.getrlimit(which)
+            if hard != resource.RLIM_INFINITY:
+                value = min(value, hard)
+            resource.setrlimit(which, (value, value))
+
+
+def _user_task_count(uid: int) -> int:
+    """How many tasks (threads count) the user runs now, as ``RLIMIT_NPROC`` counts them."""
+    count = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid == uid:
+                count += len(os.listdir(f"/proc/{entry}/task"))
+        except OSError:
+            continue  # the process ended meanwhile
+    return count
+
+
+def unavailable_reasons(*, memory: bool, processes: bool) -> list[dict[str, str]]:
+    """Why a memory or process limit cannot be an rlimit here (for status)."""
+    out: list[dict[str, str]] = []
+    if sys.platform == "win32":
+        return [
+            {
+                "layer": "rlimits",
+                "reason": "Windows has no setrlimit",
+                "fix": "use the matrixlab backend for resource limits",
+            }
+        ]
+    if processes and (sys.platform != "linux" or os.geteuid() == 0):
+        out.append(
+            {
+                "layer": "rlimit-nproc",
+                "reason": "RLIMIT_NPROC does not apply to root"
+                if sys.platform == "linux"
+                else "no per-run process limit on this platform",
+                "fix": "run as a normal user, or give the server a writable pids cgroup",
+            }
+        )
+    if memory and sys.platform != "linux":
+        out.append(
+            {
+                "layer": "rlimit-data",
+                "reason": "this platform does not enforce a memory rlimit",
+                "fix": "use the matrixlab backend for a memory limit",
+            }
+        )
+    return out
+
+
+def plan_rlimits(
+    limits: ResourceLimits, *, memory: bool = True, processes: bool = True, count_tasks: bool = True
+) -> RlimitPlan:
+    """The rlimits for one run. ``memory`` / ``processes`` are False when a cgroup covers them.
+
+    ``count_tasks`` False skips the ``/proc`` scan (for status, which only needs the names).
+    """
+    plan = RlimitPlan()
+    if sys.platform == "win32":
+        return plan
+    linux = sys.platform == "linux"
+    if memory and linux:
+        plan.limits.append((resource.RLIMIT_DATA, limits.memory_mb * MIB))
+        plan.layers.append("rlimit-data")
+    if processes and linux and os.geteuid() != 0:
+        uid = os.getuid()
+        running = _user_task_count(uid) if count_tasks else 0
+        plan.limits.append((resource.RLIMIT_NPROC, running + limits.max_processes))
+        plan.layers.append("rlimit-nproc")
+    plan.limits.append((resource.RLIMIT_FSIZE, limits.max_file_size_mb * MIB))
+    plan.layers.append("rlimit-fsize")
+    plan.limits.append((resource.RLIMIT_CPU, CPU_SECONDS))
+    plan.layers.append("rlimit-cpu")
+    return plan
