@@ -120,3 +120,10 @@ class BackendFailure(SandboxError):
 
     code = "backend_error"
     status = 502
+
+
+class ServerUnreachable(SandboxError):
+    """The Jupyter server an agent or the CLI was pointed at does not answer."""
+
+    code = "server_unreachable"
+    status = 503

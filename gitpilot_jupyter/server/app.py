@@ -18,6 +18,7 @@ from ..sandbox.policy import SandboxPolicy
 from ..sandbox.service import SandboxService
 from ..sandbox.settings import BACKENDS, MAX_TIMEOUT_SEC, SettingsStore
 from . import handlers, matrixlab, run
+from .agents import agent_handlers
 from .audit import make_audit_hook
 from .base import SERVICE_KEY
 
@@ -125,6 +126,7 @@ class SandboxApp(ExtensionApp):
                 (f"{API}/plan", handlers.PlanHandler),
                 (f"{API}/plans", handlers.PlansHandler),
                 (f"{API}/approve", handlers.ApproveHandler),
+                *agent_handlers(API),
                 (f"{API}/run", run.RunHandler),
                 (f"{API}/matrixlab/test", matrixlab.ConnectionTestHandler),
                 (f"{API}/matrixlab/lifecycle", matrixlab.LifecycleStatusHandler),

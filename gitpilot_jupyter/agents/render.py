@@ -1,0 +1,195 @@
+"""Text for models: results, plans waiting for approval, refusals and status.
+
+The layout follows the original product's ``run_in_sandbox`` trace
+(``Sandbox:``, ``Command:``, ``Exit code:``, ``Duration:``, ``--- stdout ---``,
+``--- stderr ---``, ``sandbox_id:``) so an agent reads a SyntaxError, a
+traceback or a timeout as plainly as a person would. Long output keeps its
+head and its tail (where tracebacks end) and says how many bytes were left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..sandbox.output import _utf8_boundary
+from ..sandbox.results import RunResult
+
+#: Bytes of each stream a model sees by default (head + tail); the sandbox itself keeps 512 KB.
+MODEL_OUTPUT_BYTES = 8_000
+#: Share of the budget given to the head; the rest goes to the tail, where errors are.
+_HEAD_SHARE = 0.3
+
+_BACKEND_NAMES = {
+    "subprocess": "subprocess (local process)",
+    "matrixlab": "MatrixLab",
+    "off": "off (pass-through, no isolation)",
+}
+
+
+def backend_label(backend: str) -> str:
+    """The backend as the ``Sandbox:`` line names it."""
+    return _BACKEND_NAMES.get(backend, backend)
+
+
+def shorten(text: str, limit: int = MODEL_OUTPUT_BYTES) -> str:
+    """Keep the head and the tail of ``text`` within ``limit`` UTF-8 bytes.
+
+    The cut never splits a character, and the marker states how many bytes were
+    left out, so the model knows the middle exists.
+    """
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= limit:
+        return text
+    head_end = _utf8_boundary(data, int(limit * _HEAD_SHARE))
+    tail_start = len(data) - (limit - head_end)
+    # Step forward over continuation bytes (10xxxxxx) so the tail starts on a character.
+    while tail_start < len(data) and (data[tail_start] & 0xC0) == 0x80:
+        tail_start += 1
+    left_out = tail_start - head_end
+    head = data[:head_end].decode("utf-8", errors="replace")
+    tail = data[tail_start:].decode("utf-8", errors="replace")
+    if head and not head.endswith("\n"):
+        head += "\n"
+    return f"{head}[... {left_out} bytes left out ...]\n{tail}"
+
+
+def _section(name: str, text: str, limit: int) -> list[str]:
+    body = shorten(text, limit)
+    return [f"--- {name} ---", body.rstrip("\n")]
+
+
+def render_result(
+    result: RunResult,
+    *,
+    command: str | None = None,
+    timeout_sec: int | None = None,
+    limit: int = MODEL_OUTPUT_BYTES,
+) -> str:
+    """A run as text for a model: header lines, warnings, both streams, ``sandbox_id``."""
+    lines = [
+        f"Sandbox: {backend_label(result.backend)}",
+        f"Command: {command or ' '.join(result.command)}",
+        f"Exit code: {result.exit_code}",
+        f"Duration: {result.duration_ms} ms",
+    ]
+    if result.timed_out:
+        after = f" after {timeout_sec} s" if timeout_sec else ""
+        lines.append(
+            f"WARNING: Command timed out{after}; the process was killed "
+            "(output printed before the kill is kept)"
+        )
+    if result.truncated:
+        lines.append(
+            "WARNING: Output was truncated: the sandbox's per-stream output cap was reached "
+            "and the rest was discarded"
+        )
+    if result.stdout:
+        lines += _section("stdout", result.stdout, limit)
+    if result.stderr:
+        lines += _section("stderr", result.stderr, limit)
+    if not result.stdout and not result.stderr:
+        lines.append("(no output)")
+    lines.append(f"sandbox_id: {result.sandbox_id or 'none (local run ' + result.run_id + ')'}")
+    return "\n".join(lines) + "\n"
+
+
+def describe_plan(plan: Mapping[str, Any]) -> list[str]:
+    """The lines that tell a model (and the human it relays to) what the plan would run."""
+    network = "on" if plan.get("network") else "off"
+    lines = [
+        f"Plan: {plan.get('goal', '')} · backend {plan.get('backend')} · "
+        f"timeout {plan.get('timeout_sec')} s · network {network}",
+    ]
+    for warning in plan.get("warnings") or []:
+        lines.append(
+            f"Warning ({warning.get('severity')}): {warning.get('label')}: {warning.get('detail')}"
+        )
+    return lines
+
+
+def render_pending(plan: Mapping[str, Any], *, where: str, in_process: bool) -> str:
+    """A plan that waits for a human, where to approve it, and how to wait for it."""
+    plan_id = plan["plan_id"]
+    lines = [f"Approval needed: plan {plan_id} is waiting for a human. Nothing has run yet."]
+    lines += describe_plan(plan)
+    if in_process:
+        lines.append(
+            "No Jupyter server is connected, so only this process can approve the plan "
+            f"(AgentSandbox.approve({plan_id!r})). To let a person approve it in JupyterLab, a "
+            "notebook or a terminal, connect the agent to a Jupyter server "
+            "(GITPILOT_JUPYTER_URL and GITPILOT_JUPYTER_TOKEN)."
+        )
+    else:
+        lines.append(
+            f"A person can approve it in JupyterLab or a notebook connected to {where}, "
+            f"or in a terminal: jupyter sandbox approve {plan_id}"
+        )
+    lines.append(
+        f"Then call wait_for_approval with plan_id {plan_id!r}: "
+        "it runs the plan once approved and returns the result."
+    )
+    lines.append(f"plan_id: {plan_id}")
+    return "\n".join(lines) + "\n"
+
+
+def render_blocked(plan: Mapping[str, Any], *, command: str | None = None) -> str:
+    """A plan the policy refuses: it can never be approved."""
+    shown = command or " ".join(plan.get("command") or [])
+    return (
+        f"Refused by policy: {plan.get('blocked_reason') or 'blocked'}. Nothing was run.\n"
+        f"Command: {shown}\n"
+        "This plan can never be approved; do not retry it. Change the command.\n"
+        f"plan_id: {plan.get('plan_id')}\n"
+    )
+
+
+def render_denied(mode_source: str) -> str:
+    """Agent runs are switched off."""
+    return (
+        "Refused: running code in the sandbox is switched off for agents "
+        f"(approval mode 'deny', {mode_source}). Nothing was run. "
+        "Ask the user to run it, or to change the mode to 'ask' or 'auto'.\n"
+    )
+
+
+def render_not_approved(plan_id: str, reason: str) -> str:
+    """A plan that was rejected, evicted or expired before it could run."""
+    return f"Not approved: plan {plan_id}: {reason}. Nothing was run.\nplan_id: {plan_id}\n"
+
+
+def render_still_pending(plan_id: str, waited: float) -> str:
+    """The wait ended before anyone decided."""
+    return (
+        f"Still waiting: nobody approved plan {plan_id} within {waited:g} s. Nothing has run. "
+        f"Call wait_for_approval again with plan_id {plan_id!r} to keep waiting.\n"
+        f"plan_id: {plan_id}\n"
+    )
+
+
+def render_error(code: str, message: str) -> str:
+    """A request the sandbox could not accept (unknown language, bad timeout, ...)."""
+    return f"Error ({code}): {message}. Nothing was run.\n"
+
+
+def render_status(status: Mapping[str, Any], *, mode: str, where: str) -> str:
+    """``sandbox_status`` for a model: backend, health, approval mode, isolation."""
+    settings = status.get("settings") or {}
+    languages = status.get("languages") or {}
+    lines = [
+        f"Sandbox: {backend_label(str(status.get('backend')))} "
+        f"({'ok' if status.get('ok') else 'NOT OK'})",
+        f"Agent approval mode: {mode}",
+        f"Connected to: {where}",
+        f"Server requires approval tokens: {str(bool(status.get('require_approval'))).lower()}",
+        f"Isolation: {', '.join(status.get('isolation') or []) or 'none'}",
+        "Interpreters: "
+        + ", ".join(f"{k} {'yes' if v else 'missing'}" for k, v in languages.items()),
+        f"Network: {'allowed' if settings.get('allow_network') else 'off'} · "
+        f"default timeout {settings.get('timeout_sec')} s",
+    ]
+    if status.get("env_override"):
+        lines.append(f"Env override: {status['env_override']}")
+    if status.get("error"):
+        lines.append(f"Error: {status['error']}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,272 @@
+"""``run_in_sandbox`` and ``run_command`` for agents, through plan -> approve -> run.
+
+:class:`AgentSandbox` is the configurable object (approval mode, which server,
+how much output a model sees); it answers :class:`AgentReply` objects whose
+``text`` is what a model should read. Every run goes through the same service
+path, policy and approval gate as a person's ▶ Run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..sandbox.errors import InvalidSetting, SandboxError
+from ..sandbox.results import RunResult
+from ..sandbox.service import SandboxService
+from ..sandbox.sync import run_sync
+from . import render
+from .access import LocalAccess, PlanTicket, SandboxAccess
+from .approval import resolve_mode
+from .remote import RemoteAccess, ServerInfo, discover_server
+
+#: Seconds ``ask`` mode waits for a human inside the tool call before answering "pending".
+DEFAULT_APPROVAL_WAIT_SEC = 0.0
+#: Longest single wait a caller may ask for.
+MAX_APPROVAL_WAIT_SEC = 3600.0
+_GONE_CODES = ("plan_not_found", "not_found")
+
+
+@dataclass
+class AgentReply:
+    """What a tool call did, as text for a model and as data for programs.
+
+    ``status``: ``completed`` (it ran; see ``result``), ``approval_pending``,
+    ``refused`` (policy), ``denied`` (mode ``deny``), ``not_approved`` (rejected
+    or expired) or ``error`` (the request was invalid or the sandbox unreachable).
+    """
+
+    status: str
+    text: str
+    plan: dict[str, Any] | None = None
+    result: RunResult | None = None
+    error_code: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the snippet ran, exited 0 and was not killed."""
+        return self.result is not None and self.result.ok
+
+    @property
+    def plan_id(self) -> str | None:
+        """The plan's id, when one was made."""
+        return None if self.plan is None else str(self.plan["plan_id"])
+
+    def __str__(self) -> str:
+        return self.text
+
+    def to_dict(self) -> dict[str, Any]:
+        """Structured content (MCP, JSON logs): status, plan id, result envelope, error code."""
+        return {
+            "status": self.status,
+            "ok": self.ok,
+            "plan_id": self.plan_id,
+            "result": None if self.result is None else self.result.to_dict(),
+            "error_code": self.error_code,
+        }
+
+
+def _error(exc: SandboxError) -> AgentReply:
+    return AgentReply("error", render.render_error(exc.code, exc.message), error_code=exc.code)
+
+
+class AgentSandbox:
+    """The sandbox as an agent sees it.
+
+    ``approval``: ``ask`` | ``auto`` | ``deny`` (else ``GITPILOT_AGENT_APPROVAL``, else ``ask``).
+    ``server``: ``auto`` (the env vars, else a running Jupyter server with the sandbox
+    extension, else in-process), ``local``, or a server URL (with ``token``).
+    ``service``: drive this service in-process, e.g. the Jupyter server's own when the
+    agent runs inside the server (its plans then show in JupyterLab).
+    ``approval_wait_sec``: how long a call in ``ask`` mode waits for the human before
+    answering "pending" (0: answer at once; the agent then calls ``wait_for_approval``).
+    ``max_output_bytes``: per stream, what the model sees (head and tail).
+    """
+
+    def __init__(
+        self,
+        *,
+        approval: str | None = None,
+        server: str | None = None,
+        token: str | None = None,
+        service: SandboxService | None = None,
+        approval_wait_sec: float = DEFAULT_APPROVAL_WAIT_SEC,
+        max_output_bytes: int = render.MODEL_OUTPUT_BYTES,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.environ = os.environ if environ is None else environ
+        self.mode, self.mode_source = resolve_mode(approval, self.environ)
+        if not 0 <= approval_wait_sec <= MAX_APPROVAL_WAIT_SEC:
+            raise InvalidSetting(f"approval_wait_sec must be within 0..{MAX_APPROVAL_WAIT_SEC:g}")
+        self.approval_wait_sec = approval_wait_sec
+        self.max_output_bytes = max_output_bytes
+        self._server = (server or "auto").strip()
+        self._token = token
+        self._access: SandboxAccess | None = None
+        if service is not None:
+            self._access = LocalAccess(service, shared=True)
+        elif self._server == "local":
+            self._access = LocalAccess(SandboxService())
+        #: Plans this agent waits for; the claim secrets never leave this object.
+        self._tickets: dict[str, tuple[PlanTicket, str | None]] = {}
+
+    async def access(self) -> SandboxAccess:
+        """The way to the sandbox, found once: a Jupyter server if any, else in-process."""
+        if self._access is None:
+            if self._server == "auto":
+                found = await discover_server(self.environ)
+            else:
+                found = ServerInfo(self._server, self._token or "", "argument")
+            if found is None or found.url.rstrip("/").lower() == "local":
+                self._access = LocalAccess(SandboxService())
+            else:
+                self._access = RemoteAccess(found)
+        return self._access
+
+    # -- the tools --------------------------------------------------------------------
+
+    async def async_run_in_sandbox(
+        self, language: str, code: str, timeout_sec: int | None = None
+    ) -> AgentReply:
+        """Plan ``code`` in ``language``; run it as the approval mode allows."""
+        return await self._execute(language, code, timeout_sec, shown=None)
+
+    async def async_run_command(self, command: str, timeout_sec: int | None = None) -> AgentReply:
+        """A bash command line, run as a bash snippet."""
+        shown = command.strip().splitlines()[0][:200] if command.strip() else command
+        return await self._execute("bash", command, timeout_sec, shown=shown)
+
+    async def _execute(
+        self, language: str, code: str, timeout_sec: int | None, shown: str | None
+    ) -> AgentReply:
+        if self.mode == "deny":
+            return AgentReply("denied", render.render_denied(self.mode_source))
+        try:
+            access = await self.access()
+            ticket = await access.plan(
+                language=language,
+                code=code,
+                timeout_sec=timeout_sec,
+                auto_approve=self.mode == "auto",
+            )
+        except SandboxError as exc:
+            return _error(exc)
+        plan = ticket.plan
+        if plan["blocked"]:
+            return AgentReply("refused", render.render_blocked(plan, command=shown), plan=plan)
+        if self.mode == "auto":
+            return await self._run(access, plan, ticket.approval_token, shown)
+        self._tickets[ticket.plan_id] = (ticket, shown)
+        if self.approval_wait_sec > 0:
+            return await self.async_wait_for_approval(ticket.plan_id, self.approval_wait_sec)
+        return self._pending(access, plan)
+
+    def _pending(self, access: SandboxAccess, plan: dict[str, Any]) -> AgentReply:
+        text = render.render_pending(plan, where=access.where, in_process=access.in_process)
+        return AgentReply("approval_pending", text, plan=plan)
+
+    async def _run(
+        self, access: SandboxAccess, plan: dict[str, Any], token: str | None, shown: str | None
+    ) -> AgentReply:
+        try:
+            result = await access.run(plan, token)
+        except SandboxError as exc:
+            reply = _error(exc)
+            reply.plan = plan
+            return reply
+        text = render.render_result(
+            result, command=shown, timeout_sec=plan["timeout_sec"], limit=self.max_output_bytes
+        )
+        return AgentReply("completed", text, plan=plan, result=result)
+
+    async def async_wait_for_approval(
+        self, plan_id: str, wait_sec: float | None = None
+    ) -> AgentReply:
+        """Wait up to ``wait_sec`` for a human to approve ``plan_id``; run it once approved."""
+        entry = self._tickets.get(plan_id)
+        if entry is None:
+            return AgentReply(
+                "error",
+                render.render_error(
+                    "unknown_plan", f"this agent is not waiting for a plan {plan_id!r}"
+                ),
+                error_code="unknown_plan",
+            )
+        ticket, shown = entry
+        access = await self.access()
+        wait = self.approval_wait_sec if wait_sec is None else wait_sec
+        wait = min(max(0.0, float(wait)), MAX_APPROVAL_WAIT_SEC)
+        deadline = time.monotonic() + wait
+        delay = 0.1
+        while True:
+            try:
+                answer = await access.claim(plan_id, ticket.claim or "")
+            except SandboxError as exc:
+                if exc.code not in _GONE_CODES:
+                    return _error(exc)
+                del self._tickets[plan_id]
+                text = render.render_not_approved(plan_id, "it was rejected, or evicted")
+                return AgentReply("not_approved", text, plan=ticket.plan, error_code=exc.code)
+            if answer.state == "approved":
+                del self._tickets[plan_id]
+                return await self._run(access, ticket.plan, answer.approval_token, shown)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                text = render.render_still_pending(plan_id, wait)
+                return AgentReply("approval_pending", text, plan=ticket.plan)
+            # Poll gently: a person takes seconds, the server should not see a busy loop.
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * 2, 1.0)
+
+    async def async_status(self) -> AgentReply:
+        """The sandbox status as text (backend, health, approval mode, where plans go)."""
+        try:
+            access = await self.access()
+            status = await access.status()
+        except SandboxError as exc:
+            return _error(exc)
+        where = "in-process (no Jupyter server)" if access.in_process else access.where
+        text = render.render_status(status, mode=f"{self.mode} ({self.mode_source})", where=where)
+        return AgentReply("completed", text)
+
+    # -- a person's side, for host applications -----------------------------------------
+
+    async def async_approve(self, plan_id: str) -> dict[str, Any]:
+        """Approve ``plan_id`` as a person (the host application's approve button)."""
+        return await (await self.access()).approve(plan_id)
+
+    async def async_reject(self, plan_id: str) -> None:
+        """Reject ``plan_id``: the agent's wait ends with ``not_approved``."""
+        await (await self.access()).reject(plan_id)
+
+    # -- synchronous wrappers ---------------------------------------------------------
+
+    def run_in_sandbox(
+        self, language: str, code: str, timeout_sec: int | None = None
+    ) -> AgentReply:
+        """Synchronous :meth:`async_run_in_sandbox`."""
+        return run_sync(self.async_run_in_sandbox(language, code, timeout_sec))
+
+    def run_command(self, command: str, timeout_sec: int | None = None) -> AgentReply:
+        """Synchronous :meth:`async_run_command`."""
+        return run_sync(self.async_run_command(command, timeout_sec))
+
+    def wait_for_approval(self, plan_id: str, wait_sec: float | None = None) -> AgentReply:
+        """Synchronous :meth:`async_wait_for_approval`."""
+        return run_sync(self.async_wait_for_approval(plan_id, wait_sec))
+
+    def status(self) -> AgentReply:
+        """Synchronous :meth:`async_status`."""
+        return run_sync(self.async_status())
+
+    def approve(self, plan_id: str) -> dict[str, Any]:
+        """Synchronous :meth:`async_approve`."""
+        return run_sync(self.async_approve(plan_id))
+
+    def reject(self, plan_id: str) -> None:
+        """Synchronous :meth:`async_reject`."""
+        run_sync(self.async_reject(plan_id))
