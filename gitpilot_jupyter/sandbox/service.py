@@ -22,11 +22,19 @@ from .errors import (
     UnknownLanguage,
 )
 from .languages import CANONICAL_LANGUAGES, Interpreters, canonical_language, language_for_path
+from .lifecycle_config import LifecycleConfig
 from .plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id, plan_digest
 from .policy import SandboxPolicy, find_destructive
 from .results import RunResult
 from .scan import scan
-from .settings import BACKENDS, EffectiveSettings, SandboxSettings, SettingsStore, check_backend
+from .settings import (
+    BACKENDS,
+    EffectiveSettings,
+    SandboxSettings,
+    SettingsStore,
+    check_backend,
+    validate_setting,
+)
 
 REQUIRE_APPROVAL_ENV = "GITPILOT_SANDBOX_REQUIRE_APPROVAL"
 MAX_CODE_CHARS = 1_000_000
@@ -61,6 +69,7 @@ class SandboxService:
         allowed_backends: Iterable[str] | None = None,
         root_dir: str | Path | None = None,
         audit: AuditHook | None = None,
+        lifecycle_config: LifecycleConfig | None = None,
     ) -> None:
         self.settings = settings or SettingsStore()
         self.policy = policy or SandboxPolicy()
@@ -72,6 +81,8 @@ class SandboxService:
         self.allowed_backends = tuple(allowed_backends) if allowed_backends else BACKENDS
         self.root_dir = Path(root_dir).resolve() if root_dir else None
         self.audit = audit
+        #: MatrixLab Runner lifecycle config (server config); env applies on top per call.
+        self.lifecycle_config = lifecycle_config or LifecycleConfig()
         self._local: dict[str, SandboxBackend] = {
             "subprocess": SubprocessSandbox(self.interpreters, isolator),
             "off": NullSandbox(self.interpreters),
@@ -451,6 +462,57 @@ class SandboxService:
             },
             "version": __version__,
         }
+
+    # -- matrixlab: test connection and lifecycle (contract §7-§8) ----------------------
+
+    async def test_matrixlab(
+        self, url: str | None = None, token: str | None = None
+    ) -> dict[str, Any]:
+        """Test connection to a Runner: the saved URL / token unless unsaved ones are given.
+
+        A bad Runner does not raise: the report says what failed, with a hint.
+        """
+        from .matrixlab_probe import probe_runner
+
+        settings = self.settings.effective().settings
+        target = settings.matrixlab_url if not url else str(validate_setting("matrixlab_url", url))
+        return await probe_runner(target, settings.matrixlab_token if token is None else token)
+
+    def _lifecycle(self) -> Any:
+        from .lifecycle import MatrixLabLifecycle
+
+        settings = self.settings.effective().settings
+        return MatrixLabLifecycle(
+            self.lifecycle_config.with_env(self.settings.environ),
+            url=settings.matrixlab_url,
+            token=settings.matrixlab_token,
+            environ=self.settings.environ,
+            config_dir=self.settings.config_dir,
+        )
+
+    async def _lifecycle_action(self, action: str, user: str | None, *args: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = await getattr(self._lifecycle(), action)(*args)
+        self._emit("lifecycle", {"user": user, "action": action, "ok": answer["ok"]})
+        return answer
+
+    async def lifecycle_status(self) -> dict[str, Any]:
+        """Runner image installed, Runner running, Docker available, flag, images: read-only."""
+        status: dict[str, Any] = await self._lifecycle().status()
+        return status
+
+    async def lifecycle_install(
+        self, progress: Any = None, *, user: str | None = None
+    ) -> dict[str, Any]:
+        """Pull the images not present yet (``progress`` gets pull events). Needs the flag."""
+        return await self._lifecycle_action("install", user, progress)
+
+    async def lifecycle_start(self, *, user: str | None = None) -> dict[str, Any]:
+        """Start the Runner container, idempotent by name. Needs the flag."""
+        return await self._lifecycle_action("start", user)
+
+    async def lifecycle_stop(self, *, user: str | None = None) -> dict[str, Any]:
+        """Stop the Runner container. Needs the flag."""
+        return await self._lifecycle_action("stop", user)
 
     async def aclose(self) -> None:
         """Release backend resources."""

@@ -1,0 +1,361 @@
+"""Install, start, stop and inspect the MatrixLab Runner container with the Docker SDK for Python.
+
+``docker`` is imported lazily (the ``docker`` extra): without it, or without an
+engine that answers, the mutating calls raise :class:`DockerUnavailable` (503)
+and ``status`` says so. Every blocking SDK call runs in a worker thread, never
+on the event loop. Every answer carries ``steps``: each Docker call written as
+the equivalent ``docker`` command line with its exit code, output and duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .backends.matrixlab import MatrixLabSandbox
+from .errors import DockerUnavailable
+from .lifecycle_config import (
+    TOKEN_ENV,
+    LifecycleConfig,
+    instructions,
+    lifecycle_enabled,
+    require_enabled,
+    run_command_line,
+)
+
+#: Receives pull progress events: ``{"image", "status", "id"?, "current"?, "total"?}``.
+ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
+_END = object()
+_HEALTH_POLL_SEC = 0.3
+
+
+class StepFailed(Exception):
+    """A Docker call failed; its step is already in the transcript."""
+
+
+class Transcript:
+    """The ``steps`` of one answer; runs each blocking call in a thread."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+
+    def add(
+        self, cmd: str, exit_code: int, stdout: str = "", stderr: str = "", ms: int = 0
+    ) -> None:
+        """Record one step."""
+        self.steps.append(
+            {
+                "cmd": cmd,
+                "exit_code": exit_code,
+                "stdout": stdout,
+                "stderr": stderr,
+                "duration_ms": ms,
+            }
+        )
+
+    async def call(
+        self, cmd: str, fn: Callable[..., Any], *args: Any, describe: Callable[[Any], str] = str
+    ) -> Any:
+        """``fn(*args)`` in a thread, recorded as ``cmd``; :class:`StepFailed` when it raises."""
+        started = time.monotonic()
+        try:
+            value = await asyncio.to_thread(fn, *args)
+        except Exception as exc:
+            self.add(cmd, 1, stderr=_error_text(exc), ms=_ms(started))
+            raise StepFailed(_error_text(exc)) from exc
+        self.add(cmd, 0, stdout=describe(value), ms=_ms(started))
+        return value
+
+
+def _ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def _error_text(exc: BaseException) -> str:
+    explanation = getattr(exc, "explanation", None)
+    return str(explanation or exc or type(exc).__name__)
+
+
+def docker_client() -> Any:
+    """A connected ``docker.DockerClient`` (blocking). Raises :class:`DockerUnavailable`."""
+    try:
+        from docker.client import DockerClient
+    except ImportError:
+        raise DockerUnavailable(
+            "the Docker SDK for Python is not installed: pip install 'gitpilot-jupyter[docker]'"
+        ) from None
+    try:
+        client = DockerClient.from_env(timeout=30)
+        client.ping()
+    except Exception as exc:
+        raise DockerUnavailable(
+            f"no Docker engine answers ({_error_text(exc)}); start Docker or set DOCKER_HOST"
+        ) from None
+    return client
+
+
+class MatrixLabLifecycle:
+    """The Runner container's lifecycle for one configuration and one Runner URL."""
+
+    def __init__(
+        self,
+        config: LifecycleConfig,
+        *,
+        url: str,
+        token: str = "",
+        environ: Mapping[str, str] | None = None,
+        config_dir: Path | None = None,
+    ) -> None:
+        self.config = config
+        self.url = url.rstrip("/")
+        self.token = token
+        self.environ = os.environ if environ is None else environ
+        self.jobs_dir = config.jobs_path(config_dir or Path.home() / ".gitpilot")
+
+    # -- inspection -----------------------------------------------------------------------
+
+    async def status(self) -> dict[str, Any]:
+        """Installed, running, Docker available, enabled, images, container, URL, instructions."""
+        health = await MatrixLabSandbox(url=self.url, token=self.token).health()
+        answer: dict[str, Any] = {
+            "lifecycle_enabled": lifecycle_enabled(self.environ),
+            "docker_available": False,
+            "docker_error": None,
+            "installed": None,
+            "running": bool(health["ok"]),
+            "health_error": health["error"],
+            "url": self.url,
+            "host_port": self.config.port_for(self.url),
+            "container_name": self.config.container_name,
+            "container": None,
+            "runner_image": self.config.runner_image,
+            "images": [
+                {"role": role, "name": name, "present": None} for role, name in self.config.images()
+            ],
+            "jobs_dir": self.jobs_dir,
+            "instructions": instructions(self.config, self.url, self.jobs_dir, bool(self.token)),
+            "steps": [],
+        }
+        try:
+            client = await asyncio.to_thread(docker_client)
+        except DockerUnavailable as exc:
+            answer["docker_error"] = exc.message
+            return answer
+        try:
+            answer["docker_available"] = True
+            for image in answer["images"]:
+                image["present"] = await asyncio.to_thread(_has_image, client, image["name"])
+            answer["installed"] = answer["images"][0]["present"]
+            answer["container"] = await asyncio.to_thread(self._container_info, client)
+        finally:
+            await asyncio.to_thread(client.close)
+        return answer
+
+    def _container_info(self, client: Any) -> dict[str, Any] | None:
+        container = _find_container(client, self.config.container_name)
+        if container is None:
+            return None
+        return {
+            "name": container.name,
+            "id": container.short_id,
+            "state": container.status,
+            "image": (container.attrs.get("Config") or {}).get("Image"),
+        }
+
+    # -- actions --------------------------------------------------------------------------
+
+    async def _act(
+        self, action: str, body: Callable[[Any, Transcript], Awaitable[None]]
+    ) -> dict[str, Any]:
+        require_enabled(self.environ)
+        client = await asyncio.to_thread(docker_client)
+        transcript = Transcript()
+        error: str | None = None
+        try:
+            await body(client, transcript)
+        except StepFailed as exc:
+            error = str(exc)
+        finally:
+            await asyncio.to_thread(client.close)
+        answer = await self.status()
+        answer.update(action=action, ok=error is None, error=error, steps=transcript.steps)
+        return answer
+
+    async def install(self, progress: ProgressCallback | None = None) -> dict[str, Any]:
+        """Pull the runner and sandbox images that are not present yet; report progress."""
+
+        async def body(client: Any, transcript: Transcript) -> None:
+            failures: list[str] = []
+            for _, image in self.config.images():
+                if await asyncio.to_thread(_has_image, client, image):
+                    transcript.add(f"docker image inspect {shlex.quote(image)}", 0, "present")
+                    if progress is not None:
+                        await progress({"image": image, "status": "already present"})
+                    continue
+                try:
+                    await self._pull(client, image, transcript, progress)
+                except StepFailed as exc:
+                    failures.append(f"{image}: {exc}")
+            if failures:
+                raise StepFailed("could not pull " + "; ".join(failures))
+
+        return await self._act("install", body)
+
+    async def _pull(
+        self, client: Any, image: str, transcript: Transcript, progress: ProgressCallback | None
+    ) -> None:
+        from docker.utils import parse_repository_tag
+
+        repository, tag = parse_repository_tag(image)
+        started = time.monotonic()
+        lines: list[str] = []
+        try:
+            events = await asyncio.to_thread(
+                client.api.pull, repository, tag=tag or "latest", stream=True, decode=True
+            )
+            iterator = iter(events)
+            while True:
+                event: Any = await asyncio.to_thread(next, iterator, _END)
+                if event is _END:
+                    break
+                if "error" in event:
+                    raise RuntimeError(event["error"])
+                status = str(event.get("status", ""))
+                if status and "id" not in event:
+                    lines.append(status)
+                if progress is not None:
+                    await progress({"image": image, **event})
+        except Exception as exc:
+            transcript.add(
+                f"docker pull {shlex.quote(image)}",
+                1,
+                "\n".join(lines),
+                _error_text(exc),
+                _ms(started),
+            )
+            raise StepFailed(_error_text(exc)) from exc
+        transcript.add(f"docker pull {shlex.quote(image)}", 0, "\n".join(lines), ms=_ms(started))
+
+    async def start(self) -> dict[str, Any]:
+        """Run the Runner container detached (idempotent by name), then wait for ``/health``."""
+
+        async def body(client: Any, transcript: Transcript) -> None:
+            name = self.config.container_name
+            container = await asyncio.to_thread(_find_container, client, name)
+            if container is None:
+                if not await asyncio.to_thread(_has_image, client, self.config.runner_image):
+                    cmd = f"docker image inspect {shlex.quote(self.config.runner_image)}"
+                    transcript.add(cmd, 1, stderr="the runner image is not installed")
+                    raise StepFailed("the runner image is not installed: run install first")
+                cmd = run_command_line(self.config, self.url, self.jobs_dir, bool(self.token))
+                container = await transcript.call(
+                    cmd, self._run_container, client, describe=lambda c: str(c.id)
+                )
+            elif container.status == "running":
+                transcript.add(f"docker start {shlex.quote(name)}", 0, "already running")
+            else:
+                await transcript.call(
+                    f"docker start {shlex.quote(name)}", container.start, describe=lambda _: name
+                )
+            await self._wait_healthy(client, name, transcript)
+
+        return await self._act("start", body)
+
+    def _run_container(self, client: Any) -> Any:
+        """``docker run -d ...`` (blocking); a container left in "created" is removed."""
+        config, jobs = self.config, self.jobs_dir
+        os.makedirs(jobs, exist_ok=True)
+        volumes = {jobs: {"bind": jobs, "mode": "rw"}}
+        if os.path.exists(config.docker_socket):
+            volumes[config.docker_socket] = {"bind": config.docker_socket, "mode": "rw"}
+        environment = {"MATRIXLAB_LOCAL_JOBS_DIR": jobs, "MATRIXLAB_HOST_JOBS_DIR": jobs}
+        if self.token:
+            environment[TOKEN_ENV] = self.token
+        try:
+            return client.containers.run(
+                config.runner_image,
+                name=config.container_name,
+                detach=True,
+                ports={
+                    f"{config.container_port}/tcp": (config.bind_address, config.port_for(self.url))
+                },
+                volumes=volumes,
+                environment=environment,
+                restart_policy={"Name": config.restart_policy},
+                labels={"org.gitpilot.managed-by": "gitpilot-jupyter"},
+            )
+        except Exception:
+            left = _find_container(client, config.container_name)
+            if left is not None and left.status == "created":
+                left.remove(force=True)
+            raise
+
+    async def _wait_healthy(self, client: Any, name: str, transcript: Transcript) -> None:
+        started = time.monotonic()
+        backend = MatrixLabSandbox(url=self.url, token=self.token)
+        deadline = started + self.config.start_wait_sec
+        health = await backend.health()
+        while not health["ok"] and time.monotonic() < deadline:
+            container = await asyncio.to_thread(_find_container, client, name)
+            if container is None or container.status in ("exited", "dead"):
+                break
+            await asyncio.sleep(_HEALTH_POLL_SEC)
+            health = await backend.health()
+        cmd = f"curl -fsS {shlex.quote(self.url + '/health')}"
+        if health["ok"]:
+            transcript.add(cmd, 0, json.dumps(health["remote"]), ms=_ms(started))
+            return
+        logs = await asyncio.to_thread(_container_logs, client, name)
+        transcript.add(cmd, 1, logs, str(health["error"]), _ms(started))
+        raise StepFailed(f"the Runner did not become healthy: {health['error']}")
+
+    async def stop(self) -> dict[str, Any]:
+        """Stop the Runner container (nothing to do when it is not running)."""
+
+        async def body(client: Any, transcript: Transcript) -> None:
+            name = self.config.container_name
+            cmd = f"docker stop {shlex.quote(name)}"
+            container = await asyncio.to_thread(_find_container, client, name)
+            if container is None:
+                transcript.add(cmd, 0, f"no container named {name}: nothing to stop")
+            elif container.status != "running":
+                transcript.add(cmd, 0, f"{name} is not running ({container.status})")
+            else:
+                await transcript.call(
+                    cmd, lambda: container.stop(timeout=10), describe=lambda _: name
+                )
+
+        return await self._act("stop", body)
+
+
+def _has_image(client: Any, image: str) -> bool:
+    from docker.errors import ImageNotFound
+
+    try:
+        client.images.get(image)
+    except ImageNotFound:
+        return False
+    return True
+
+
+def _find_container(client: Any, name: str) -> Any:
+    from docker.errors import NotFound
+
+    try:
+        return client.containers.get(name)
+    except NotFound:
+        return None
+
+
+def _container_logs(client: Any, name: str) -> str:
+    container = _find_container(client, name)
+    if container is None:
+        return f"no container named {name}"
+    tail: bytes = container.logs(tail=30)
+    return f"{name} is {container.status}; last log lines:\n" + tail.decode("utf-8", "replace")

@@ -1,0 +1,130 @@
+"""Configuration of the MatrixLab Runner lifecycle (contract §8) and its ``docker`` command lines.
+
+Defaults < server config (a :class:`LifecycleConfig` the server extension fills
+from traitlets) < environment (``GITPILOT_MATRIXLAB_*``, read at every call).
+The mutating calls need ``GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from .errors import InvalidSetting, LifecycleDisabled
+
+LIFECYCLE_FLAG = "GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE"
+RUNNER_IMAGE = "ruslanmv/matrixlab-runner:latest"
+SANDBOX_IMAGES = (
+    "ruslanmv/matrix-lab-sandbox-python:latest",
+    "ruslanmv/matrix-lab-sandbox-node:latest",
+    "ruslanmv/matrix-lab-sandbox-utils:latest",
+)
+#: env var -> LifecycleConfig field.
+ENV_VARS = {
+    "GITPILOT_MATRIXLAB_RUNNER_IMAGE": "runner_image",
+    "GITPILOT_MATRIXLAB_SANDBOX_IMAGES": "sandbox_images",
+    "GITPILOT_MATRIXLAB_CONTAINER": "container_name",
+    "GITPILOT_MATRIXLAB_PORT": "host_port",
+    "GITPILOT_MATRIXLAB_BIND": "bind_address",
+    "GITPILOT_MATRIXLAB_JOBS_DIR": "jobs_dir",
+    "GITPILOT_MATRIXLAB_DOCKER_SOCKET": "docker_socket",
+    "GITPILOT_MATRIXLAB_RESTART": "restart_policy",
+}
+TOKEN_ENV = "MATRIXLAB_BEARER_TOKEN"
+
+
+def lifecycle_enabled(environ: Mapping[str, str]) -> bool:
+    """True when ``GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE`` is set to a true value."""
+    return environ.get(LIFECYCLE_FLAG, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def require_enabled(environ: Mapping[str, str]) -> None:
+    """Raise :class:`LifecycleDisabled` (403) unless the flag is on; the message names it."""
+    if not lifecycle_enabled(environ):
+        raise LifecycleDisabled(
+            f"installing, starting and stopping the MatrixLab Runner is disabled on this server; "
+            f"set {LIFECYCLE_FLAG}=1 in the environment of the Jupyter server to enable it"
+        )
+
+
+@dataclass(frozen=True)
+class LifecycleConfig:
+    """Where and how the Runner container runs. Empty / None fields take their defaults."""
+
+    runner_image: str = RUNNER_IMAGE
+    sandbox_images: tuple[str, ...] = SANDBOX_IMAGES
+    container_name: str = "gitpilot-matrixlab"
+    #: Host port published for the Runner's 8000; None = the port of ``matrixlab_url``.
+    host_port: int | None = None
+    container_port: int = 8000
+    #: Host address the port is published on (loopback: the Runner drives Docker).
+    bind_address: str = "127.0.0.1"
+    #: Jobs folder mounted at the same path inside and out; "" = ``<config dir>/matrixlab-jobs``.
+    jobs_dir: str = ""
+    docker_socket: str = "/var/run/docker.sock"
+    restart_policy: str = "unless-stopped"
+    #: Seconds ``start`` waits for ``/health`` to answer.
+    start_wait_sec: float = 30.0
+
+    def with_env(self, environ: Mapping[str, str]) -> LifecycleConfig:
+        """This config with the non-empty ``GITPILOT_MATRIXLAB_*`` variables applied."""
+        changes: dict[str, object] = {}
+        for var, key in ENV_VARS.items():
+            raw = environ.get(var, "").strip()
+            if not raw:
+                continue
+            if key == "sandbox_images":
+                changes[key] = tuple(i.strip() for i in raw.split(",") if i.strip())
+            elif key == "host_port":
+                if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+                    raise InvalidSetting(f"{var} must be a port number, got {raw!r}")
+                changes[key] = int(raw)
+            else:
+                changes[key] = raw
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def port_for(self, url: str) -> int:
+        """The host port: configured, else the port of ``url`` (default 80 / 443)."""
+        if self.host_port:
+            return self.host_port
+        parsed = urlparse(url)
+        return parsed.port or (443 if parsed.scheme == "https" else 80)
+
+    def jobs_path(self, config_dir: Path) -> str:
+        """The absolute jobs folder."""
+        return str(Path(self.jobs_dir or config_dir / "matrixlab-jobs").expanduser().resolve())
+
+    def images(self) -> list[tuple[str, str]]:
+        """``(role, image)`` for the runner and each sandbox image, without repeats."""
+        seen: list[tuple[str, str]] = [("runner", self.runner_image)]
+        for image in self.sandbox_images:
+            if image not in (i for _, i in seen):
+                seen.append(("sandbox", image))
+        return seen
+
+
+def run_command_line(config: LifecycleConfig, url: str, jobs: str, with_token: bool) -> str:
+    """The ``docker run`` line equivalent to ``start`` (a token shows as ``***``)."""
+    args = ["docker", "run", "-d", "--name", config.container_name]
+    args += ["--restart", config.restart_policy]
+    args += ["-p", f"{config.bind_address}:{config.port_for(url)}:{config.container_port}"]
+    args += ["-v", f"{config.docker_socket}:{config.docker_socket}", "-v", f"{jobs}:{jobs}"]
+    args += ["-e", f"MATRIXLAB_LOCAL_JOBS_DIR={jobs}", "-e", f"MATRIXLAB_HOST_JOBS_DIR={jobs}"]
+    if with_token:
+        args += ["-e", f"{TOKEN_ENV}=***"]
+    return shlex.join([*args, config.runner_image])
+
+
+def instructions(config: LifecycleConfig, url: str, jobs: str, with_token: bool) -> list[str]:
+    """The commands that install, start and stop the Runner by hand."""
+    pulls = [f"docker pull {shlex.quote(image)}" for _, image in config.images()]
+    return [
+        *pulls,
+        f"mkdir -p {shlex.quote(jobs)}",
+        run_command_line(config, url, jobs, with_token),
+        f"docker stop {shlex.quote(config.container_name)}",
+    ]
