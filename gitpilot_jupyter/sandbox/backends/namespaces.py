@@ -119,11 +119,13 @@ class Namespaces:
                 cmd += ["--tmpfs", str(folder)]
         for path in files:
             cmd += ["--ro-bind", "/dev/null", str(path)]
-        # The run's own temp dir is its cwd and its /tmp: nothing else of the host's /tmp.
-        cmd += ["--bind", str(workdir), "/tmp", "--chdir", "/tmp"]
+        # A private, empty /tmp (none of the host's files); then the run's own temp
+        # dir, writable, at its own path as the cwd (so paths match the other modes).
+        cmd += ["--tmpfs", "/tmp"]
         for path in needed:
             if _inside(path, Path("/tmp")) and path.is_dir():
                 cmd += ["--ro-bind", str(path), str(path)]
+        cmd += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir)]
         cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
         if not allow_network:
             cmd.append("--unshare-net")
