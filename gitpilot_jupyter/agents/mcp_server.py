@@ -1,0 +1,93 @@
+"""The sandbox as an MCP server (stdio): ``jupyter sandbox mcp``.
+
+Tools: ``run_in_sandbox``, ``run_command``, ``sandbox_status`` and
+``wait_for_approval``. Each answers the text rendering a model reads plus the
+structured reply (status, plan id, result envelope); refusals, denials and
+invalid requests are marked ``isError`` so the model sees it must change course.
+Settings, policy and the approval mode are the same as for every other face.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+
+from .._version import __version__
+from .tools import AgentReply, AgentSandbox
+
+#: Reply statuses a model must treat as "this did not run": isError in MCP terms.
+_ERROR_STATUSES = ("refused", "denied", "not_approved", "error")
+
+INSTRUCTIONS = """\
+Run Python, JavaScript or bash in the gitpilot-jupyter sandbox (an isolated, short-lived
+process or container) instead of on the user's machine. Read the exit code, stdout and
+stderr of each result to fix failures and run again. Depending on the approval mode a
+person may have to approve each run first: then the reply says "Approval needed" with a
+plan_id, and wait_for_approval(plan_id) runs it once approved. Commands refused by policy
+(e.g. rm -rf /) can never be approved: change them instead of retrying.
+"""
+
+
+def _tool_result(reply: AgentReply) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=reply.text)],
+        structured_content=reply.to_dict(),
+        is_error=reply.status in _ERROR_STATUSES,
+    )
+
+
+def _hints(title: str, *, read_only: bool = False) -> ToolAnnotations:
+    # Runs happen in a closed sandbox (no network by default): not "open world".
+    return ToolAnnotations(title=title, read_only_hint=read_only, open_world_hint=False)
+
+
+def build_server(sandbox: AgentSandbox | None = None) -> MCPServer[Any]:
+    """An MCP server whose tools drive ``sandbox`` (default: configured from the environment)."""
+    agent = sandbox or AgentSandbox()
+    server: MCPServer[Any] = MCPServer(
+        name="gitpilot-sandbox",
+        title="gitpilot-jupyter sandbox",
+        instructions=INSTRUCTIONS,
+        version=__version__,
+    )
+
+    @server.tool(annotations=_hints("Run code in the sandbox"))
+    async def run_in_sandbox(
+        language: str, code: str, timeout_sec: int | None = None
+    ) -> CallToolResult:
+        """Run a snippet in the sandbox and return its exit code, duration, stdout and stderr.
+
+        language: python, javascript or bash (aliases: py, js, node, sh, shell).
+        timeout_sec: 1..600 seconds (default: the sandbox settings', usually 120).
+        """
+        return _tool_result(await agent.async_run_in_sandbox(language, code, timeout_sec))
+
+    @server.tool(annotations=_hints("Run a shell command in the sandbox"))
+    async def run_command(command: str, timeout_sec: int | None = None) -> CallToolResult:
+        """Run a bash command line in the sandbox (a fresh temporary folder, not the project).
+
+        Returns the exit code, duration, stdout and stderr. Destructive commands are refused.
+        """
+        return _tool_result(await agent.async_run_command(command, timeout_sec))
+
+    @server.tool(annotations=_hints("Sandbox status", read_only=True))
+    async def sandbox_status() -> CallToolResult:
+        """The sandbox backend, its health, isolation layers, interpreters and approval mode."""
+        return _tool_result(await agent.async_status())
+
+    @server.tool(annotations=_hints("Wait for a person's approval"))
+    async def wait_for_approval(plan_id: str, wait_sec: float = 60.0) -> CallToolResult:
+        """Wait up to wait_sec seconds for a person to approve plan_id, then run it.
+
+        Use it after a run_in_sandbox or run_command reply that said "Approval needed".
+        """
+        return _tool_result(await agent.async_wait_for_approval(plan_id, wait_sec))
+
+    return server
+
+
+async def serve_stdio(sandbox: AgentSandbox | None = None) -> None:
+    """Serve the tools over stdin/stdout until the client disconnects."""
+    await build_server(sandbox).run_stdio_async()

@@ -1,0 +1,194 @@
+"""Agent commands: ``mcp`` (the MCP server), ``plans``, ``approve`` and ``reject``.
+
+``plans`` / ``approve`` / ``reject`` act on the pending plans of a running
+Jupyter server (the one agents plan through), found from
+``GITPILOT_JUPYTER_URL`` / ``GITPILOT_JUPYTER_TOKEN`` or the server runtime files.
+Plans made by an agent running without a server live only in that agent's
+process; no other process can approve them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from ..agents.access import AGENT_SOURCE
+from ..agents.approval import APPROVAL_MODES
+from ..agents.remote import TOKEN_ENV, URL_ENV, RemoteAccess, ServerInfo, discover_server
+from ..agents.render import MODEL_OUTPUT_BYTES
+from ..kernel.client import plan_from_dict
+from ..sandbox.errors import ServerUnreachable
+from ..sandbox.sync import run_sync
+from .render import print_plan
+
+#: Lines of a pending plan's code ``plans`` shows (``--json`` has all of it).
+CODE_PREVIEW_LINES = 20
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``mcp``, ``plans``, ``approve`` and ``reject``."""
+    p = subparsers.add_parser(
+        "mcp",
+        help="serve run_in_sandbox / run_command / sandbox_status to an MCP client (stdio)",
+        description="An MCP server on stdin/stdout. Plans go to the Jupyter server named by "
+        f"{URL_ENV} / {TOKEN_ENV} (or found running), where a person approves them; without "
+        "one they stay in this process.",
+    )
+    p.add_argument(
+        "--approval",
+        choices=APPROVAL_MODES,
+        help="ask (a person approves each run), auto (the agent approves its own runs) or "
+        "deny (default: $GITPILOT_AGENT_APPROVAL, else ask)",
+    )
+    p.add_argument(
+        "--server",
+        default=None,
+        help="auto (default), local (in-process, no Jupyter server) or a Jupyter server URL "
+        f"(its token from ${TOKEN_ENV})",
+    )
+    p.add_argument(
+        "--approval-wait",
+        type=float,
+        default=0.0,
+        metavar="SEC",
+        help="in ask mode, how long a run call waits for the approval before answering "
+        "'pending' (default 0)",
+    )
+    p.add_argument(
+        "--max-output-bytes",
+        type=int,
+        default=MODEL_OUTPUT_BYTES,
+        metavar="N",
+        help=f"bytes of each stream the model sees, head and tail (default {MODEL_OUTPUT_BYTES})",
+    )
+    p.set_defaults(handler=cmd_mcp)
+
+    for name, helptext in (
+        ("plans", "list the plans waiting for approval on the Jupyter server"),
+        ("approve", "approve a pending plan (e.g. an agent's) on the Jupyter server"),
+        ("reject", "reject a pending plan on the Jupyter server; it never runs"),
+    ):
+        p = subparsers.add_parser(name, help=helptext)
+        if name != "plans":
+            p.add_argument("plan_id", metavar="PLAN_ID")
+        p.add_argument(
+            "--server",
+            help=f"the Jupyter server URL (default: ${URL_ENV}, else a running server)",
+        )
+        p.add_argument("--json", action="store_true", help="print the answer as JSON")
+        p.set_defaults(handler={"plans": cmd_plans, "approve": cmd_approve}.get(name, cmd_reject))
+
+
+def _remote(args: argparse.Namespace) -> RemoteAccess:
+    """The Jupyter server to act on, or :class:`ServerUnreachable` saying how to name one."""
+    if args.server:
+        return RemoteAccess(ServerInfo(args.server, os.environ.get(TOKEN_ENV, ""), "--server"))
+    found = run_sync(discover_server(os.environ))
+    if found is None:
+        raise ServerUnreachable(
+            "no running Jupyter server with the sandbox extension was found; set "
+            f"{URL_ENV} and {TOKEN_ENV} (or pass --server). Plans made by an agent without a "
+            "Jupyter server live only in that agent's process and cannot be approved from here"
+        )
+    return RemoteAccess(found)
+
+
+def _print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")
+
+
+def _print_pending(plan: dict[str, Any]) -> None:
+    print_plan(plan_from_dict(plan))
+    origin = "an agent" if plan.get("source") == AGENT_SOURCE else plan.get("source")
+    print(f"  requested by {origin}")
+    lines = str(plan.get("code", "")).splitlines()
+    for line in lines[:CODE_PREVIEW_LINES]:
+        print(f"  | {line}")
+    if len(lines) > CODE_PREVIEW_LINES:
+        print(f"  | ... {len(lines) - CODE_PREVIEW_LINES} more lines (--json shows all)")
+
+
+def cmd_plans(args: argparse.Namespace) -> int:
+    """``jupyter sandbox plans``."""
+    plans = run_sync(_remote(args).pending())
+    if args.json:
+        _print_json(plans)
+    elif not plans:
+        print("no plans are waiting for approval")
+    for plan in [] if args.json else plans:
+        _print_pending(plan)
+        print()
+    return 0
+
+
+def _find(remote: RemoteAccess, plan_id: str) -> dict[str, Any] | None:
+    for plan in run_sync(remote.pending()):
+        if plan.get("plan_id") == plan_id:
+            return plan
+    return None
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    """``jupyter sandbox approve PLAN_ID``: show the plan, approve it."""
+    remote = _remote(args)
+    plan = _find(remote, args.plan_id)
+    answer = run_sync(remote.approve(args.plan_id))
+    if args.json:
+        _print_json(answer)
+        return 0
+    if plan is not None:
+        _print_pending(plan)
+    by_agent = plan is not None and plan.get("source") == AGENT_SOURCE
+    waiting = " The agent that planned it can now run it." if by_agent else ""
+    print(f"Approved {args.plan_id} (valid for {answer['expires_in']} s).{waiting}")
+    return 0
+
+
+def cmd_reject(args: argparse.Namespace) -> int:
+    """``jupyter sandbox reject PLAN_ID``."""
+    answer = run_sync(_remote(args).reject(args.plan_id))
+    if args.json:
+        _print_json({"plan_id": args.plan_id, "rejected": True} if answer is None else answer)
+    else:
+        print(f"Rejected {args.plan_id}; it will not run.")
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``jupyter sandbox mcp``: serve the tools on stdio until the client disconnects."""
+    from ..agents.mcp_server import serve_stdio
+    from ..agents.tools import AgentSandbox
+
+    agent = AgentSandbox(
+        approval=args.approval,
+        server=args.server,
+        token=os.environ.get(TOKEN_ENV) if args.server else None,
+        approval_wait_sec=args.approval_wait,
+        max_output_bytes=args.max_output_bytes,
+    )
+
+    async def serve() -> None:
+        access = await agent.access()
+        where = "in this process (no Jupyter server)" if access.in_process else access.where
+        # stdout is the MCP channel: everything for people goes to stderr.
+        print(
+            f"gitpilot sandbox MCP server: approval {agent.mode} ({agent.mode_source}); "
+            f"plans go {'to ' + where if not access.in_process else where}",
+            file=sys.stderr,
+        )
+        if agent.mode == "ask" and access.in_process:
+            print(
+                "warning: in ask mode without a Jupyter server nobody can approve the agent's "
+                f"plans; start JupyterLab (or set {URL_ENV}/{TOKEN_ENV}) or use --approval auto",
+                file=sys.stderr,
+            )
+        await serve_stdio(agent)
+
+    import anyio
+
+    anyio.run(serve)
+    return 0
