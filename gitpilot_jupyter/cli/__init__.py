@@ -14,7 +14,7 @@ from types import ModuleType
 
 from .._version import __version__
 from ..sandbox.errors import SandboxError
-from . import agents, commands
+from . import agents, commands, matrixlab
 
 #: Exit status for a refused or invalid request (as argparse uses for usage errors).
 EXIT_USAGE = 2
@@ -22,7 +22,7 @@ EXIT_USAGE = 2
 EXIT_TIMEOUT = 124
 
 #: Modules that add subcommands, in the order ``--help`` lists them.
-COMMAND_MODULES: tuple[ModuleType, ...] = (commands, agents)
+COMMAND_MODULES: tuple[ModuleType, ...] = (commands, agents, matrixlab)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -57,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except SandboxError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE
+        # A refusal or bad input is a usage error; an unavailable service (5xx) is a failure.
+        return EXIT_USAGE if exc.status < 500 else 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

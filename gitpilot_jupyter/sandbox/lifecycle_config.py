@@ -46,8 +46,9 @@ def require_enabled(environ: Mapping[str, str]) -> None:
     """Raise :class:`LifecycleDisabled` (403) unless the flag is on; the message names it."""
     if not lifecycle_enabled(environ):
         raise LifecycleDisabled(
-            f"installing, starting and stopping the MatrixLab Runner is disabled on this server; "
-            f"set {LIFECYCLE_FLAG}=1 in the environment of the Jupyter server to enable it"
+            "installing, starting and stopping the MatrixLab Runner is disabled; set "
+            f"{LIFECYCLE_FLAG}=1 in the environment of the Jupyter server (or of the CLI) "
+            "to enable it"
         )
 
 
