@@ -4,7 +4,7 @@ Use them from any test folder with ``pytest_plugins = ["tests.support.standin_fi
 in its ``conftest.py`` (or import the fixtures directly):
 
 * ``runner_standin``: a healthy Runner with a bearer token; has ``.url`` and ``.token``.
-* ``start_standin``: a factory, ``start_standin(mode="slow", token="", delay=3.0)``,
+* ``start_standin``: a factory, ``start_standin(mode="slow", token="", delay=3.0, port=0)``,
   for the failure modes listed in :mod:`tests.support.runner_standin`.
 
 Every process started is killed at teardown.
@@ -48,15 +48,17 @@ class StandinRunner:
             self.process.stdout.close()
 
 
-def launch_standin(mode: str = "ok", token: str = "", delay: float = 3.0) -> StandinRunner:
-    """Start ``python -m tests.support.runner_standin`` on a free loopback port."""
+def launch_standin(
+    mode: str = "ok", token: str = "", delay: float = 3.0, port: int = 0
+) -> StandinRunner:
+    """Start ``python -m tests.support.runner_standin`` on ``port`` (0: a free loopback port)."""
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "tests.support.runner_standin",
             "--port",
-            "0",
+            str(port),
             "--mode",
             mode,
             "--token",
@@ -86,8 +88,10 @@ def start_standin() -> Iterator[StartStandin]:
     """Factory of stand-in Runners; all of them are killed at teardown."""
     started: list[StandinRunner] = []
 
-    def start(mode: str = "ok", token: str = "", delay: float = 3.0) -> StandinRunner:
-        runner = launch_standin(mode=mode, token=token, delay=delay)
+    def start(
+        mode: str = "ok", token: str = "", delay: float = 3.0, port: int = 0
+    ) -> StandinRunner:
+        runner = launch_standin(mode=mode, token=token, delay=delay, port=port)
         started.append(runner)
         return runner
 

@@ -1,0 +1,142 @@
+"""Test connection (core, service and CLI) against real stand-in Runners in each failure mode."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitpilot_jupyter.sandbox.errors import InvalidSetting
+from gitpilot_jupyter.sandbox.matrixlab_probe import probe_runner
+from gitpilot_jupyter.sandbox.service import SandboxService
+from tests.matrixlab.test_backend import closed_port
+from tests.support.standin_fixture import StandinRunner, StartStandin
+
+BIN = Path(sys.executable).parent
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+async def test_a_healthy_runner_reports_everything(runner_standin: StandinRunner) -> None:
+    report = await probe_runner(runner_standin.url, runner_standin.token)
+    assert report["ok"] is True and report["error"] is None and report["hints"] == []
+    assert report["reachable"] is True and isinstance(report["latency_ms"], int)
+    assert (report["version"], report["protocol"]) == ("0.1.0", "matrixlab.runner.v1")
+    assert report["docker_ok"] is True and report["token"] == "accepted"
+    assert report["code_run"] is True and report["workspace_run"] is True
+    assert runner_standin.token not in str(report)
+
+
+@pytest.mark.parametrize(("token", "state"), [("", "required"), ("wrong", "rejected")])
+async def test_a_bad_token_says_401_and_how_to_fix_it(
+    runner_standin: StandinRunner, token: str, state: str
+) -> None:
+    report = await probe_runner(runner_standin.url, token)
+    assert report["ok"] is False and report["token"] == state
+    assert "401" in report["error"] and "MATRIXLAB_BEARER_TOKEN" in report["hint"]
+
+
+async def test_a_runner_without_a_token_needs_none(start_standin: StartStandin) -> None:
+    report = await probe_runner(start_standin().url, "")
+    assert report["ok"] is True and report["token"] == "not required"
+
+
+async def test_docker_down_behind_the_runner(start_standin: StartStandin) -> None:
+    report = await probe_runner(start_standin(mode="down-docker").url)
+    assert report["ok"] is False and report["reachable"] is True and report["docker_ok"] is False
+    assert "reachable, but its Docker daemon is unavailable" in report["error"]
+    assert "docker.sock" in report["hint"]
+
+
+async def test_a_runner_too_old_is_told_to_upgrade(start_standin: StartStandin) -> None:
+    report = await probe_runner(start_standin(mode="old").url)
+    assert report["ok"] is False and report["code_run"] is False
+    assert report["workspace_run"] is False and "upgrade the Runner image" in report["hint"]
+
+
+async def test_nothing_listening_says_how_to_start_it() -> None:
+    report = await probe_runner(f"http://127.0.0.1:{closed_port()}")
+    assert report["ok"] is False and report["reachable"] is False
+    assert "matrixlab start" in report["hint"]
+
+
+async def test_the_wrong_port_8765_vs_8000_is_spotted(start_standin: StartStandin) -> None:
+    if not (port_free(8000) and port_free(8765)):
+        pytest.skip("ports 8000 and 8765 must both be free on 127.0.0.1 for this test")
+    runner = start_standin(port=8000)
+    report = await probe_runner("http://127.0.0.1:8765")
+    assert report["ok"] is False
+    assert "set matrixlab_url to http://127.0.0.1:8000" in report["hint"]
+    runner.stop()
+
+
+async def test_a_slow_runner_times_out(start_standin: StartStandin) -> None:
+    report = await probe_runner(start_standin(mode="slow", delay=7).url)
+    assert report["ok"] is False and "did not answer within 5 s" in report["error"]
+
+
+@pytest.fixture
+def other_http_server() -> Iterator[str]:
+    """A plain HTTP server that is not a Runner."""
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N (http://127.0.0.1:N/) ..."
+    yield line.split("(", 1)[1].split(")", 1)[0].rstrip("/")
+    proc.kill()
+    proc.wait(timeout=10)
+    proc.stdout.close()
+
+
+async def test_something_else_on_the_port_is_not_taken_for_a_runner(
+    other_http_server: str,
+) -> None:
+    report = await probe_runner(other_http_server)
+    assert report["ok"] is False and report["reachable"] is True
+    assert "404" in report["error"] and "something else listens" in report["hint"]
+
+
+async def test_the_service_tests_unsaved_values_and_then_saved_ones(
+    service: SandboxService, runner_standin: StandinRunner
+) -> None:
+    service.settings.update({"matrixlab_url": f"http://127.0.0.1:{closed_port()}"})
+    assert (await service.test_matrixlab())["reachable"] is False
+    unsaved = await service.test_matrixlab(url=runner_standin.url, token=runner_standin.token)
+    assert unsaved["ok"] is True
+    assert service.config()["has_token"] is False  # testing saved nothing
+    service.settings.update(
+        {"matrixlab_url": runner_standin.url, "matrixlab_token": runner_standin.token}
+    )
+    assert (await service.test_matrixlab())["ok"] is True
+    assert (await service.test_matrixlab(token="other"))["token"] == "rejected"
+    with pytest.raises(InvalidSetting):
+        await service.test_matrixlab(url="ftp://nowhere")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "jupyter-sandbox"), *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_cli_test_exits_0_when_the_runner_is_fine(runner_standin: StandinRunner) -> None:
+    ok = cli("matrixlab", "test", "--url", runner_standin.url, "--token", runner_standin.token)
+    assert ok.returncode == 0, ok.stderr
+    assert "OK" in ok.stdout and "0.1.0" in ok.stdout and runner_standin.token not in ok.stdout
+    bad = cli("matrixlab", "test", "--url", runner_standin.url, "--token", "nope")
+    assert bad.returncode == 1 and "MATRIXLAB_BEARER_TOKEN" in bad.stdout
