@@ -8,11 +8,10 @@ errors (:class:`~gitpilot_jupyter.sandbox.errors.SandboxError` with the core's
 from __future__ import annotations
 
 import abc
-import inspect
 import json
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,9 @@ from ..sandbox.service import SandboxService
 API = "api/sandbox"
 LIFECYCLE_ACTIONS = ("status", "install", "start", "stop")
 
+#: Receives install's pull progress events (``{"image", "status", ...}``).
+ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
+
 
 class ServerUnreachable(SandboxError):
     """The Jupyter server chosen for the REST path did not answer."""
@@ -39,10 +41,6 @@ def plan_from_dict(data: Mapping[str, Any]) -> ExecutionPlan:
     """An :class:`ExecutionPlan` from the JSON the REST API answers."""
     known = ExecutionPlan.__dataclass_fields__
     return ExecutionPlan(**{k: v for k, v in data.items() if k in known})
-
-
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
 
 
 class SandboxClient(abc.ABC):
@@ -97,8 +95,13 @@ class SandboxClient(abc.ABC):
         """Test connection to a MatrixLab Runner (unsaved url / token allowed)."""
 
     @abc.abstractmethod
-    async def lifecycle(self, action: str) -> dict[str, Any]:
-        """``status`` (inspection) or ``install`` / ``start`` / ``stop`` of the Runner."""
+    async def lifecycle(
+        self, action: str, progress: ProgressCallback | None = None
+    ) -> dict[str, Any]:
+        """``status`` (inspection) or ``install`` / ``start`` / ``stop`` of the Runner.
+
+        ``progress`` receives install's pull events where the path can deliver them.
+        """
 
     async def run_approved(
         self, plan: ExecutionPlan, *, stdin: str | None, on_output: OutputCallback | None
@@ -175,18 +178,20 @@ class LocalClient(SandboxClient):
     async def test_matrixlab(
         self, url: str | None = None, token: str | None = None
     ) -> dict[str, Any]:
-        method = getattr(self.service, "test_matrixlab", None)
-        if method is None:
-            raise SandboxError("this version cannot test MatrixLab connections", code="unsupported")
-        return dict(await _maybe_await(method(url=url, token=token)))
+        return await self.service.test_matrixlab(url=url, token=token)
 
-    async def lifecycle(self, action: str) -> dict[str, Any]:
+    async def lifecycle(
+        self, action: str, progress: ProgressCallback | None = None
+    ) -> dict[str, Any]:
         if action not in LIFECYCLE_ACTIONS:
             raise SandboxError(f"unknown lifecycle action {action!r}", code="invalid_request")
-        method = getattr(self.service, f"lifecycle_{action}", None)
-        if method is None:
-            raise SandboxError("this version has no MatrixLab lifecycle", code="unsupported")
-        return dict(await _maybe_await(method()))
+        if action == "status":
+            return await self.service.lifecycle_status()
+        if action == "install":
+            return await self.service.lifecycle_install(progress, user="kernel")
+        if action == "start":
+            return await self.service.lifecycle_start(user="kernel")
+        return await self.service.lifecycle_stop(user="kernel")
 
 
 class RestClient(SandboxClient):
@@ -337,7 +342,9 @@ class RestClient(SandboxClient):
         body = {k: v for k, v in {"matrixlab_url": url, "matrixlab_token": token}.items() if v}
         return dict(await self._call("POST", "matrixlab/test", body))
 
-    async def lifecycle(self, action: str) -> dict[str, Any]:
+    async def lifecycle(
+        self, action: str, progress: ProgressCallback | None = None
+    ) -> dict[str, Any]:
         if action not in LIFECYCLE_ACTIONS:
             raise SandboxError(f"unknown lifecycle action {action!r}", code="invalid_request")
         if action == "status":

@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import json
 import shlex
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
@@ -85,6 +86,8 @@ class SandboxMagics(Magics):
         super().__init__(shell=shell, **kwargs)
         self._client: SandboxClient | None = None
         self.last: dict[str, Any] | None = None
+        #: The approval card shown most recently (``None`` until a plan needs one).
+        self.card: Any = None
         # %config lists and configures only the shell's registered configurables.
         if shell is not None and self not in shell.configurables:
             shell.configurables.append(self)
@@ -185,6 +188,7 @@ class SandboxMagics(Magics):
         from ..widgets.approval import ApprovalCard
 
         card = ApprovalCard(plan, client, stdin=stdin, on_result=lambda r: self._store(r, out))
+        self.card = card
         display(card)
 
     @line_magic("sandbox")
@@ -202,7 +206,7 @@ class SandboxMagics(Magics):
 
     def _line_status(self, rest: list[str]) -> None:
         status = run_sync(self.client.status())
-        print_status(status)
+        print_status(status, stream=sys.stdout)
         print(f"{'path':16} {self.client.path}")
 
     def _line_settings(self, rest: list[str]) -> Any:

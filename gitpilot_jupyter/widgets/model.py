@@ -40,6 +40,8 @@ def format_steps(steps: list[dict[str, Any]]) -> str:
 def format_test(report: dict[str, Any]) -> str:
     """Test connection's answer in one line: verdict, latency, version, Docker, hint."""
     parts = ["✅ connected" if report.get("ok") else "❌ not usable"]
+    if report.get("error"):
+        parts.append(str(report["error"]))
     if report.get("latency_ms") is not None:
         parts.append(f"{round(float(report['latency_ms']))} ms")
     if report.get("version"):
@@ -77,6 +79,7 @@ class SandboxSettingsModel(HasTraits):
         self.client = client
         self.path = client.path
         self._loaded: dict[str, Any] = {}
+        self._pull_lines: dict[str, str] = {}
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T | None:
         """Run one client call; a typed error becomes the panel's message."""
@@ -120,7 +123,8 @@ class SandboxSettingsModel(HasTraits):
                 f"Install / Start / Stop are off: set {LIFECYCLE_FLAG}=1 where the sandbox runs."
             )
         elif not state.get("docker_available"):
-            self.lifecycle_reason = "Docker is not available where the sandbox runs."
+            why = state.get("docker_error") or "no Docker engine answers"
+            self.lifecycle_reason = f"Docker is not available where the sandbox runs: {why}"
         else:
             self.lifecycle_reason = ""
 
@@ -163,10 +167,20 @@ class SandboxSettingsModel(HasTraits):
         if report is not None:
             self.test_result = format_test(report)
 
+    async def _progress(self, event: dict[str, Any]) -> None:
+        # Docker reports every layer many times: keep one live line per image and layer.
+        key = f"{event.get('image', '')} {event.get('id', '')}".strip()
+        line = f"{key}: {event.get('status', '')}"
+        if event.get("total"):
+            line += f" {event.get('current', 0)}/{event['total']}"
+        self._pull_lines[key] = line
+        self.transcript = "install…\n" + "\n".join(self._pull_lines.values())
+
     def run_lifecycle(self, action: str) -> None:
         """``install``, ``start`` or ``stop`` the Runner; keep the step transcript."""
         self.transcript = f"{action}…"
-        answer = self._call(self.client.lifecycle(action))
+        self._pull_lines = {}
+        answer = self._call(self.client.lifecycle(action, progress=self._progress))
         if answer is not None:
             verdict = "done" if answer.get("ok", True) else "FAILED"
             self.transcript = f"{action} {verdict}\n{format_steps(answer.get('steps', []))}"

@@ -1,0 +1,29 @@
+"""A real IPython shell with the extension loaded, on the in-process path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from gitpilot_jupyter.kernel.magics import SandboxMagics
+
+
+@pytest.fixture
+def shell() -> Iterator[InteractiveShell]:
+    """A fresh ``InteractiveShell`` after ``%load_ext gitpilot_jupyter`` (server = local)."""
+    InteractiveShell.clear_instance()
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "gitpilot_jupyter")
+    ip.run_line_magic("config", 'SandboxMagics.server = "local"')
+    yield ip
+    InteractiveShell.clear_instance()
+
+
+@pytest.fixture
+def magics(shell: InteractiveShell) -> SandboxMagics:
+    """The registered ``SandboxMagics`` instance."""
+    found = [c for c in shell.configurables if isinstance(c, SandboxMagics)]
+    assert len(found) == 1
+    return found[0]

@@ -1,0 +1,304 @@
+"""``%%sandbox`` and ``%sandbox`` through a real InteractiveShell on the in-process path."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from traitlets.config import Config
+
+from gitpilot_jupyter.kernel.display import SandboxBlocked, SandboxRunError
+from gitpilot_jupyter.kernel.magics import SandboxMagics
+from tests.support.system import require_system
+
+
+def cell(shell: InteractiveShell, line: str, code: str) -> Any:
+    return shell.run_cell_magic("sandbox", line, code)
+
+
+def test_hello_streams_output_and_prints_the_footer(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cell(shell, "--out r", "import sys\nprint('hello')\nprint('careful', file=sys.stderr)\n")
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == "hello"
+    assert "careful" in err
+    footer = out.splitlines()[-1]
+    assert footer.startswith("[sandbox] subprocess · exit 0 · ")
+    assert footer.endswith(" · in-process")
+    envelope = shell.user_ns["r"]
+    assert envelope["exit_code"] == 0
+    assert envelope["stdout"] == "hello\n"
+    assert envelope["stderr"] == "careful\n"
+    assert envelope["backend"] == "subprocess"
+    assert envelope["plan_id"].startswith("plan_")
+    json.dumps(envelope)  # the envelope is plain JSON data
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [("bash", "echo from-bash"), ("js", "console.log('from-' + 'js')"), ("py", "print('from-py')")],
+)
+def test_languages_and_aliases(shell: InteractiveShell, language: str, code: str) -> None:
+    if language == "js":
+        require_system("node", shutil.which("node") is not None, "javascript snippets need node")
+    with capture_output() as cap:
+        cell(shell, f"{language} --out r", code)
+    assert shell.user_ns["r"]["exit_code"] == 0, shell.user_ns["r"]["stderr"]
+    assert cap.stdout.startswith("from-")
+
+
+def test_default_language_is_configurable_with_config(shell: InteractiveShell) -> None:
+    shell.run_line_magic("config", "SandboxMagics.default_language = 'bash'")
+    with capture_output() as cap:
+        cell(shell, "", "echo $((6 * 7))")
+    assert cap.stdout.startswith("42\n")
+
+
+def test_config_object_reaches_the_magics() -> None:
+    InteractiveShell.clear_instance()
+    config = Config()
+    config.SandboxMagics.server = "local"
+    config.SandboxMagics.show_footer = False
+    ip = InteractiveShell.instance(config=config)
+    try:
+        ip.run_line_magic("load_ext", "gitpilot_jupyter")
+        with capture_output() as cap:
+            ip.run_cell_magic("sandbox", "", "print('quiet')")
+        assert cap.stdout == "quiet\n"
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def test_non_zero_exit_raises_a_short_error(shell: InteractiveShell) -> None:
+    with capture_output() as cap, pytest.raises(SandboxRunError) as info:
+        cell(shell, "--out r", "raise ValueError('boom')")
+    assert "ValueError: boom" in cap.stderr
+    assert info.value.returncode == 1
+    assert info.value._render_traceback_() == [
+        "SandboxRunError: the python snippet exited with code 1"
+    ]
+    assert shell.user_ns["r"]["exit_code"] == 1  # --out is stored before raising
+
+
+def test_a_failing_cell_shows_one_line_not_a_traceback(shell: InteractiveShell) -> None:
+    with capture_output() as cap:
+        result = shell.run_cell("%%sandbox bash\nexit 3\n")
+    assert isinstance(result.error_in_exec, SandboxRunError)
+    assert "SandboxRunError: the bash snippet exited with code 3" in cap.stdout + cap.stderr
+    assert "Traceback" not in cap.stdout + cap.stderr
+
+
+def test_no_raise_error_flag_and_config(shell: InteractiveShell) -> None:
+    with capture_output():
+        cell(shell, "bash --no-raise-error --out r", "exit 4")
+    assert shell.user_ns["r"]["exit_code"] == 4
+    shell.run_line_magic("config", "SandboxMagics.raise_error = False")
+    with capture_output():
+        cell(shell, "bash --out r", "exit 5")
+    assert shell.user_ns["r"]["exit_code"] == 5
+
+
+def test_timeout_kills_and_keeps_earlier_output(shell: InteractiveShell) -> None:
+    started = time.monotonic()
+    with capture_output() as cap, pytest.raises(SandboxRunError, match="timed out"):
+        cell(shell, "--timeout 1 --out r", "print('before', flush=True)\nwhile True: pass\n")
+    assert time.monotonic() - started < 30
+    envelope = shell.user_ns["r"]
+    assert envelope["timed_out"] is True
+    assert envelope["exit_code"] == -1
+    assert envelope["stdout"] == "before\n"
+    assert "timed out" in cap.stdout.splitlines()[-1]
+
+
+def test_stdin_from_a_variable(shell: InteractiveShell) -> None:
+    shell.user_ns["answers"] = "Ada\n36\n"
+    code = "name = input()\nage = int(input())\nprint(f'{name} is {age}')"
+    with capture_output() as cap:
+        cell(shell, "--stdin answers", code)
+    assert cap.stdout.startswith("Ada is 36\n")
+    shell.user_ns["raw"] = b"bytes too\n"
+    with capture_output() as cap:
+        cell(shell, "--stdin raw", "print(input())")
+    assert cap.stdout.startswith("bytes too\n")
+
+
+def test_input_without_stdin_fails_fast(shell: InteractiveShell) -> None:
+    started = time.monotonic()
+    with capture_output() as cap, pytest.raises(SandboxRunError):
+        cell(shell, "--timeout 60", "input('name? ')")
+    assert time.monotonic() - started < 20
+    assert "EOFError" in cap.stderr
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("--bogus", "unrecognized arguments: --bogus"),
+        ("--timeout soon", "invalid int value"),
+        ("--timeout 0", "timeout"),
+        ("--timeout 601", "timeout"),
+        ("--backend docker", "unknown sandbox backend 'docker'"),
+        ("cobol", "unknown language 'cobol'"),
+        ("--stdin nothing_here", "no variable named 'nothing_here'"),
+        ("--stdin number", "must be str or bytes"),
+    ],
+)
+def test_bad_flags_give_a_one_line_usage_error(
+    shell: InteractiveShell, line: str, message: str
+) -> None:
+    shell.user_ns["number"] = 42
+    with pytest.raises(UsageError) as info:
+        cell(shell, line, "print('never')")
+    text = str(info.value)
+    assert message in text
+    assert "\n" not in text.strip()
+
+
+def test_empty_cell_is_a_usage_error(shell: InteractiveShell) -> None:
+    with pytest.raises(UsageError, match="empty_code"):
+        cell(shell, "", "   \n")
+
+
+def test_blocked_plan_never_runs_and_says_why(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marker = tmp_path / "ran"
+    with pytest.raises(SandboxBlocked, match=r"destructive pattern 'rm -rf /'"):
+        cell(shell, "bash --yes --out r", f"touch {marker}\nrm -rf /\n")
+    assert not marker.exists()
+    assert "r" not in shell.user_ns
+    assert "[sandbox]" not in capsys.readouterr().out
+
+
+def test_high_warning_shows_the_card_and_waits(
+    shell: InteractiveShell, magics: SandboxMagics
+) -> None:
+    code = "import subprocess\nprint(subprocess.run(['echo', 'child'], capture_output=True,"
+    code += " text=True).stdout, end='')"
+    with capture_output() as cap:
+        cell(shell, "--out r", code)
+    assert cap.stdout == ""  # nothing ran yet
+    widget_views = [o for o in cap.outputs if "application/vnd.jupyter.widget-view+json" in o.data]
+    assert len(widget_views) == 1
+    card = magics.card
+    assert card is not None and card.state == "pending"
+    assert (
+        card.model_id
+        == widget_views[0].data["application/vnd.jupyter.widget-view+json"]["model_id"]
+    )
+    card.approve_button.click()
+    assert card.state == "done"
+    assert shell.user_ns["r"]["stdout"] == "child\n"  # --out is stored after the click
+    texts = "".join(o.get("text", "") for o in card.output.outputs)
+    assert texts.startswith("child\n")
+    assert "[sandbox] subprocess · exit 0" in texts
+
+
+def test_yes_skips_the_card(shell: InteractiveShell, magics: SandboxMagics) -> None:
+    with capture_output() as cap:
+        cell(shell, "--yes --out r", "import subprocess\nprint('ran at once')")
+    assert magics.card is None
+    assert cap.stdout.startswith("ran at once\n")
+
+
+class Recorder:
+    """A stand-in for sys.stdout / sys.stderr that timestamps every write."""
+
+    def __init__(self, name: str, log: list[tuple[float, str, str]]) -> None:
+        self.name, self.log = name, log
+
+    def write(self, text: str) -> int:
+        if text:
+            self.log.append((time.monotonic(), self.name, text))
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_output_streams_in_order_while_the_snippet_runs(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log: list[tuple[float, str, str]] = []
+    monkeypatch.setattr(sys, "stdout", Recorder("stdout", log))
+    monkeypatch.setattr(sys, "stderr", Recorder("stderr", log))
+    code = (
+        "import sys, time\n"
+        "print('out-1', flush=True)\n"
+        "time.sleep(0.4)\n"
+        "print('err-1', file=sys.stderr, flush=True)\n"
+        "time.sleep(0.4)\n"
+        "print('out-2', flush=True)\n"
+    )
+    cell(shell, "", code)
+    monkeypatch.undo()
+    chunks = [(stream, text) for _, stream, text in log if text.strip()]
+    names = [text.strip() for _, text in chunks]
+    assert names[:3] == ["out-1", "err-1", "out-2"], chunks
+    assert [stream for stream, _ in chunks[:3]] == ["stdout", "stderr", "stdout"]
+    assert names[3].startswith("[sandbox]")
+    times = {text.strip(): t for t, _, text in log if text.strip()}
+    # Each chunk arrived while the snippet was still sleeping, not all at the end.
+    assert times["out-2"] - times["out-1"] > 0.5
+
+
+def test_line_status_config_and_last(
+    shell: InteractiveShell, sandbox_config_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert shell.run_line_magic("sandbox", "last") is None
+    shell.run_line_magic("sandbox", "status")
+    out = capsys.readouterr().out
+    assert "backend          subprocess  (ok)" in out
+    assert "in-process" in out
+
+    shell.run_line_magic("sandbox", "config timeout_sec=33 allow_network=false")
+    assert "timeout_sec        33" in capsys.readouterr().out
+    saved = json.loads((sandbox_config_dir / "settings.json").read_text())["sandbox"]
+    assert saved == {"timeout_sec": 33, "allow_network": False}
+
+    cell(shell, "bash", "echo last-one")
+    capsys.readouterr()
+    last = shell.run_line_magic("sandbox", "last")
+    assert last["stdout"] == "last-one\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("", "usage: %sandbox status"),
+        ("reboot", "unknown subcommand 'reboot'"),
+        ("config timeout_sec=9999", "between 1 and 600"),
+        ("config colour=blue", "unknown setting 'colour'"),
+        ("config timeout_sec", "KEY=VALUE"),
+        ("config backend=docker", "unknown sandbox backend"),
+        ("debug --everything", "usage: %sandbox debug"),
+    ],
+)
+def test_line_magic_errors(shell: InteractiveShell, line: str, message: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(message)):
+        shell.run_line_magic("sandbox", line)
+
+
+def test_backend_flag_and_env_override(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with capture_output():
+        cell(shell, "--backend off --out r", "print('host')")
+    assert shell.user_ns["r"]["backend"] == "off"
+    monkeypatch.setenv("GITPILOT_SANDBOX", "off")
+    with capture_output():
+        cell(shell, "--out r", "print('host')")
+    assert shell.user_ns["r"]["backend"] == "off"
+    with capture_output():
+        cell(shell, "--backend subprocess --out r", "print('sandboxed')")
+    assert shell.user_ns["r"]["backend"] == "subprocess"

@@ -1,0 +1,15 @@
+"""Widgets are tested headless: ``Button.click()`` and ``ipw.link`` work without a kernel."""
+
+from __future__ import annotations
+
+import pytest
+
+from gitpilot_jupyter.kernel.client import LocalClient
+
+pytest_plugins = ["tests.support.standin_fixture"]
+
+
+@pytest.fixture
+def client() -> LocalClient:
+    """The in-process client (real SandboxService, private settings folder)."""
+    return LocalClient()

@@ -1,0 +1,107 @@
+"""The Approve / Reject card: Approve runs, Reject does not, a second click does nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from gitpilot_jupyter.kernel.client import LocalClient
+from gitpilot_jupyter.sandbox.errors import PlanNotFound
+from gitpilot_jupyter.sandbox.plans import ExecutionPlan
+from gitpilot_jupyter.sandbox.results import RunResult
+from gitpilot_jupyter.sandbox.sync import run_sync
+from gitpilot_jupyter.widgets.approval import ApprovalCard
+
+RISKY = (
+    "import subprocess\n"
+    "out = subprocess.run(['echo', 'from-child'], capture_output=True, text=True).stdout\n"
+    "print(out, end='')\n"
+)
+
+
+def make_plan(client: LocalClient, code: str = RISKY, **kw: object) -> ExecutionPlan:
+    plan = run_sync(client.plan(language="python", code=code, **kw))  # type: ignore[arg-type]
+    assert plan.high_risk
+    return plan
+
+
+def texts(card: ApprovalCard, name: str = "stdout") -> str:
+    return "".join(o.get("text", "") for o in card.output.outputs if o.get("name") == name)
+
+
+def test_the_card_shows_the_plan(client: LocalClient) -> None:
+    plan = make_plan(client, timeout_sec=42)
+    card = ApprovalCard(plan, client)
+    shown = card.children[0].value
+    for needle in (
+        "python",
+        "subprocess",
+        "42 s",
+        "network <b>off</b>",
+        "high",
+        "starts other programs",
+    ):
+        assert needle in shown
+    assert card.state == "pending"
+    assert not card.approve_button.disabled and not card.reject_button.disabled
+
+
+def test_code_is_escaped_in_the_card(client: LocalClient) -> None:
+    plan = make_plan(client, code="import subprocess\n# <script>alert(1)</script>\n")
+    shown = ApprovalCard(plan, client).children[0].value
+    assert "<script>" not in shown
+    assert "&lt;script&gt;" in shown
+
+
+def test_approve_runs_and_shows_output_in_the_card(client: LocalClient) -> None:
+    seen: list[RunResult] = []
+    card = ApprovalCard(make_plan(client), client, on_result=seen.append)
+    card.approve_button.click()
+    assert card.state == "done"
+    assert texts(card).startswith("from-child\n")
+    assert "[sandbox] subprocess · exit 0" in texts(card)
+    assert card.approve_button.disabled and card.reject_button.disabled
+    assert len(seen) == 1 and seen[0].stdout == "from-child\n"
+    first = card.result
+    card.approve_button.click()  # a second click does nothing
+    card.reject_button.click()
+    assert card.result is first and len(seen) == 1 and card.state == "done"
+
+
+def test_reject_runs_nothing(client: LocalClient) -> None:
+    seen: list[RunResult] = []
+    plan = make_plan(client)
+    card = ApprovalCard(plan, client, on_result=seen.append)
+    card.reject_button.click()
+    assert card.state == "rejected"
+    assert "nothing ran" in card.status.value
+    card.approve_button.click()
+    assert card.state == "rejected" and card.result is None and not seen
+    assert card.output.outputs == ()
+    # The plan was never approved: it is still pending in the service.
+    assert client.service.plans.get(plan.plan_id) is plan
+
+
+def test_a_failing_snippet_marks_the_card_failed(client: LocalClient) -> None:
+    card = ApprovalCard(make_plan(client, code="import subprocess\nraise SystemExit(7)\n"), client)
+    card.approve_button.click()
+    assert card.state == "failed"
+    assert "exited with code 7" in card.status.value
+    assert card.result is not None and card.result.exit_code == 7
+
+
+def test_stdin_reaches_the_approved_run(client: LocalClient) -> None:
+    code = "import subprocess\nprint(input().upper())\n"
+    card = ApprovalCard(make_plan(client, code=code, stdin="quiet\n"), client, stdin="quiet\n")
+    card.approve_button.click()
+    assert texts(card).startswith("QUIET\n")
+
+
+def test_an_approval_that_can_no_longer_happen_says_why(client: LocalClient) -> None:
+    plan = make_plan(client)
+    run_sync(client.approve(plan))  # approved elsewhere: the plan is consumed
+    card = ApprovalCard(plan, client)
+    card.approve_button.click()
+    assert card.state == "failed"
+    assert "Not run" in card.status.value
+    with pytest.raises(PlanNotFound):
+        client.service.plans.get(plan.plan_id)

@@ -1,0 +1,185 @@
+"""The settings panel, headless: links, Save, the write-only token, lifecycle buttons, Test."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as ipw
+import pytest
+
+from gitpilot_jupyter.kernel.client import LocalClient
+from gitpilot_jupyter.widgets.model import LIFECYCLE_FLAG, SandboxSettingsModel
+from gitpilot_jupyter.widgets.panel import SandboxSettingsPanel
+
+
+def saved(config_dir: Path) -> dict[str, Any]:
+    path = config_dir / "settings.json"
+    return json.loads(path.read_text())["sandbox"] if path.exists() else {}
+
+
+def walk(widget: Any) -> Iterator[Any]:
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from walk(child)
+
+
+def every_value(panel: SandboxSettingsPanel) -> list[str]:
+    """Every string a widget of the panel holds (what could reach the browser)."""
+    values: list[str] = []
+    for widget in walk(panel):
+        for name in widget.keys:
+            value = getattr(widget, name, None)
+            if isinstance(value, str):
+                values.append(value)
+            elif isinstance(value, (list, tuple)):
+                values.extend(str(v) for v in value)
+    return values
+
+
+@pytest.fixture
+def panel(client: LocalClient) -> SandboxSettingsPanel:
+    return SandboxSettingsPanel.for_client(client)
+
+
+def test_the_panel_shows_the_settings(panel: SandboxSettingsPanel) -> None:
+    assert panel.backend.value == "subprocess"
+    assert panel.backend._options_labels == ("Local", "MatrixLab", "Pass-through")
+    assert panel.url.value == "http://localhost:8765"
+    assert panel.timeout.value == 120
+    assert panel.network.value is False
+    assert panel.env_badge.value == ""
+    assert panel.token_saved.layout.display == "none"
+
+
+def test_model_and_view_are_linked_both_ways(panel: SandboxSettingsPanel) -> None:
+    panel.backend.value = "matrixlab"
+    assert panel.model.backend == "matrixlab"
+    panel.model.timeout_sec = 45
+    assert panel.timeout.value == 45
+    panel.image.value = "my/python:1"
+    assert panel.model.matrixlab_image == "my/python:1"
+    panel.model.allow_network = True
+    assert panel.network.value is True
+
+
+def test_save_writes_only_what_the_user_changed(
+    panel: SandboxSettingsPanel, sandbox_config_dir: Path
+) -> None:
+    panel.timeout.value = 30
+    panel.backend.value = "off"
+    panel.save.click()
+    assert saved(sandbox_config_dir) == {"timeout_sec": 30, "backend": "off"}
+    assert "Saved backend, timeout_sec" in panel.message.value
+    panel.save.click()
+    assert "Nothing to save" in panel.message.value
+
+
+def test_invalid_values_are_refused_with_a_message(
+    panel: SandboxSettingsPanel, sandbox_config_dir: Path
+) -> None:
+    panel.url.value = "localhost:8765"
+    panel.save.click()
+    assert "http:// or https://" in panel.message.value
+    assert saved(sandbox_config_dir) == {}
+
+
+def test_token_is_write_only(panel: SandboxSettingsPanel, sandbox_config_dir: Path) -> None:
+    secret = "tok-" + "7" * 24
+    panel.token.value = secret
+    panel.save.click()
+    assert saved(sandbox_config_dir)["matrixlab_token"] == secret
+    assert panel.model.has_token
+    assert panel.token.value == ""
+    assert panel.token_saved.layout.display is None  # the bullets show
+    assert "••••••••" in panel.token_saved.value
+    assert not any(secret in value for value in every_value(panel))
+    assert secret not in repr(panel.model.trait_values())
+
+    # Reloading the panel from the saved settings never reads the token back.
+    fresh = SandboxSettingsPanel.for_client(panel.model.client)
+    assert fresh.model.has_token
+    assert not any(secret in value for value in every_value(fresh))
+
+    panel.clear_token.click()
+    assert "matrixlab_token" not in saved(sandbox_config_dir)
+    assert not panel.model.has_token
+    assert panel.clear_token.layout.display == "none"
+
+
+def test_env_override_badge_and_env_values_never_saved(
+    monkeypatch: pytest.MonkeyPatch, client: LocalClient, sandbox_config_dir: Path
+) -> None:
+    monkeypatch.setenv("GITPILOT_MATRIXLAB_TOKEN", "from-the-env-123456")
+    monkeypatch.setenv("GITPILOT_MATRIXLAB_URL", "http://runner.internal:8765")
+    panel = SandboxSettingsPanel.for_client(client)
+    assert "GITPILOT_MATRIXLAB_URL" in panel.env_badge.value
+    assert panel.model.has_token
+    panel.timeout.value = 50
+    panel.save.click()
+    assert saved(sandbox_config_dir) == {"timeout_sec": 50}
+    assert not any("from-the-env-123456" in v for v in every_value(panel))
+
+
+def test_lifecycle_buttons_follow_the_flag(
+    monkeypatch: pytest.MonkeyPatch, client: LocalClient
+) -> None:
+    panel = SandboxSettingsPanel.for_client(client)
+    assert panel.install.disabled and panel.start.disabled and panel.stop.disabled
+    assert LIFECYCLE_FLAG in panel.lifecycle_reason.value
+    assert LIFECYCLE_FLAG in (panel.install.tooltip or "")
+
+    monkeypatch.setenv(LIFECYCLE_FLAG, "1")
+    panel.model.refresh_lifecycle()
+    assert LIFECYCLE_FLAG not in panel.lifecycle_reason.value
+    if panel.model.lifecycle.get("docker_available"):
+        assert not panel.install.disabled
+        assert panel.start.disabled != panel.stop.disabled  # one of them, by running state
+    else:
+        assert panel.install.disabled
+        assert "Docker is not available" in panel.lifecycle_reason.value
+
+
+def test_a_refused_lifecycle_action_shows_why(client: LocalClient) -> None:
+    model = SandboxSettingsModel(client)
+    model.load()
+    model.run_lifecycle("start")  # the flag is off: the core refuses
+    assert LIFECYCLE_FLAG in model.message
+    assert "start refused" in model.transcript
+
+
+def test_test_connection_against_the_runner(
+    panel: SandboxSettingsPanel, runner_standin: Any, sandbox_config_dir: Path
+) -> None:
+    panel.url.value = runner_standin.url
+    panel.token.value = runner_standin.token
+    panel.test.click()
+    assert panel.test_result.value.startswith("✅ connected")
+    assert saved(sandbox_config_dir) == {}  # testing saves nothing
+
+    panel.token.value = "wrong-token"
+    panel.test.click()
+    assert panel.test_result.value.startswith("❌ not usable")
+    assert "token" in panel.test_result.value.lower()
+
+
+def test_test_connection_to_nothing_gives_a_hint(panel: SandboxSettingsPanel) -> None:
+    panel.url.value = "http://127.0.0.1:9"
+    panel.test.click()
+    assert panel.test_result.value.startswith("❌ not usable")
+    assert "—" in panel.test_result.value  # followed by a hint
+
+
+def test_progress_shows_only_while_busy(panel: SandboxSettingsPanel) -> None:
+    assert panel.progress.layout.display == "none"
+    seen: list[Any] = []
+    panel.model.observe(lambda c: seen.append((c.new, panel.progress.layout.display)), "busy")
+    panel.test.click()
+    assert seen[0] == (True, None) and seen[-1] == (False, "none")
+
+
+def test_panel_is_a_widget(panel: SandboxSettingsPanel) -> None:
+    assert isinstance(panel, ipw.VBox)
+    assert panel.model.path == "in-process"
