@@ -1,0 +1,97 @@
+/**
+ * Words the UI shows for backends and health, and the fenced-code languages that get ▶ Run.
+ */
+
+import type { IStatus } from './types';
+
+/** The three backends with the names users see. */
+export const BACKENDS: ReadonlyArray<{ name: string; label: string; help: string }> = [
+  {
+    name: 'subprocess',
+    label: 'Local',
+    help: 'A child process on the server in a fresh temp dir, with the strongest OS isolation available.'
+  },
+  {
+    name: 'matrixlab',
+    label: 'MatrixLab',
+    help: 'A MatrixLab Runner runs each snippet in its own Docker container.'
+  },
+  {
+    name: 'off',
+    label: 'Pass-through',
+    help: 'No isolation: runs on the host. For local development only.'
+  }
+];
+
+/** The label of a backend name ("Local" for `subprocess`). */
+export function backendLabel(name: string | null | undefined): string {
+  return BACKENDS.find(b => b.name === name)?.label ?? (name || 'unknown');
+}
+
+/** The status bar text, e.g. "Sandbox: Local" or "Sandbox: MatrixLab — unreachable". */
+export function statusText(status: IStatus | null, fetchError: string | null): string {
+  if (fetchError !== null || status === null) {
+    return 'Sandbox: unavailable';
+  }
+  if (!status.backend) {
+    return 'Sandbox: misconfigured';
+  }
+  const label = `Sandbox: ${backendLabel(status.backend)}`;
+  if (status.ok) {
+    return label;
+  }
+  return `${label} — ${status.backend === 'matrixlab' ? 'unreachable' : 'error'}`;
+}
+
+/** The tooltip: the error in full, and the env var that overrides the saved choice. */
+export function statusTitle(status: IStatus | null, fetchError: string | null): string {
+  if (fetchError !== null || status === null) {
+    return `The sandbox API did not answer: ${fetchError ?? 'no status yet'}`;
+  }
+  const lines = [statusText(status, null)];
+  if (status.error) {
+    lines.push(status.error);
+  }
+  if (status.env_override) {
+    lines.push(`Overridden by the environment variable ${status.env_override}.`);
+  }
+  lines.push('Click to open the sandbox settings.');
+  return lines.join('\n');
+}
+
+const FENCE_LANGUAGES: Record<string, string> = {
+  python: 'python',
+  py: 'python',
+  python3: 'python',
+  javascript: 'javascript',
+  js: 'javascript',
+  node: 'javascript',
+  nodejs: 'javascript',
+  bash: 'bash',
+  sh: 'bash',
+  shell: 'bash'
+};
+
+/**
+ * The runnable language of a fenced block's info string, or null.
+ *
+ * The server canonicalises again (it is the authority); this only decides which
+ * blocks get a ▶ Run button.
+ */
+export function fenceLanguage(info: string | null | undefined): string | null {
+  const key = (info ?? '').trim().toLowerCase();
+  return FENCE_LANGUAGES[key] ?? null;
+}
+
+/** File extensions "Run in Sandbox" offers, with their language. */
+export const FILE_LANGUAGES: Record<string, string> = {
+  '.py': 'python',
+  '.js': 'javascript',
+  '.sh': 'bash'
+};
+
+/** The runnable language of a file path, or null. */
+export function fileLanguage(path: string): string | null {
+  const dot = path.lastIndexOf('.');
+  return dot < 0 ? null : FILE_LANGUAGES[path.slice(dot).toLowerCase()] ?? null;
+}

@@ -1,0 +1,109 @@
+/**
+ * The MatrixLab lifecycle card of the settings panel: Install / Start / Stop with transcripts.
+ */
+
+import { el } from './render';
+import type { SandboxClient } from './request';
+import type { ILifecycleStatus, ILifecycleStep, LifecycleAction } from './types';
+
+const ACTIONS: ReadonlyArray<{ action: LifecycleAction; label: string; busy: string }> = [
+  { action: 'install', label: 'Install', busy: 'Pulling the Runner and sandbox images…' },
+  { action: 'start', label: 'Start', busy: 'Starting the Runner container…' },
+  { action: 'stop', label: 'Stop', busy: 'Stopping the Runner container…' }
+];
+
+/** Why the lifecycle buttons are disabled, or null when they work. */
+export function lifecycleBlocker(state: ILifecycleStatus): string | null {
+  if (!state.lifecycle_enabled) {
+    return 'Disabled on this server: start Jupyter with GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1 to install, start and stop the Runner from here.';
+  }
+  if (!state.docker_available) {
+    return 'Docker is not available on the server.';
+  }
+  return null;
+}
+
+/** One step as a collapsible transcript: the docker command, its exit code and output. */
+export function renderStep(step: ILifecycleStep): HTMLElement {
+  const details = el('details', 'jp-gitpilot-step');
+  const ok = step.exit_code === 0;
+  details.open = !ok;
+  details.appendChild(
+    el('summary', ok ? 'jp-mod-ok' : 'jp-mod-failed', `${ok ? '✓' : '✗'} ${step.cmd} (exit ${step.exit_code}, ${step.duration_ms} ms)`)
+  );
+  const text = [step.stdout, step.stderr].filter(Boolean).join('\n');
+  details.appendChild(el('pre', '', text || '(no output)'));
+  return details;
+}
+
+/** The card: state line, the three buttons (or the reason they are off), progress, transcript. */
+export class LifecycleCard {
+  readonly node = el('fieldset', 'jp-gitpilot-card jp-gitpilot-lifecycle');
+  private readonly state = el('div', 'jp-gitpilot-lifecycle-state');
+  private readonly reason = el('div', 'jp-gitpilot-muted');
+  private readonly progress = el('div', 'jp-gitpilot-progress');
+  private readonly transcript = el('div', 'jp-gitpilot-transcript');
+  private readonly buttons: HTMLButtonElement[] = [];
+
+  constructor(
+    private readonly client: SandboxClient,
+    private readonly onChange: () => void
+  ) {
+    this.node.appendChild(el('legend', '', 'MatrixLab Runner on this server (Docker)'));
+    const bar = el('div', 'jp-gitpilot-buttons');
+    for (const { action, label, busy } of ACTIONS) {
+      const button = el('button', 'jp-mod-styled', label);
+      button.type = 'button';
+      button.dataset.action = action;
+      button.addEventListener('click', () => void this.act(action, busy));
+      this.buttons.push(button);
+      bar.appendChild(button);
+    }
+    this.progress.hidden = true;
+    this.node.append(this.state, bar, this.reason, this.progress, this.transcript);
+  }
+
+  /** Ask the server what is installed and running. */
+  async load(): Promise<void> {
+    try {
+      this.show(await this.client.lifecycle());
+    } catch (error) {
+      this.state.textContent = '';
+      this.setEnabled(false, error instanceof Error ? error.message : String(error));
+    }
+  }
+
+  private show(state: ILifecycleStatus): void {
+    const docker = state.docker_available ? 'Docker available' : 'Docker not available';
+    this.state.textContent = `${state.installed ? 'Installed' : 'Not installed'} · ${state.running ? 'Running' : 'Not running'} · ${docker}`;
+    const blocker = lifecycleBlocker(state);
+    this.setEnabled(blocker === null, blocker ?? '');
+  }
+
+  private setEnabled(enabled: boolean, reason: string): void {
+    for (const button of this.buttons) {
+      button.disabled = !enabled;
+      button.title = reason;
+    }
+    this.reason.textContent = reason;
+  }
+
+  private async act(action: LifecycleAction, busy: string): Promise<void> {
+    this.buttons.forEach(b => (b.disabled = true));
+    this.progress.hidden = false;
+    this.progress.replaceChildren(el('progress'), el('span', '', ` ${busy}`));
+    this.transcript.replaceChildren();
+    try {
+      const answer = await this.client.lifecycleAction(action);
+      this.transcript.replaceChildren(...answer.steps.map(renderStep));
+    } catch (error) {
+      const message = el('div', 'jp-gitpilot-error', error instanceof Error ? error.message : String(error));
+      message.setAttribute('role', 'alert');
+      this.transcript.replaceChildren(message);
+    } finally {
+      this.progress.hidden = true;
+      await this.load();
+      this.onChange();
+    }
+  }
+}

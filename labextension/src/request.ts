@@ -1,0 +1,231 @@
+/**
+ * The request layer: every call the extension makes goes to `/api/sandbox/*` through here.
+ *
+ * It has no runtime dependency on JupyterLab: the caller gives it a `send` function
+ * (in the lab, `ServerConnection.makeRequest` with the server settings, which adds the
+ * token and XSRF headers), so it is unit-tested with plain `Response` objects.
+ */
+
+import type {
+  IApproval,
+  IConnectionReport,
+  ILifecycleResult,
+  ILifecycleStatus,
+  IMaskedSettings,
+  IPlan,
+  IRunRequest,
+  IRunResult,
+  IStatus,
+  LifecycleAction,
+  PlanRequest,
+  SettingsUpdate,
+  StreamLine
+} from './types';
+
+/** Sends one HTTP request (authenticated by the caller) and answers the raw response. */
+export type SendFunction = (url: string, init: RequestInit) => Promise<Response>;
+
+/** The media type of a streamed run. */
+export const NDJSON = 'application/x-ndjson';
+
+/**
+ * A non-2xx answer of the sandbox API, carrying the server's human message.
+ *
+ * `message` is what the user sees: the `message` of the JSON error body
+ * (`{message, reason, code}`), never the raw JSON.
+ */
+export class ResponseError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly code: string = 'http_error',
+    readonly reason: string = ''
+  ) {
+    super(message);
+    this.name = 'ResponseError';
+  }
+}
+
+/** Turn an error answer's body into a `ResponseError` with the server's message. */
+export function errorFromBody(
+  status: number,
+  statusText: string,
+  body: string
+): ResponseError {
+  const fallback = `${status} ${statusText || 'error'}`.trim();
+  let data: unknown = null;
+  try {
+    data = JSON.parse(body);
+  } catch {
+    // Not JSON (a proxy's HTML page, an empty body): say only the status.
+  }
+  if (data && typeof data === 'object') {
+    const { message, reason, code } = data as Record<string, unknown>;
+    const text = typeof message === 'string' && message ? message : fallback;
+    return new ResponseError(
+      text,
+      status,
+      typeof code === 'string' ? code : 'http_error',
+      typeof reason === 'string' ? reason : statusText
+    );
+  }
+  return new ResponseError(fallback, status, 'http_error', statusText);
+}
+
+/** Yield the JSON objects of an NDJSON body as its lines arrive. */
+export async function* readNdjson(
+  body: ReadableStream<Uint8Array>
+): AsyncGenerator<unknown> {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = '';
+  for (;;) {
+    const { done, value } = await reader.read();
+    buffer += done ? decoder.decode() : decoder.decode(value, { stream: true });
+    let newline = buffer.indexOf('\n');
+    while (newline >= 0) {
+      const line = buffer.slice(0, newline).trim();
+      buffer = buffer.slice(newline + 1);
+      if (line) {
+        yield JSON.parse(line);
+      }
+      newline = buffer.indexOf('\n');
+    }
+    if (done) {
+      break;
+    }
+  }
+  if (buffer.trim()) {
+    yield JSON.parse(buffer);
+  }
+}
+
+/** Receives output while a run streams it. */
+export type OutputCallback = (stream: 'stdout' | 'stderr', text: string) => void;
+
+/** A typed client of the sandbox REST API. */
+export class SandboxClient {
+  /**
+   * @param baseUrl the Jupyter server's base URL (ends with `/`)
+   * @param send sends one authenticated request
+   */
+  constructor(
+    readonly baseUrl: string,
+    private readonly send: SendFunction
+  ) {}
+
+  /** The URL of an endpoint under `/api/sandbox/`. */
+  url(endpoint: string): string {
+    const base = this.baseUrl.endsWith('/') ? this.baseUrl : `${this.baseUrl}/`;
+    return `${base}api/sandbox/${endpoint}`;
+  }
+
+  /** Send a request; answer the parsed JSON body or throw a `ResponseError`. */
+  async requestJSON<T>(endpoint: string, init: RequestInit = {}): Promise<T> {
+    const response = await this.send(this.url(endpoint), init);
+    const text = await response.text();
+    if (!response.ok) {
+      throw errorFromBody(response.status, response.statusText, text);
+    }
+    return (text ? JSON.parse(text) : {}) as T;
+  }
+
+  private post<T>(endpoint: string, body: unknown): Promise<T> {
+    return this.requestJSON<T>(endpoint, {
+      method: 'POST',
+      body: JSON.stringify(body),
+      headers: { 'Content-Type': 'application/json' }
+    });
+  }
+
+  /** `GET status`: live backend, health, masked settings. */
+  status(): Promise<IStatus> {
+    return this.requestJSON<IStatus>('status');
+  }
+
+  /** `GET config`: the masked settings. */
+  config(): Promise<IMaskedSettings> {
+    return this.requestJSON<IMaskedSettings>('config');
+  }
+
+  /** `PUT config`: save a subset of settings; answers the new status. */
+  configure(changes: SettingsUpdate): Promise<IStatus> {
+    return this.requestJSON<IStatus>('config', {
+      method: 'PUT',
+      body: JSON.stringify(changes),
+      headers: { 'Content-Type': 'application/json' }
+    });
+  }
+
+  /** `POST plan`: what would run, and whether it may. */
+  async plan(request: PlanRequest): Promise<IPlan> {
+    const answer = await this.post<{ plan: IPlan }>('plan', request);
+    return answer.plan;
+  }
+
+  /** `POST approve`: a single-use token for a pending plan. */
+  approve(planId: string): Promise<IApproval> {
+    return this.post<IApproval>('approve', { plan_id: planId });
+  }
+
+  /**
+   * `POST run` with `Accept: application/x-ndjson`: output goes to `onOutput` as it is
+   * produced; answers the result envelope.
+   */
+  async run(request: IRunRequest, onOutput: OutputCallback): Promise<IRunResult> {
+    const response = await this.send(this.url('run'), {
+      method: 'POST',
+      body: JSON.stringify(request),
+      headers: { 'Content-Type': 'application/json', Accept: NDJSON }
+    });
+    if (!response.ok) {
+      throw errorFromBody(response.status, response.statusText, await response.text());
+    }
+    const type = response.headers.get('Content-Type') ?? '';
+    if (!type.includes(NDJSON) || !response.body) {
+      // A server that does not stream answers one envelope: show its output all at once.
+      const result = JSON.parse(await response.text()) as IRunResult;
+      emitAll(result, onOutput);
+      return result;
+    }
+    for await (const item of readNdjson(response.body)) {
+      const line = item as StreamLine;
+      if (line.type === 'stdout' || line.type === 'stderr') {
+        onOutput(line.type, line.data);
+      } else if (line.type === 'error') {
+        throw new ResponseError(line.message, 200, line.code, line.reason);
+      } else if (line.type === 'result') {
+        const { type: _type, ...result } = line;
+        return result;
+      }
+    }
+    throw new ResponseError('the run stream ended without a result', 200, 'stream_ended');
+  }
+
+  /** `POST matrixlab/test`, optionally with an unsaved URL and token. */
+  testConnection(options: {
+    matrixlab_url?: string;
+    matrixlab_token?: string;
+  }): Promise<IConnectionReport> {
+    return this.post<IConnectionReport>('matrixlab/test', options);
+  }
+
+  /** `GET matrixlab/lifecycle`: pure inspection. */
+  lifecycle(): Promise<ILifecycleStatus> {
+    return this.requestJSON<ILifecycleStatus>('matrixlab/lifecycle');
+  }
+
+  /** `POST matrixlab/{install,start,stop}`: the answer lists each docker step. */
+  lifecycleAction(action: LifecycleAction): Promise<ILifecycleResult> {
+    return this.post<ILifecycleResult>(`matrixlab/${action}`, {});
+  }
+}
+
+function emitAll(result: IRunResult, onOutput: OutputCallback): void {
+  if (result.stdout) {
+    onOutput('stdout', result.stdout);
+  }
+  if (result.stderr) {
+    onOutput('stderr', result.stderr);
+  }
+}

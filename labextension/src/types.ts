@@ -1,0 +1,157 @@
+/**
+ * Shapes of the `/api/sandbox/*` answers (contract §6 and §7).
+ *
+ * Only the fields the extension reads are typed; the server may send more.
+ */
+
+/** One pre-flight check of a plan. */
+export interface IPlanCheck {
+  label: string;
+  ok: boolean;
+}
+
+/** One code-scan warning of a plan. */
+export interface IPlanWarning {
+  severity: 'high' | 'medium' | 'low';
+  label: string;
+  detail: string;
+}
+
+/** What would run, and whether it may. */
+export interface IPlan {
+  plan_id: string;
+  goal: string;
+  source: string;
+  language: string;
+  command: string[];
+  backend: string;
+  timeout_sec: number;
+  network: boolean;
+  checks: IPlanCheck[];
+  warnings: IPlanWarning[];
+  blocked: boolean;
+  blocked_reason?: string | null;
+  requires_approval: boolean;
+  digest: string;
+  created_at: string | number;
+  code: string;
+  file?: string | null;
+  stdin?: string | null;
+}
+
+/** A plan request: a snippet, or a file under the server's root. */
+export type PlanRequest =
+  | { language: string; code: string; source: string; timeout_sec?: number }
+  | { file: string; source: string; timeout_sec?: number };
+
+/** The answer of `POST /api/sandbox/approve`. */
+export interface IApproval {
+  approval_token: string;
+  plan_id: string;
+  expires_in: number;
+}
+
+/** A run request, the approved plan's language, code and timeout. */
+export interface IRunRequest {
+  language: string;
+  code: string;
+  timeout_sec: number;
+  approval_token?: string;
+  stdin?: string | null;
+}
+
+/** The result envelope every backend answers. */
+export interface IRunResult {
+  backend: string;
+  language: string;
+  command: string[];
+  exit_code: number;
+  stdout: string;
+  stderr: string;
+  duration_ms: number;
+  truncated: boolean;
+  timed_out: boolean;
+  sandbox_id: string | null;
+  run_id: string;
+  plan_id: string | null;
+  isolation: string[];
+}
+
+/** The persisted settings, masked: the token is never sent back, only `has_token`. */
+export interface IMaskedSettings {
+  backend: string;
+  matrixlab_url: string;
+  matrixlab_image: string;
+  allow_network: boolean;
+  timeout_sec: number;
+  has_token: boolean;
+}
+
+/** A subset of settings to save; `matrixlab_token: ""` clears the token. */
+export type SettingsUpdate = Partial<
+  Omit<IMaskedSettings, 'has_token'> & { matrixlab_token: string }
+>;
+
+/** The answer of `GET /api/sandbox/status`. */
+export interface IStatus {
+  backend: string | null;
+  ok: boolean;
+  error: string | null;
+  env_override: string | null;
+  settings: IMaskedSettings;
+  has_token: boolean;
+  require_approval: boolean;
+  isolation: string[];
+  remote?: unknown;
+  settings_error?: string | null;
+  version?: string;
+}
+
+/** The answer of `POST /api/sandbox/matrixlab/test`. */
+export interface IConnectionReport {
+  ok: boolean;
+  url?: string;
+  reachable?: boolean;
+  latency_ms?: number | null;
+  version?: string | null;
+  docker_ok?: boolean | null;
+  hint?: string | null;
+  error?: string | null;
+  [key: string]: unknown;
+}
+
+/** The answer of `GET /api/sandbox/matrixlab/lifecycle`. */
+export interface ILifecycleStatus {
+  installed: boolean;
+  running: boolean;
+  docker_available: boolean;
+  lifecycle_enabled: boolean;
+  url?: string;
+  instructions?: unknown;
+  [key: string]: unknown;
+}
+
+/** One docker step of a lifecycle action. */
+export interface ILifecycleStep {
+  cmd: string;
+  exit_code: number;
+  stdout: string;
+  stderr: string;
+  duration_ms: number;
+}
+
+/** The answer of `POST /api/sandbox/matrixlab/{install,start,stop}`. */
+export interface ILifecycleResult {
+  ok?: boolean;
+  steps: ILifecycleStep[];
+  [key: string]: unknown;
+}
+
+/** A lifecycle action. */
+export type LifecycleAction = 'install' | 'start' | 'stop';
+
+/** One line of a streamed run. */
+export type StreamLine =
+  | { type: 'stdout' | 'stderr'; data: string }
+  | ({ type: 'result' } & IRunResult)
+  | { type: 'error'; message: string; reason?: string; code?: string };

@@ -1,0 +1,211 @@
+/**
+ * @jest-environment node
+ */
+// The request layer against real fetch `Response` objects (Node's), no server mock library.
+
+import { errorFromBody, NDJSON, readNdjson, ResponseError, SandboxClient } from '../src/request';
+import type { IRunResult } from '../src/types';
+
+const RESULT: IRunResult = {
+  backend: 'subprocess',
+  language: 'python',
+  command: ['python', 'inline.py'],
+  exit_code: 0,
+  stdout: '4\n',
+  stderr: '',
+  duration_ms: 12,
+  truncated: false,
+  timed_out: false,
+  sandbox_id: null,
+  run_id: 'run_1',
+  plan_id: 'plan_1',
+  isolation: ['tempdir']
+};
+
+/** A client whose `send` records requests and answers the given responses in order. */
+function clientAnswering(...responses: Response[]) {
+  const calls: Array<{ url: string; init: RequestInit }> = [];
+  const client = new SandboxClient('/lab-base/', async (url, init) => {
+    calls.push({ url, init });
+    const next = responses.shift();
+    if (!next) {
+      throw new Error('no more responses');
+    }
+    return next;
+  });
+  return { client, calls };
+}
+
+function json(body: unknown, status = 200): Response {
+  return new Response(JSON.stringify(body), {
+    status,
+    headers: { 'Content-Type': 'application/json' }
+  });
+}
+
+/** A body that arrives in the given chunks, split wherever the test says. */
+function chunked(chunks: string[]): ReadableStream<Uint8Array> {
+  const encoder = new TextEncoder();
+  return new ReadableStream({
+    start(controller) {
+      for (const chunk of chunks) {
+        controller.enqueue(encoder.encode(chunk));
+      }
+      controller.close();
+    }
+  });
+}
+
+describe('errorFromBody', () => {
+  it('shows the message of a JSON error body, keeping code and reason', () => {
+    const error = errorFromBody(
+      400,
+      'Bad Request',
+      JSON.stringify({ message: "unknown sandbox backend 'x'", reason: 'Bad Request', code: 'unknown_backend' })
+    );
+    expect(error).toBeInstanceOf(ResponseError);
+    expect(error.message).toBe("unknown sandbox backend 'x'");
+    expect(error.code).toBe('unknown_backend');
+    expect(error.status).toBe(400);
+  });
+
+  it('never shows an HTML page or raw text, only the status', () => {
+    const error = errorFromBody(502, 'Bad Gateway', '<html><body>nginx</body></html>');
+    expect(error.message).toBe('502 Bad Gateway');
+  });
+
+  it('falls back to the status when the JSON has no message', () => {
+    expect(errorFromBody(403, 'Forbidden', '{"code": "x"}').message).toBe('403 Forbidden');
+  });
+});
+
+describe('SandboxClient', () => {
+  it('builds URLs under the base URL', () => {
+    expect(new SandboxClient('/base', fetch).url('status')).toBe('/base/api/sandbox/status');
+    expect(new SandboxClient('/base/', fetch).url('matrixlab/test')).toBe(
+      '/base/api/sandbox/matrixlab/test'
+    );
+  });
+
+  it('posts a plan as JSON and unwraps the plan', async () => {
+    const { client, calls } = clientAnswering(json({ plan: { plan_id: 'plan_1', blocked: false } }));
+    const plan = await client.plan({ language: 'py', code: 'print(2+2)', source: 'code_block' });
+    expect(plan.plan_id).toBe('plan_1');
+    expect(calls[0].url).toBe('/lab-base/api/sandbox/plan');
+    expect(calls[0].init.method).toBe('POST');
+    expect(JSON.parse(String(calls[0].init.body))).toEqual({
+      language: 'py',
+      code: 'print(2+2)',
+      source: 'code_block'
+    });
+  });
+
+  it('throws a ResponseError with the server message on an error answer', async () => {
+    const { client } = clientAnswering(
+      json({ message: 'plan plan_x is not pending', reason: 'Not Found', code: 'plan_not_found' }, 404)
+    );
+    await expect(client.approve('plan_x')).rejects.toMatchObject({
+      message: 'plan plan_x is not pending',
+      status: 404,
+      code: 'plan_not_found'
+    });
+  });
+
+  it('sends a config change with PUT, the token only when given', async () => {
+    const { client, calls } = clientAnswering(json({ backend: 'matrixlab', ok: false }));
+    await client.configure({ backend: 'matrixlab' });
+    expect(calls[0].init.method).toBe('PUT');
+    expect(JSON.parse(String(calls[0].init.body))).toEqual({ backend: 'matrixlab' });
+  });
+
+  it('streams NDJSON output in order and answers the result envelope', async () => {
+    const lines = [
+      { type: 'stdout', data: 'hello ' },
+      { type: 'stderr', data: 'warn\n' },
+      { type: 'stdout', data: 'world\n' },
+      { type: 'result', ...RESULT }
+    ].map(line => JSON.stringify(line) + '\n');
+    // Split mid-line and mid-character to prove the reader buffers correctly.
+    const text = lines.join('') + '';
+    const cut1 = 7;
+    const cut2 = lines[0].length + 3;
+    const body = chunked([text.slice(0, cut1), text.slice(cut1, cut2), text.slice(cut2)]);
+    const { client, calls } = clientAnswering(
+      new Response(body, { status: 200, headers: { 'Content-Type': NDJSON } })
+    );
+    const seen: string[] = [];
+    const result = await client.run(
+      { language: 'python', code: 'x', timeout_sec: 5, approval_token: 't' },
+      (stream, data) => seen.push(`${stream}:${data}`)
+    );
+    expect(seen).toEqual(['stdout:hello ', 'stderr:warn\n', 'stdout:world\n']);
+    expect(result.exit_code).toBe(0);
+    expect(result).not.toHaveProperty('type');
+    expect((calls[0].init.headers as Record<string, string>).Accept).toBe(NDJSON);
+  });
+
+  it('turns an error line in the stream into a ResponseError', async () => {
+    const body = chunked([
+      JSON.stringify({ type: 'stdout', data: 'partial' }) + '\n',
+      JSON.stringify({ type: 'error', message: 'Runner unreachable', code: 'backend_unreachable' }) + '\n'
+    ]);
+    const { client } = clientAnswering(
+      new Response(body, { status: 200, headers: { 'Content-Type': NDJSON } })
+    );
+    const seen: string[] = [];
+    await expect(
+      client.run({ language: 'python', code: 'x', timeout_sec: 5 }, (_s, d) => seen.push(d))
+    ).rejects.toMatchObject({ message: 'Runner unreachable', code: 'backend_unreachable' });
+    expect(seen).toEqual(['partial']);
+  });
+
+  it('says so when a stream ends without a result', async () => {
+    const { client } = clientAnswering(
+      new Response(chunked(['{"type":"stdout","data":"a"}\n']), {
+        status: 200,
+        headers: { 'Content-Type': NDJSON }
+      })
+    );
+    await expect(
+      client.run({ language: 'python', code: 'x', timeout_sec: 5 }, () => undefined)
+    ).rejects.toThrow('ended without a result');
+  });
+
+  it('accepts a non-streamed envelope and still delivers its output', async () => {
+    const { client } = clientAnswering(json({ ...RESULT, stderr: 'oops' }));
+    const seen: string[] = [];
+    const result = await client.run(
+      { language: 'python', code: 'x', timeout_sec: 5 },
+      (stream, data) => seen.push(`${stream}:${data}`)
+    );
+    expect(seen).toEqual(['stdout:4\n', 'stderr:oops']);
+    expect(result.run_id).toBe('run_1');
+  });
+
+  it('refuses a run with the 403 message before any stream', async () => {
+    const { client } = clientAnswering(
+      json({ message: 'this run needs an approval token', reason: 'Forbidden', code: 'approval_required' }, 403)
+    );
+    await expect(
+      client.run({ language: 'python', code: 'x', timeout_sec: 5 }, () => undefined)
+    ).rejects.toMatchObject({ status: 403, code: 'approval_required' });
+  });
+});
+
+describe('readNdjson', () => {
+  it('keeps a multi-byte character split across chunks intact', async () => {
+    const bytes = new TextEncoder().encode('{"type":"stdout","data":"é✓"}\n');
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(bytes.slice(0, 27));
+        controller.enqueue(bytes.slice(27));
+        controller.close();
+      }
+    });
+    const items: unknown[] = [];
+    for await (const item of readNdjson(body)) {
+      items.push(item);
+    }
+    expect(items).toEqual([{ type: 'stdout', data: 'é✓' }]);
+  });
+});
