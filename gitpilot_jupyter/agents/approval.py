@@ -35,7 +35,7 @@ def check_mode(value: object) -> str:
 def resolve_mode(explicit: str | None, environ: Mapping[str, str]) -> tuple[str, str]:
     """The mode and where it came from (for messages): argument, env var or default."""
     if explicit is not None:
-        return check_mode(explicit), "set by the host application"
+        return check_mode(explicit), "set explicitly"
     raw = environ.get(APPROVAL_ENV, "").strip()
     if raw:
         return check_mode(raw), f"set by {APPROVAL_ENV}"

@@ -111,8 +111,8 @@ class RemoteAccess:
     in_process = False
 
     def __init__(self, server: ServerInfo) -> None:
-        self.server = server
-        self.where = server.url
+        self.server = ServerInfo(_base(server.url), server.token, server.found_in)
+        self.where = self.server.url
 
     async def _call(
         self,
@@ -127,7 +127,7 @@ class RemoteAccess:
                 answer = await client.request(
                     method, url, json=body, headers=_auth(self.server.token)
                 )
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise ServerUnreachable(
                 f"the Jupyter server at {self.server.url} does not answer "
                 f"({exc.__class__.__name__})"
