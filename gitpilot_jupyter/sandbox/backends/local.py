@@ -28,6 +28,8 @@ from .isolation import Isolator, Launch, default_isolator
 _READ_SIZE = 65536
 #: How long to wait for pipes held open by processes that left the group.
 _PIPE_GRACE_SEC = 0.5
+#: How often to look at the exit status while a background process holds the pipes.
+_EXIT_POLL_SEC = 0.1
 BASE_LAYERS = ["tempdir", "env-scrub"]
 
 
@@ -56,6 +58,20 @@ async def _drain(
     tail = sink.finish()
     if tail and on_output is not None:
         await on_output(name, tail)
+
+
+async def _exited(proc: asyncio.subprocess.Process) -> None:
+    """Return once the child itself has exited.
+
+    ``proc.wait()`` also waits for the pipes to close, which a background process
+    that kept them open may never do; its exit status is polled beside it.
+    """
+    waiter = asyncio.ensure_future(proc.wait())
+    try:
+        while not waiter.done() and proc.returncode is None:
+            await asyncio.wait({waiter}, timeout=_EXIT_POLL_SEC)
+    finally:
+        waiter.cancel()
 
 
 async def _feed_stdin(proc: asyncio.subprocess.Process, data: str) -> None:
@@ -167,7 +183,7 @@ class SubprocessSandbox(SandboxBackend):
         if request.stdin is not None:
             readers.append(asyncio.ensure_future(_feed_stdin(proc, request.stdin)))
         try:
-            await asyncio.wait_for(proc.wait(), timeout=request.timeout_sec)
+            await asyncio.wait_for(_exited(proc), timeout=request.timeout_sec)
         except asyncio.TimeoutError:
             result.timed_out = True
         finally:

@@ -1,0 +1,93 @@
+"""Fixtures for the OS isolation tests: a subprocess backend per isolation mechanism."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitpilot_jupyter.sandbox.backends.base import ResourceLimits, RunRequest
+from gitpilot_jupyter.sandbox.backends.layered import LayeredIsolator
+from gitpilot_jupyter.sandbox.backends.local import SubprocessSandbox
+from gitpilot_jupyter.sandbox.results import RunResult
+from tests.support.system import require_system
+
+#: Small limits: a shared 2-core machine runs these tests.
+SMALL = ResourceLimits(memory_mb=96, max_processes=32, max_file_size_mb=8)
+MECHANISMS = ["bwrap", "unshare", "none"]
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux isolation")
+
+
+def require_mechanism(mechanism: str) -> None:
+    """bwrap / unshare must be installed (CI installs them)."""
+    if mechanism in ("bwrap", "unshare"):
+        require_system(mechanism, shutil.which(mechanism) is not None, f"{mechanism} not on PATH")
+
+
+def make_backend(mechanism: str, *, cgroups: bool = True, **kwargs: object) -> SubprocessSandbox:
+    """A subprocess backend whose isolator is capped at ``mechanism``."""
+    require_mechanism(mechanism)
+    isolator = LayeredIsolator(mechanism, cgroups=cgroups, **kwargs)  # type: ignore[arg-type]
+    if mechanism != "none":
+        require_system(
+            mechanism,
+            isolator.report()["namespaces"] == mechanism,
+            f"{mechanism} cannot create namespaces here",
+        )
+    return SubprocessSandbox(isolator=isolator)
+
+
+def run(
+    backend: SubprocessSandbox,
+    code: str,
+    *,
+    language: str = "python",
+    timeout_sec: int = 20,
+    allow_network: bool = False,
+    limits: ResourceLimits = SMALL,
+    env: dict[str, str] | None = None,
+) -> RunResult:
+    """Run one snippet on ``backend`` and return its result."""
+    request = RunRequest(
+        language=language,
+        code=code,
+        timeout_sec=timeout_sec,
+        allow_network=allow_network,
+        limits=limits,
+        env=env if env is not None else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+    )
+    return asyncio.run(backend.run(request))
+
+
+def marked_processes(mark: str) -> list[int]:
+    """Host pids whose environment carries ``mark`` (processes a test started)."""
+    found = []
+    needle = mark.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ:
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def mark() -> Iterator[str]:
+    """A unique env marker; any process still carrying it after the test is killed."""
+    value = f"GITPILOT_TEST_MARK_{uuid.uuid4().hex}"
+    yield value
+    for pid in marked_processes(value):
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)

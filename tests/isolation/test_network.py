@@ -1,0 +1,51 @@
+"""Network off means no TCP connection at all, even to loopback; network on means it works."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from .conftest import MECHANISMS, make_backend, run
+
+CONNECT = """
+import socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=3).close()
+    print("connected")
+except OSError as exc:
+    print("refused", exc)
+"""
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP server on the host's loopback; the kernel completes connects to it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.listen(16)
+    yield server.getsockname()[1]
+    server.close()
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_network_off_cannot_reach_a_loopback_server(mechanism: str, listener: int) -> None:
+    backend = make_backend(mechanism)
+    result = run(backend, CONNECT.format(port=listener))
+    assert result.exit_code == 0, result.stderr
+    if mechanism == "none":
+        # No namespace: the layer is not claimed, and indeed the connection works.
+        assert "netns" not in result.isolation
+        assert result.stdout.startswith("connected")
+    else:
+        assert "netns" in result.isolation
+        assert result.stdout.startswith("refused"), result.stdout
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_network_on_reaches_a_loopback_server(mechanism: str, listener: int) -> None:
+    backend = make_backend(mechanism)
+    result = run(backend, CONNECT.format(port=listener), allow_network=True)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith("connected"), result.stdout
+    assert "netns" not in result.isolation
