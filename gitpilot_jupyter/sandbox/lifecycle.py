@@ -127,7 +127,7 @@ class MatrixLabLifecycle:
             "lifecycle_enabled": lifecycle_enabled(self.environ),
             "docker_available": False,
             "docker_error": None,
-            "installed": None,
+            "installed": False,  # unknown without Docker; a UI reads it as "not installed"
             "running": bool(health["ok"]),
             "health_error": health["error"],
             "url": self.url,

@@ -491,8 +491,13 @@ class SandboxService:
         )
 
     async def _lifecycle_action(self, action: str, user: str | None, *args: Any) -> dict[str, Any]:
+        started = time.monotonic()
         answer: dict[str, Any] = await getattr(self._lifecycle(), action)(*args)
-        self._emit("lifecycle", {"user": user, "action": action, "ok": answer["ok"]})
+        duration_ms = int((time.monotonic() - started) * 1000)
+        self._emit(
+            "lifecycle",
+            {"user": user, "action": action, "ok": answer["ok"], "duration_ms": duration_ms},
+        )
         return answer
 
     async def lifecycle_status(self) -> dict[str, Any]:

@@ -8,9 +8,12 @@ import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
+import pytest
+
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.docker.conftest import BASE_IMAGE, RUNNER_IMAGE
 
+pytestmark = pytest.mark.docker
 T = TypeVar("T")
 
 
