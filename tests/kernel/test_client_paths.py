@@ -1,0 +1,221 @@
+"""The two client paths (in-process core, REST API of a real Jupyter server) give the same results.
+
+The server is a real ``jupyter server`` subprocess with the extension; the last
+test starts a kernel *through that server* and checks that ``auto`` finds it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from jupyter_client.blocking import BlockingKernelClient
+
+from gitpilot_jupyter.kernel.client import (
+    LocalClient,
+    RestClient,
+    SandboxClient,
+    launching_server,
+    make_client,
+)
+from gitpilot_jupyter.sandbox.errors import SandboxError
+from gitpilot_jupyter.sandbox.results import RunResult
+from gitpilot_jupyter.sandbox.service import SandboxService
+from gitpilot_jupyter.sandbox.settings import SettingsStore
+from gitpilot_jupyter.sandbox.sync import run_sync
+from tests.support.live_server import LiveServer, start_live_server
+
+#: Envelope fields that differ between any two runs.
+PER_RUN = {"run_id", "plan_id", "duration_ms", "sandbox_id"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    live = start_live_server(tmp_path_factory.mktemp("live"))
+    yield live
+    live.stop()
+
+
+@pytest.fixture
+def both(server: LiveServer) -> dict[str, SandboxClient]:
+    """Both paths on the same settings folder."""
+    local = LocalClient(SandboxService(settings=SettingsStore(server.config_dir)))
+    return {"in-process": local, "REST": RestClient(server.url, server.token)}
+
+
+def run(
+    client: SandboxClient, language: str, code: str, **kw: Any
+) -> tuple[RunResult, dict[str, str]]:
+    """Plan, approve, run; return the result and the text streamed on each stream."""
+    streamed = {"stdout": "", "stderr": ""}
+
+    async def collect(stream: str, text: str) -> None:
+        streamed[stream] += text
+
+    async def go() -> RunResult:
+        stdin = kw.pop("stdin", None)
+        plan = await client.plan(language=language, code=code, stdin=stdin, **kw)
+        return await client.run_approved(plan, stdin=stdin, on_output=collect)
+
+    return run_sync(go()), streamed
+
+
+@pytest.mark.parametrize(
+    ("language", "code", "kw"),
+    [
+        ("python", "import sys\nprint('out')\nprint('err', file=sys.stderr)\n", {}),
+        ("bash", 'read name; echo "hi $name"; exit 3', {"stdin": "Ada\n"}),
+        ("py", "print('x' * 600_000)", {}),
+        ("python", "print('before', flush=True)\nwhile True: pass", {"timeout_sec": 1}),
+    ],
+    ids=["streams", "stdin-exit", "truncated", "timeout"],
+)
+def test_both_paths_give_the_same_envelope(
+    both: dict[str, SandboxClient], language: str, code: str, kw: dict[str, Any]
+) -> None:
+    results = {name: run(client, language, code, **dict(kw)) for name, client in both.items()}
+    (local, local_stream), (rest, rest_stream) = results["in-process"], results["REST"]
+    same = {k: v for k, v in local.to_dict().items() if k not in PER_RUN}
+    assert {k: v for k, v in rest.to_dict().items() if k not in PER_RUN} == same
+    assert local_stream == rest_stream  # chunks may split differently; the text may not
+    assert rest.plan_id is not None and rest.plan_id.startswith("plan_")
+
+
+def test_rest_streams_output_while_the_snippet_runs(server: LiveServer) -> None:
+    client = RestClient(server.url, server.token)
+    arrivals: list[tuple[float, str]] = []
+
+    async def collect(stream: str, text: str) -> None:
+        if text.strip():  # newlines may come as chunks of their own
+            arrivals.append((time.monotonic(), text.strip()))
+
+    async def go() -> RunResult:
+        code = "import time\nprint('a', flush=True)\ntime.sleep(0.6)\nprint('b', flush=True)\n"
+        plan = await client.plan(language="python", code=code)
+        return await client.run_approved(plan, stdin=None, on_output=collect)
+
+    result = run_sync(go())
+    assert result.stdout == "a\nb\n"
+    assert [text for _, text in arrivals] == ["a", "b"]
+    assert arrivals[1][0] - arrivals[0][0] > 0.4
+
+
+def test_errors_keep_their_codes_on_both_paths(both: dict[str, SandboxClient]) -> None:
+    bad_requests = [
+        {"language": "cobol", "code": "x"},
+        {"language": "python", "code": "x", "timeout_sec": 0},
+        {"language": "python", "code": "  "},
+        {"language": "python", "code": "x", "backend": "docker"},
+    ]
+    codes: dict[str, list[str]] = {}
+    for name, client in both.items():
+        for body in bad_requests:
+            with pytest.raises(SandboxError) as info:
+                run_sync(client.plan(**body))  # type: ignore[arg-type]
+            codes.setdefault(name, []).append(info.value.code)
+        plan = run_sync(client.plan(language="bash", code="rm -rf /"))
+        assert plan.blocked and plan.blocked_reason == "destructive pattern 'rm -rf /'"
+        with pytest.raises(SandboxError) as info:
+            run_sync(client.approve(plan))
+        assert info.value.code == "plan_blocked"
+    assert codes["REST"] == codes["in-process"]
+    assert codes["REST"][0] == "unknown_language"
+
+
+def test_status_and_config_on_both_paths(both: dict[str, SandboxClient]) -> None:
+    rest, local = both["REST"], both["in-process"]
+    run_sync(rest.configure({"timeout_sec": 77}))
+    assert run_sync(local.status())["settings"]["timeout_sec"] == 77
+    assert run_sync(rest.status())["settings"] == run_sync(local.status())["settings"]
+    run_sync(local.configure({"timeout_sec": 120}))
+
+
+def test_magic_with_a_server_url_uses_rest(server: LiveServer) -> None:
+    InteractiveShell.clear_instance()
+    ip = InteractiveShell.instance()
+    try:
+        ip.run_line_magic("load_ext", "gitpilot_jupyter")
+        ip.run_line_magic("config", f"SandboxMagics.server = {server.url!r}")
+        ip.run_line_magic("config", f"SandboxMagics.server_token = {server.token!r}")
+        with capture_output() as cap:
+            ip.run_cell_magic("sandbox", "--out r", "print('over rest')")
+        assert cap.stdout.startswith("over rest\n")
+        assert cap.stdout.splitlines()[-1].endswith(" · REST")
+        assert ip.user_ns["r"]["exit_code"] == 0
+        ip.run_line_magic("config", "SandboxMagics.server_token = 'wrong'")
+        with pytest.raises(UsageError, match="sandbox: "):
+            ip.run_cell_magic("sandbox", "", "print('refused')")
+        ip.run_line_magic("config", "SandboxMagics.server = 'http://127.0.0.1:9'")
+        with pytest.raises(UsageError, match="server_unreachable"):
+            ip.run_cell_magic("sandbox", "", "print('nowhere')")
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def test_auto_without_a_launching_server_is_in_process() -> None:
+    client = make_client("auto")
+    assert isinstance(client, LocalClient) and client.path == "in-process"
+    with pytest.raises(SandboxError, match="server must be"):
+        make_client("somewhere")
+
+
+def test_launching_server_is_found_by_its_runtime_file(server: LiveServer) -> None:
+    runtime = str(Path(server.env["JUPYTER_RUNTIME_DIR"]))
+    info = launching_server([runtime], parent_pid=server.pid)
+    assert info is not None and info["pid"] == server.pid
+    assert info["url"].startswith(server.url)
+    assert launching_server([runtime], parent_pid=1) is None
+
+
+def execute(kc: BlockingKernelClient, code: str, timeout: float = 60) -> tuple[str, str]:
+    """Run ``code`` in the kernel; return (stdout, error text)."""
+    msg_id = kc.execute(code)
+    stdout, error = [], ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msg = kc.get_iopub_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream" and content["name"] == "stdout":
+            stdout.append(content["text"])
+        elif kind == "error":
+            error = "\n".join(content["traceback"])
+        elif kind == "status" and content["execution_state"] == "idle":
+            break
+    return "".join(stdout), error
+
+
+def test_a_kernel_launched_by_the_server_uses_its_rest_api(server: LiveServer) -> None:
+    with server.client() as http:
+        kernel = http.post("/api/kernels", json={"name": "python3"}).json()
+    try:
+        connection = Path(server.env["JUPYTER_RUNTIME_DIR"]) / f"kernel-{kernel['id']}.json"
+        kc = BlockingKernelClient()
+        kc.load_connection_file(str(connection))
+        kc.start_channels()
+        try:
+            kc.wait_for_ready(timeout=60)
+            out, error = execute(kc, "%load_ext gitpilot_jupyter")
+            assert not error, error
+            out, error = execute(kc, "%%sandbox --out r\nprint('from the kernel')")
+            assert not error, error
+            assert out.startswith("from the kernel\n")
+            assert out.splitlines()[-1].endswith(" · REST"), out
+            out, error = execute(kc, "%%sandbox bash\nexit 2")
+            assert "SandboxRunError: the bash snippet exited with code 2" in error
+            assert "Traceback" not in error
+            out, _ = execute(kc, "import json; print(json.dumps(r))")
+            assert json.loads(out)["stdout"] == "from the kernel\n"
+        finally:
+            kc.stop_channels()
+    finally:
+        with server.client() as http:
+            http.delete(f"/api/kernels/{kernel['id']}")
