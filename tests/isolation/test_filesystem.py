@@ -1,0 +1,110 @@
+"""The host's files: read-only outside the run's temp dir, private /tmp, credentials hidden."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import MECHANISMS, make_backend, run
+
+PROBE = """
+import json, os
+out = {}
+for path in json.loads(os.environ["PROBE_PATHS"]):
+    try:
+        out[path] = sorted(os.listdir(path)) if os.path.isdir(path) else open(path).read()
+    except OSError as exc:
+        out[path] = type(exc).__name__
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A folder outside /tmp (which the sandbox replaces) that the test can see."""
+    folder = Path(tempfile.mkdtemp(prefix="gitpilot-isolation-", dir="/var/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_writing_outside_the_temp_dir_fails(mechanism: str, outside: Path) -> None:
+    backend = make_backend(mechanism)
+    target = outside / "written-by-snippet"
+    code = f"open({str(target)!r}, 'w').write('x')\nprint('wrote')"
+    result = run(backend, code)
+    if mechanism == "bwrap":
+        assert "ro-root" in result.isolation
+        assert result.exit_code == 1 and "Read-only file system" in result.stderr
+        assert not target.exists()
+    else:
+        # Without bubblewrap the host is writable (root here): never claimed.
+        assert "ro-root" not in result.isolation
+        assert result.stdout == "wrote\n" and target.exists()
+    # The run's own folder is always writable.
+    local = run(backend, "open('mine.txt', 'w').write('x')\nprint(open('mine.txt').read())")
+    assert (local.exit_code, local.stdout) == (0, "x\n")
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_tmp_is_private_with_bubblewrap(mechanism: str) -> None:
+    backend = make_backend(mechanism)
+    name = f"gitpilot-private-tmp-{uuid.uuid4().hex}"
+    host_file = Path("/tmp") / name
+    host_file.write_text("host secret")
+    try:
+        code = f"import os\nprint(os.path.exists('/tmp/{name}'))\nopen('/tmp/{name}.new','w')"
+        result = run(backend, code)
+        assert result.exit_code == 0, result.stderr
+        created = Path("/tmp") / f"{name}.new"
+        private = "private-tmp" in result.isolation
+        assert private == (mechanism == "bwrap")
+        assert result.stdout == f"{not private}\n"
+        assert created.exists() != private
+    finally:
+        host_file.unlink()
+        (Path("/tmp") / f"{name}.new").unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_credential_folders_are_hidden(
+    mechanism: str, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = outside / "home"
+    files = {
+        ".gitpilot/settings.json": '{"sandbox": {"matrixlab_token": "secret"}}',
+        ".ssh/id_ed25519": "PRIVATE KEY",
+        ".aws/credentials": "[default]\naws_secret_access_key = x",
+        ".docker/config.json": '{"auths": {}}',
+        ".config/gcloud/credentials.db": "x",
+        ".local/share/jupyter/runtime/jpserver-1.json": '{"token": "t"}',
+        ".netrc": "machine example.invalid password p",
+    }
+    for rel, text in files.items():
+        (home / rel).parent.mkdir(parents=True, exist_ok=True)
+        (home / rel).write_text(text)
+    (home / "notes.txt").write_text("not a credential")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GITPILOT_CONFIG_DIR", str(home / ".gitpilot"))
+    backend = make_backend(mechanism)
+    paths = [str(home / rel) for rel in files] + [str(home / "notes.txt"), str(home / ".ssh")]
+    env = {"PATH": os.environ["PATH"], "PROBE_PATHS": json.dumps(paths)}
+    result = run(backend, PROBE, env=env)
+    assert result.exit_code == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen[str(home / "notes.txt")] == "not a credential"
+    if mechanism == "bwrap":
+        assert "hidden-credentials" in result.isolation
+        for rel in files:
+            assert seen[str(home / rel)] in ("FileNotFoundError", "PermissionError", ""), rel
+        assert seen[str(home / ".ssh")] == []
+    else:
+        assert "hidden-credentials" not in result.isolation
+        assert seen[str(home / ".ssh/id_ed25519")] == "PRIVATE KEY"

@@ -1,0 +1,86 @@
+"""What status says about isolation: the layers in force, and why others are missing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gitpilot_jupyter.sandbox.backends.layered import LayeredIsolator
+from gitpilot_jupyter.sandbox.backends.local import SubprocessSandbox
+from gitpilot_jupyter.sandbox.service import SandboxService
+from gitpilot_jupyter.sandbox.settings import SettingsStore
+
+from .conftest import make_backend, require_mechanism, run
+
+
+def path_without_bwrap(folder: Path) -> str:
+    """A PATH holding the tools a run needs, but no bwrap."""
+    folder.mkdir()
+    for tool in ("unshare", "true", "bash", "sh", "env", "node"):
+        found = shutil.which(tool)
+        if found:
+            (folder / tool).symlink_to(found)
+    return str(folder)
+
+
+def test_status_layers_match_what_a_run_gets(sandbox_config_dir: Path) -> None:
+    require_mechanism("bwrap")
+    service = SandboxService(settings=SettingsStore(sandbox_config_dir))
+    status = asyncio.run(service.status())
+    _, result = asyncio.run(service.run_approved_here(language="python", code="print(1)"))
+    assert status["isolation"] == result.isolation
+    assert status["isolation_report"]["namespaces"] == "bwrap"
+    assert status["isolation_report"]["unavailable"] == []
+    # With network allowed in the settings, status no longer claims the network namespace.
+    asyncio.run(service.configure({"allow_network": True}))
+    status = asyncio.run(service.status())
+    assert "netns" not in status["isolation"] and "pidns" in status["isolation"]
+
+
+def test_without_bwrap_status_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_mechanism("unshare")
+    monkeypatch.setenv("PATH", path_without_bwrap(tmp_path / "bin"))
+    backend = SubprocessSandbox(isolator=LayeredIsolator())
+    report = backend.isolator.report()
+    missing = {u["layer"]: u for u in report["unavailable"]}
+    assert "bwrap" in missing and "not installed" in missing["bwrap"]["reason"]
+    assert "apt-get install bubblewrap" in missing["bwrap"]["fix"]
+    assert report["namespaces"] == "unshare"
+    assert not {"ro-root", "hidden-credentials", "private-tmp"} & set(report["layers"])
+    result = run(backend, "print('still runs')")
+    assert (result.exit_code, result.stdout) == (0, "still runs\n")
+    assert result.isolation == ["tempdir", "env-scrub", *report["layers"]]
+
+
+def test_isolation_env_var_caps_the_mechanism(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITPILOT_SANDBOX_ISOLATION", "none")
+    report = LayeredIsolator().report()
+    assert report["namespaces"] == "none" and report["choice"] == "none"
+    reasons = {u["layer"]: u["reason"] for u in report["unavailable"]}
+    assert "GITPILOT_SANDBOX_ISOLATION=none" in reasons["namespaces"]
+    monkeypatch.setenv("GITPILOT_SANDBOX_ISOLATION", "chroot")
+    report = LayeredIsolator().report()
+    assert report["choice"] == "auto"
+    assert "'chroot' is not one of" in report["unavailable"][0]["reason"]
+
+
+def test_rlimit_fallback_is_reported_and_enforced() -> None:
+    backend = make_backend("none", cgroups=False)
+    report = backend.isolator.report()
+    missing = {u["layer"] for u in report["unavailable"]}
+    assert "cgroups" in missing
+    assert report["cgroups"] == "none"
+    assert {"rlimit-data", "rlimit-fsize", "rlimit-cpu"} <= set(report["layers"])
+    if os.geteuid() == 0:
+        assert "rlimit-nproc" in missing and "rlimit-nproc" not in report["layers"]
+    # The file size limit (8 MiB in these tests) is really in force.
+    code = "open('big', 'wb').write(b'x' * (16 << 20))\nprint('wrote')"
+    result = run(backend, code)
+    assert result.exit_code != 0 and "wrote" not in result.stdout
+    assert "rlimit-fsize" in result.isolation
