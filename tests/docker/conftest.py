@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
+from tests.support.live_server import free_port
 from tests.support.system import require_system
 
 RUNNER_IMAGE = "gitpilot-test/matrixlab-runner-standin:latest"
@@ -52,12 +52,6 @@ def test_images(docker_engine: Any) -> None:
             require_system(
                 "docker test images", False, f"{image} is missing; run scripts/build-test-images.sh"
             )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 from pathlib import Path
 
 import httpx
@@ -13,13 +12,8 @@ from gitpilot_jupyter.sandbox.backends.base import RunRequest
 from gitpilot_jupyter.sandbox.backends.matrixlab import MatrixLabSandbox
 from gitpilot_jupyter.sandbox.errors import BackendFailure, BackendUnreachable
 from tests.matrixlab.conftest import backend_for, sent_requests
+from tests.support.live_server import free_port
 from tests.support.standin_fixture import StandinRunner, StartStandin
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def snippet(code: str, language: str = "python", **kwargs: object) -> RunRequest:
@@ -109,7 +103,7 @@ async def test_a_wrong_token_is_a_backend_error_with_the_runners_body(
 
 
 async def test_nothing_listening_is_unreachable() -> None:
-    backend = MatrixLabSandbox(url=f"http://127.0.0.1:{closed_port()}")
+    backend = MatrixLabSandbox(url=f"http://127.0.0.1:{free_port()}")
     with pytest.raises(BackendUnreachable) as caught:
         await backend.run(snippet("print(1)"))
     assert caught.value.status == 503 and caught.value.code == "backend_unreachable"

@@ -13,7 +13,7 @@ import pytest
 from gitpilot_jupyter.sandbox.errors import InvalidSetting
 from gitpilot_jupyter.sandbox.matrixlab_probe import probe_runner
 from gitpilot_jupyter.sandbox.service import SandboxService
-from tests.matrixlab.test_backend import closed_port
+from tests.support.live_server import free_port
 from tests.support.standin_fixture import StandinRunner, StartStandin
 
 BIN = Path(sys.executable).parent
@@ -66,7 +66,7 @@ async def test_a_runner_too_old_is_told_to_upgrade(start_standin: StartStandin) 
 
 
 async def test_nothing_listening_says_how_to_start_it() -> None:
-    report = await probe_runner(f"http://127.0.0.1:{closed_port()}")
+    report = await probe_runner(f"http://127.0.0.1:{free_port()}")
     assert report["ok"] is False and report["reachable"] is False
     assert "matrixlab start" in report["hint"]
 
@@ -114,7 +114,7 @@ async def test_something_else_on_the_port_is_not_taken_for_a_runner(
 async def test_the_service_tests_unsaved_values_and_then_saved_ones(
     service: SandboxService, runner_standin: StandinRunner
 ) -> None:
-    service.settings.update({"matrixlab_url": f"http://127.0.0.1:{closed_port()}"})
+    service.settings.update({"matrixlab_url": f"http://127.0.0.1:{free_port()}"})
     assert (await service.test_matrixlab())["reachable"] is False
     unsaved = await service.test_matrixlab(url=runner_standin.url, token=runner_standin.token)
     assert unsaved["ok"] is True

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from tests.docker.conftest import (  # noqa: F401 - fixtures
     docker_engine,
     test_images,
 )
+from tests.support.live_server import free_port
 from tests.support.standin_fixture import (  # noqa: F401 - fixtures
     StandinRunner,
     runner_standin,
@@ -79,12 +79,6 @@ async def test_actions_without_docker_are_503(
     assert (answer.code, answer.body["code"]) == (503, "docker_unavailable")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.docker
 async def test_start_run_stop_over_rest_on_real_docker(
     api: Api,
@@ -98,7 +92,7 @@ async def test_start_run_stop_over_rest_on_real_docker(
     monkeypatch.setenv("GITPILOT_MATRIXLAB_RUNNER_IMAGE", RUNNER_IMAGE)
     monkeypatch.setenv("GITPILOT_MATRIXLAB_CONTAINER", name)
     monkeypatch.setenv("GITPILOT_MATRIXLAB_JOBS_DIR", str(tmp_path / "jobs"))
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     saved = await api("PUT", "api/sandbox/config", {"matrixlab_url": url})
     assert saved.code == 200, saved.text
     try:
