@@ -46,9 +46,11 @@ fi
 if [ "${FORCE:-0}" = 1 ] || ! have_image "$runner" \
     || [ "$(docker image inspect -f '{{index .Config.Labels "standin.sha"}}' "$runner")" != \
          "$(sha256sum "$here/tests/support/runner_standin.py" | cut -c1-64)" ]; then
+    # Output (incl. the legacy builder's deprecation notice) goes to a log shown only on failure.
     docker build --quiet --build-arg "BASE=$base" \
         --label "standin.sha=$(sha256sum "$here/tests/support/runner_standin.py" | cut -c1-64)" \
-        -t "$runner" -f "$here/docker/runner-standin/Dockerfile" "$here/tests/support" >/dev/null
+        -t "$runner" -f "$here/docker/runner-standin/Dockerfile" "$here/tests/support" \
+        >/tmp/gitpilot-docker-build.log 2>&1 || { cat /tmp/gitpilot-docker-build.log >&2; exit 1; }
     echo "build-test-images: built $runner"
 else
     echo "build-test-images: $runner already present and current"
