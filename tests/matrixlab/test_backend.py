@@ -123,7 +123,12 @@ async def test_a_runner_slower_than_the_timeout_plus_grace_is_unreachable(
 
 @pytest.mark.parametrize(
     ("mode", "quoted"),
-    [("error500", "runner exploded"), ("garbage", "<html>not json {"), ("down-docker", "Docker")],
+    [
+        ("error500", "runner exploded"),
+        ("error500-timeout", "context deadline exceeded"),
+        ("garbage", "<html>not json {"),
+        ("down-docker", "Docker"),
+    ],
 )
 async def test_runner_errors_are_backend_errors_quoting_the_body(
     start_standin: StartStandin, mode: str, quoted: str

@@ -17,6 +17,7 @@ received, so tests can check what the client sent. ``--port 0`` picks a free
 port; the first stdout line is ``listening on URL``.
 Modes: ``ok``, ``down-docker`` (health ``ok: false``, runs fail), ``slow``
 (every answer waits ``--delay`` seconds), ``error500`` (every POST is a 500),
+``error500-timeout`` (every POST is at once a 500 that mentions a timeout),
 ``garbage`` (every POST answers 200 with invalid JSON), ``old`` (no ``/code/run``
 nor ``/run``: a Runner too old), ``no-banner`` (stdout without the banner).
 """
@@ -45,7 +46,7 @@ VERSION = "0.1.0"
 PROTOCOL = "matrixlab.runner.v1"
 BANNER = "== Matrix Lab step: command ==\n"
 OUTPUT_CAP = 10 * 1024 * 1024
-MODES = ("ok", "down-docker", "slow", "error500", "garbage", "old", "no-banner")
+MODES = ("ok", "down-docker", "slow", "error500", "error500-timeout", "garbage", "old", "no-banner")
 LANGUAGES = {"python": "main.py", "javascript": "main.js", "node": "main.js", "bash": "main.sh"}
 ENDPOINTS = [
     "/health",
@@ -367,6 +368,8 @@ class Handler(BaseHTTPRequestHandler):
             trace = "".join(f"  frame {i}: in handler\n" for i in range(60))
             detail = f"Internal Server Error: runner exploded (stand-in)\n{trace}END-OF-BODY"
             return self._send(500, {"detail": detail})
+        if runner.mode == "error500-timeout":
+            return self._send(500, {"detail": "docker: context deadline exceeded (timeout)"})
         if runner.mode == "garbage":
             return self._send(200, None, raw=b"<html>not json {")
         try:

@@ -120,8 +120,12 @@ class MatrixLabSandbox(SandboxBackend):
 
     # -- HTTP ---------------------------------------------------------------------------
 
-    async def _post(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+    async def _post(
+        self, path: str, body: dict[str, Any], run_timeout: int
+    ) -> dict[str, Any] | None:
         """POST to the Runner; the JSON answer, or None for its 500-on-timeout answer."""
+        timeout = run_timeout + HTTP_GRACE_SEC
+        started = time.monotonic()
         try:
             async with self._client() as client:
                 response = await client.post(
@@ -131,8 +135,13 @@ class MatrixLabSandbox(SandboxBackend):
                 )
         except httpx.HTTPError as exc:
             raise unreachable(self.url, exc, timeout) from None
-        if response.status_code == 500 and _TIMEOUT_WORDS.search(response.text):
-            # This Runner version fails a run that wrote to stderr before timing out.
+        if (
+            response.status_code == 500
+            and _TIMEOUT_WORDS.search(response.text)
+            and time.monotonic() - started >= run_timeout
+        ):
+            # This Runner version fails a run that wrote to stderr before timing out; a 500
+            # that mentions a timeout before the run's own could be up is a real error.
             return None
         if not response.is_success:
             raise runner_error(self.url, path, response)
@@ -253,7 +262,7 @@ class MatrixLabSandbox(SandboxBackend):
         if image:
             body["image"] = image
         started = time.monotonic()
-        payload = await self._post("/code/run", body, request.timeout_sec + HTTP_GRACE_SEC)
+        payload = await self._post("/code/run", body, request.timeout_sec)
         result = self._envelope(
             payload,
             language=language,
@@ -298,7 +307,7 @@ class MatrixLabSandbox(SandboxBackend):
             "metadata": {"client": "gitpilot-jupyter", "run_id": run_id},
         }
         started = time.monotonic()
-        payload = await self._post("/run", body, timeout_sec + HTTP_GRACE_SEC)
+        payload = await self._post("/run", body, timeout_sec)
         result = self._envelope(
             payload,
             language=language,
