@@ -182,7 +182,8 @@ class LayeredIsolator(Isolator):
             missing.append({"layer": "cgroup-pids", "reason": "no pids cgroup", "fix": fix})
         return tree, missing
 
-    def _hidden(self) -> namespaces.Hidden:
+    def hidden_paths(self) -> namespaces.Hidden:
+        """The credential folders and files a bwrap run gets empty ones in place of."""
         home = self.home or Path(self.environ.get("HOME") or Path.home())
         return namespaces.credential_paths(self.environ, home)
 
@@ -202,7 +203,7 @@ class LayeredIsolator(Isolator):
         layers: list[str] = []
         if tool is not None:
             argv = tool.wrap(
-                argv, workdir=workdir, allow_network=allow_network, hidden=self._hidden()
+                argv, workdir=workdir, allow_network=allow_network, hidden=self.hidden_paths()
             )
             layers += tool.layers(allow_network=allow_network)
         run: cgroups.CgroupRun | None = None
