@@ -11,11 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
 
 from .._version import __version__
+from .render import describe_plan, shorten
 from .tools import AgentReply, AgentSandbox
+
+#: Bytes of a plan's code shown in the client's approval prompt.
+PROMPT_CODE_BYTES = 4_000
 
 #: Reply statuses a model must treat as "this did not run": isError in MCP terms.
 _ERROR_STATUSES = ("refused", "denied", "not_approved", "error")
@@ -38,14 +43,58 @@ def _tool_result(reply: AgentReply) -> CallToolResult:
     )
 
 
+class ApprovalAnswer(BaseModel):
+    """The form an MCP client shows its user for an ``ask``-mode plan."""
+
+    approve: bool = Field(description="Run this in the sandbox?")
+
+
+async def _ask_in_client(agent: AgentSandbox, reply: AgentReply, ctx: Context) -> AgentReply:
+    """Ask the client's user (MCP elicitation) to approve a pending plan; run or reject it.
+
+    Only called when the server was started with ``--approve-in-client``: the client's
+    prompt then counts as the person's approval, so use it only with clients that
+    show elicitations to their user rather than answering them by themselves.
+    """
+    capabilities = ctx.client_capabilities
+    if reply.plan is None or capabilities is None or capabilities.elicitation is None:
+        return reply
+    plan, plan_id = reply.plan, str(reply.plan["plan_id"])
+    message = "\n".join(
+        [
+            f"An agent asks to run this {plan['language']} code in the sandbox:",
+            *describe_plan(plan),
+            shorten(str(plan["code"]), PROMPT_CODE_BYTES),
+        ]
+    )
+    answer = await ctx.elicit(message, ApprovalAnswer)
+    if answer.action == "accept" and answer.data.approve:
+        await agent.async_approve(plan_id)
+    else:
+        await agent.async_reject(plan_id)
+    return await agent.async_wait_for_approval(plan_id, 5.0)
+
+
 def _hints(title: str, *, read_only: bool = False) -> ToolAnnotations:
     # Runs happen in a closed sandbox (no network by default): not "open world".
     return ToolAnnotations(title=title, read_only_hint=read_only, open_world_hint=False)
 
 
-def build_server(sandbox: AgentSandbox | None = None) -> MCPServer[Any]:
-    """An MCP server whose tools drive ``sandbox`` (default: configured from the environment)."""
+def build_server(
+    sandbox: AgentSandbox | None = None, *, approve_in_client: bool = False
+) -> MCPServer[Any]:
+    """An MCP server whose tools drive ``sandbox`` (default: configured from the environment).
+
+    ``approve_in_client``: in ``ask`` mode, ask the client's user to approve each plan
+    through an MCP elicitation (when the client supports it) instead of answering "pending".
+    """
     agent = sandbox or AgentSandbox()
+
+    async def settle(reply: AgentReply, ctx: Context) -> CallToolResult:
+        if approve_in_client and reply.status == "approval_pending":
+            reply = await _ask_in_client(agent, reply, ctx)
+        return _tool_result(reply)
+
     server: MCPServer[Any] = MCPServer(
         name="gitpilot-sandbox",
         title="gitpilot-jupyter sandbox",
@@ -55,22 +104,24 @@ def build_server(sandbox: AgentSandbox | None = None) -> MCPServer[Any]:
 
     @server.tool(annotations=_hints("Run code in the sandbox"))
     async def run_in_sandbox(
-        language: str, code: str, timeout_sec: int | None = None
+        language: str, code: str, ctx: Context, timeout_sec: int | None = None
     ) -> CallToolResult:
         """Run a snippet in the sandbox and return its exit code, duration, stdout and stderr.
 
         language: python, javascript or bash (aliases: py, js, node, sh, shell).
         timeout_sec: 1..600 seconds (default: the sandbox settings', usually 120).
         """
-        return _tool_result(await agent.async_run_in_sandbox(language, code, timeout_sec))
+        return await settle(await agent.async_run_in_sandbox(language, code, timeout_sec), ctx)
 
     @server.tool(annotations=_hints("Run a shell command in the sandbox"))
-    async def run_command(command: str, timeout_sec: int | None = None) -> CallToolResult:
+    async def run_command(
+        command: str, ctx: Context, timeout_sec: int | None = None
+    ) -> CallToolResult:
         """Run a bash command line in the sandbox (a fresh temporary folder, not the project).
 
         Returns the exit code, duration, stdout and stderr. Destructive commands are refused.
         """
-        return _tool_result(await agent.async_run_command(command, timeout_sec))
+        return await settle(await agent.async_run_command(command, timeout_sec), ctx)
 
     @server.tool(annotations=_hints("Sandbox status", read_only=True))
     async def sandbox_status() -> CallToolResult:
@@ -88,6 +139,8 @@ def build_server(sandbox: AgentSandbox | None = None) -> MCPServer[Any]:
     return server
 
 
-async def serve_stdio(sandbox: AgentSandbox | None = None) -> None:
+async def serve_stdio(
+    sandbox: AgentSandbox | None = None, *, approve_in_client: bool = False
+) -> None:
     """Serve the tools over stdin/stdout until the client disconnects."""
-    await build_server(sandbox).run_stdio_async()
+    await build_server(sandbox, approve_in_client=approve_in_client).run_stdio_async()

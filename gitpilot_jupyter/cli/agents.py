@@ -58,6 +58,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "'pending' (default 0)",
     )
     p.add_argument(
+        "--approve-in-client",
+        action="store_true",
+        help="in ask mode, ask the MCP client's user to approve each plan (an MCP elicitation "
+        "prompt) when the client supports it; use only with clients that show such prompts "
+        "to you rather than answering them themselves",
+    )
+    p.add_argument(
         "--max-output-bytes",
         type=int,
         default=MODEL_OUTPUT_BYTES,
@@ -160,7 +167,15 @@ def cmd_reject(args: argparse.Namespace) -> int:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """``jupyter sandbox mcp``: serve the tools on stdio until the client disconnects."""
-    from ..agents.mcp_server import serve_stdio
+    try:
+        from ..agents.mcp_server import serve_stdio
+    except ImportError as exc:
+        print(
+            f"error: the MCP server needs the mcp package ({exc}); "
+            "install it with: pip install 'gitpilot-jupyter[agents]'",
+            file=sys.stderr,
+        )
+        return 1
     from ..agents.tools import AgentSandbox
 
     agent = AgentSandbox(
@@ -180,13 +195,14 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             f"plans go {'to ' + where if not access.in_process else where}",
             file=sys.stderr,
         )
-        if agent.mode == "ask" and access.in_process:
+        if agent.mode == "ask" and access.in_process and not args.approve_in_client:
             print(
                 "warning: in ask mode without a Jupyter server nobody can approve the agent's "
-                f"plans; start JupyterLab (or set {URL_ENV}/{TOKEN_ENV}) or use --approval auto",
+                f"plans; start JupyterLab (or set {URL_ENV}/{TOKEN_ENV}), or use "
+                "--approve-in-client or --approval auto",
                 file=sys.stderr,
             )
-        await serve_stdio(agent)
+        await serve_stdio(agent, approve_in_client=args.approve_in_client)
 
     import anyio
 

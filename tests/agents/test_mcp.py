@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp.client.session import ClientSession
+from mcp.client.session import ClientRequestContext, ClientSession, ElicitationFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
 
 from tests.support.live_server import LiveServer
 
@@ -24,7 +24,12 @@ SESSION_TIMEOUT = 180
 Scenario = Callable[[ClientSession], Awaitable[None]]
 
 
-def run_session(args: list[str], env: dict[str, str], scenario: Scenario) -> None:
+def run_session(
+    args: list[str],
+    env: dict[str, str],
+    scenario: Scenario,
+    elicitation: ElicitationFnT | None = None,
+) -> None:
     """Start ``jupyter sandbox mcp ARGS``, initialise a client session, play ``scenario``."""
     child_env = {
         "GITPILOT_CONFIG_DIR": os.environ["GITPILOT_CONFIG_DIR"],
@@ -35,7 +40,10 @@ def run_session(args: list[str], env: dict[str, str], scenario: Scenario) -> Non
 
     async def main() -> None:
         with anyio.fail_after(SESSION_TIMEOUT):
-            async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            async with (
+                stdio_client(params) as (read, write),
+                ClientSession(read, write, elicitation_callback=elicitation) as session,
+            ):
                 await session.initialize()
                 await scenario(session)
 
@@ -140,3 +148,29 @@ def test_ask_mode_plan_is_approved_by_a_person_on_the_jupyter_server(live: LiveS
         assert envelope(done)["ok"] is True
 
     run_session([], server_env, scenario)
+
+
+def test_approve_in_client_asks_the_clients_user() -> None:
+    """Without a Jupyter server, --approve-in-client asks the person through the MCP client."""
+    prompts: list[str] = []
+
+    async def person(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        prompts.append(params.message)
+        yes = "print('yes please')" in params.message
+        return ElicitResult(action="accept", content={"approve": yes})
+
+    async def scenario(session: ClientSession) -> None:
+        ran = await session.call_tool(
+            "run_in_sandbox", {"language": "python", "code": "print('yes please')"}
+        )
+        assert not ran.is_error and envelope(ran)["ok"] is True
+        assert "yes please" in text_of(ran)
+
+        said_no = await session.call_tool("run_command", {"command": "echo no thanks"})
+        assert said_no.is_error
+        assert envelope(said_no)["status"] == "not_approved"
+        assert "Nothing was run" in text_of(said_no)
+
+    run_session(["--server", "local", "--approve-in-client"], {}, scenario, person)
+    assert len(prompts) == 2
+    assert "An agent asks to run this python code" in prompts[0]
