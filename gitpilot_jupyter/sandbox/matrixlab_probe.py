@@ -185,3 +185,28 @@ async def probe_runner(
     report["ok"] = report["error"] is None
     report["hint"] = report["hints"][0] if report["hints"] else None
     return report
+
+
+async def check_connection(
+    saved_url: str, saved_token: str, *, url: str | None = None, token: str | None = None
+) -> dict[str, Any]:
+    """Test connection with unsaved values over saved ones.
+
+    The saved token goes only to the saved URL: testing another URL without typing
+    a token sends none, so the write-only token can never be sent to an arbitrary host.
+    """
+    target = (url or saved_url).rstrip("/")
+    withheld = False
+    if token is None:
+        withheld = bool(saved_token) and target != saved_url.rstrip("/")
+        token = "" if withheld else saved_token
+    report = await probe_runner(target, token)
+    report["token_withheld"] = withheld
+    if withheld and report["token"] == "required":
+        hint = (
+            "the saved token is only sent to the saved URL: type the token to test it "
+            f"with {target}, or save the URL first"
+        )
+        report["hints"] = [hint, *report["hints"][1:]]
+        report["hint"] = hint
+    return report

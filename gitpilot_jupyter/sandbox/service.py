@@ -472,11 +472,13 @@ class SandboxService:
 
         A bad Runner does not raise: the report says what failed, with a hint.
         """
-        from .matrixlab_probe import probe_runner
+        from .matrixlab_probe import check_connection
 
         settings = self.settings.effective().settings
-        target = settings.matrixlab_url if not url else str(validate_setting("matrixlab_url", url))
-        return await probe_runner(target, settings.matrixlab_token if token is None else token)
+        target = str(validate_setting("matrixlab_url", url)) if url else None
+        return await check_connection(
+            settings.matrixlab_url, settings.matrixlab_token, url=target, token=token
+        )
 
     def _lifecycle(self) -> Any:
         from .lifecycle import MatrixLabLifecycle

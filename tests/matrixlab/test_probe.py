@@ -128,6 +128,19 @@ async def test_the_service_tests_unsaved_values_and_then_saved_ones(
         await service.test_matrixlab(url="ftp://nowhere")
 
 
+async def test_the_saved_token_never_goes_to_an_unsaved_url(
+    service: SandboxService, start_standin: StartStandin
+) -> None:
+    saved, other = start_standin(token="the-saved-token"), start_standin(token="the-saved-token")
+    service.settings.update({"matrixlab_url": saved.url, "matrixlab_token": "the-saved-token"})
+    assert (await service.test_matrixlab())["token"] == "accepted"
+    elsewhere = await service.test_matrixlab(url=other.url)
+    assert elsewhere["token"] == "required" and elsewhere["token_withheld"] is True
+    assert "only sent to the saved URL" in elsewhere["hint"]
+    typed = await service.test_matrixlab(url=other.url, token="the-saved-token")
+    assert typed["ok"] is True
+
+
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(BIN / "jupyter-sandbox"), *args], capture_output=True, text=True, timeout=60
