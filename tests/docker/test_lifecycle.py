@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -110,3 +113,13 @@ async def test_start_without_the_runner_image_says_install_first(
     answer = await lifecycle_service.lifecycle_start()
     assert answer["ok"] is False and "run install first" in answer["error"]
     assert answer["container"] is None and answer["installed"] is False
+
+
+def test_cli_install_lists_its_steps(lifecycle_service: SandboxService) -> None:
+    cli = Path(sys.executable).parent / "jupyter-sandbox"
+    done = subprocess.run(
+        [str(cli), "matrixlab", "install"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"$ docker image inspect {RUNNER_IMAGE}" in done.stdout
+    assert "install: OK" in done.stdout and "already present" in done.stderr

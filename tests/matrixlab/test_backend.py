@@ -10,7 +10,7 @@ import pytest
 
 from gitpilot_jupyter.sandbox.backends.base import RunRequest
 from gitpilot_jupyter.sandbox.backends.matrixlab import MatrixLabSandbox
-from gitpilot_jupyter.sandbox.errors import BackendFailure, BackendUnreachable
+from gitpilot_jupyter.sandbox.errors import BackendFailure, BackendUnreachable, InvalidRequest
 from tests.matrixlab.conftest import backend_for, sent_requests
 from tests.support.live_server import free_port
 from tests.support.standin_fixture import StandinRunner, StartStandin
@@ -180,6 +180,13 @@ async def test_a_file_with_its_folder_runs_through_run_with_a_zip_workspace(
     assert paths[-2:] == ["/run", "/run"] and "/repo/run" not in paths
     body = sent_requests(runner_standin)[-1]["body"]
     assert isinstance(body, dict) and body["image"] == "bash" and body["cwd"] == "."
+    in_pkg = await backend.run_workspace(
+        ["ls"], tmp_path, language="bash", timeout_sec=10, cwd="pkg"
+    )
+    assert in_pkg.stdout == "helper.py\n"
+    for cwd in ("../x", "/etc"):
+        with pytest.raises(InvalidRequest):
+            await backend.run_workspace(["ls"], tmp_path, language="bash", timeout_sec=10, cwd=cwd)
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")

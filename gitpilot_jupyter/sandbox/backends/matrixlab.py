@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ..errors import BackendFailure, BackendUnreachable
+from ..errors import BackendFailure, BackendUnreachable, InvalidRequest
 from ..languages import Interpreters, canonical_language
 from ..output import DEFAULT_OUTPUT_CAP, cap_text
 from ..results import RunResult, new_run_id
@@ -295,6 +295,8 @@ class MatrixLabSandbox(SandboxBackend):
         and ``cwd`` is relative to ``folder``. Skipped content: see :mod:`..workspace`.
         """
         language = canonical_language(language)
+        if cwd.startswith("/") or ".." in cwd.replace("\\", "/").split("/"):
+            raise InvalidRequest(f"cwd must be relative to the workspace, without '..': {cwd!r}")
         archive = await asyncio.to_thread(zip_workspace, folder)
         run_id = run_id or new_run_id()
         body: dict[str, Any] = {
