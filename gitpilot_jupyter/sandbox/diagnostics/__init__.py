@@ -21,7 +21,16 @@ from .local import HELLO, approval_stage, hello_stage, settings_stage, stdin_sta
 from .runner import runner_stages
 from .stage import FAIL, PASS, SKIP, Stage
 
-__all__ = ["FAIL", "PASS", "SKIP", "Stage", "failed", "render_text", "run_diagnostics"]
+__all__ = [
+    "FAIL",
+    "PASS",
+    "SKIP",
+    "Stage",
+    "failed",
+    "probe_service",
+    "render_text",
+    "run_diagnostics",
+]
 
 
 def probe_service(service: SandboxService, *, require_approval: bool = True) -> SandboxService:

@@ -1,0 +1,107 @@
+"""``jupyter sandbox debug`` as a user runs it: a real process, its exit status and output."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.support.standin_fixture import StandinRunner
+from tests.support.system import require_system
+
+DEBUG = [str(Path(sys.executable).parent / "jupyter-sandbox"), "debug"]
+
+
+def debug(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the debug command with the test's environment (plus ``env``)."""
+    full = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [*DEBUG, *args], capture_output=True, text=True, env=full, timeout=120, check=False
+    )
+
+
+def stages(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, Any]]:
+    """The ``--json`` stages by name."""
+    doc = json.loads(proc.stdout)
+    return {s["name"]: s for s in doc["stages"]}
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def require_bwrap() -> None:
+    require_system("bwrap", shutil.which("bwrap") is not None, "install bubblewrap")
+
+
+def test_debug_passes_here_and_changes_nothing(sandbox_config_dir: Path) -> None:
+    require_bwrap()
+    settings = sandbox_config_dir / "settings.json"
+    settings.write_text('{"other_tool": {"keep": true}, "sandbox": {"timeout_sec": 30}}')
+    before = settings.read_bytes(), settings.stat().st_mtime_ns
+    proc = debug()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "FAIL" not in proc.stdout
+    for name in ("settings", "local python hello-world", "stdin is /dev/null", "approval gate"):
+        assert f"PASS  {name}" in proc.stdout
+    assert "SKIP  runner" in proc.stdout and "jupyter sandbox debug --matrixlab" in proc.stdout
+    assert (settings.read_bytes(), settings.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in sandbox_config_dir.iterdir()) == ["settings.json"]
+
+
+def test_debug_fails_with_the_install_hint_without_bwrap(tmp_path: Path) -> None:
+    require_system("unshare", shutil.which("unshare") is not None, "util-linux")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("unshare", "true", "bash", "sh", "env", "node"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    proc = debug("--json", env={"PATH": str(bin_dir)})
+    assert proc.returncode == 1
+    found = stages(proc)
+    layers = found["isolation layers"]
+    assert layers["status"] == "FAIL" and "bwrap is not installed" in layers["detail"]
+    assert "apt-get install bubblewrap" in layers["fix"]
+    # The run itself still works, with what remains, and nothing false is claimed.
+    assert found["local python hello-world"]["status"] == "PASS"
+    assert found["isolation check"]["status"] == "PASS"
+    assert "ro-root" not in found["isolation check"]["detail"]
+    assert json.loads(proc.stdout)["ok"] is False
+
+
+def test_debug_matrixlab_fails_with_a_hint_on_a_closed_port() -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    proc = debug("--matrixlab", "--json", env={"GITPILOT_MATRIXLAB_URL": url})
+    assert proc.returncode == 1
+    found = stages(proc)
+    health = found["runner health"]
+    assert health["status"] == "FAIL" and url in health["detail"]
+    assert "start" in health["fix"]
+    assert found["runner snippet"]["status"] == "SKIP"
+    assert "GITPILOT_MATRIXLAB_URL" in found["settings"]["detail"]
+
+
+def test_debug_matrixlab_passes_against_a_runner(runner_standin: StandinRunner) -> None:
+    env = {"GITPILOT_MATRIXLAB_URL": runner_standin.url}
+    env["GITPILOT_MATRIXLAB_TOKEN"] = runner_standin.token
+    proc = debug("--matrixlab", "--json", env=env)
+    found = stages(proc)
+    for name in ("runner health", "runner docker", "runner capabilities", "runner snippet"):
+        assert found[name]["status"] == "PASS", found[name]
+
+
+def test_debug_names_a_rejected_token(runner_standin: StandinRunner) -> None:
+    env = {"GITPILOT_MATRIXLAB_URL": runner_standin.url, "GITPILOT_MATRIXLAB_TOKEN": "wrong"}
+    proc = debug("--matrixlab", "--json", env=env)
+    assert proc.returncode == 1
+    snippet = stages(proc)["runner snippet"]
+    assert snippet["status"] == "FAIL" and "matrixlab_token" in snippet["fix"]

@@ -1,0 +1,88 @@
+"""The diagnostics stages in-process: each failure is found and named with its fix."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitpilot_jupyter.sandbox.backends.base import ResourceLimits
+from gitpilot_jupyter.sandbox.backends.isolation import Isolator, Launch
+from gitpilot_jupyter.sandbox.diagnostics import (
+    FAIL,
+    PASS,
+    SKIP,
+    probe_service,
+    render_text,
+    run_diagnostics,
+)
+from gitpilot_jupyter.sandbox.diagnostics.isolation import isolation_check
+from gitpilot_jupyter.sandbox.diagnostics.local import approval_stage, settings_stage
+from gitpilot_jupyter.sandbox.service import SandboxService
+from gitpilot_jupyter.sandbox.settings import SettingsStore
+
+
+class LyingIsolator(Isolator):
+    """Claims a read-only root and a network namespace, enforces neither."""
+
+    def prepare(
+        self, argv: list[str], *, workdir: Path, allow_network: bool, limits: ResourceLimits
+    ) -> Launch:
+        return Launch(argv=list(argv), layers=["ro-root", "netns"])
+
+
+def make_service(config_dir: Path, **options: Any) -> SandboxService:
+    return SandboxService(settings=SettingsStore(config_dir), **options)
+
+
+def test_a_full_walk_leaves_no_trace_in_the_users_service(sandbox_config_dir: Path) -> None:
+    events: list[tuple[str, dict[str, Any]]] = []
+    service = make_service(sandbox_config_dir, audit=lambda e, d: events.append((e, d)))
+    found = asyncio.run(run_diagnostics(service, matrixlab=False))
+    names = [s.name for s in found]
+    assert names[:3] == ["settings", "local python hello-world", "local javascript hello-world"]
+    assert {"stdin is /dev/null", "output kept across a timeout kill", "approval gate"} <= set(
+        names
+    )
+    assert {"isolation layers", "isolation check"} <= set(names)
+    assert all(s.status in (PASS, FAIL, SKIP) for s in found)
+    assert events == []  # no plan, approval or run reached the user's audit log
+    assert service.plans.pending() == []
+    assert not (sandbox_config_dir / "settings.json").exists()
+    text = render_text(found)
+    assert text.splitlines()[0].startswith(("PASS  settings", "FAIL  settings"))
+
+
+def test_a_corrupt_settings_file_fails_with_its_path(sandbox_config_dir: Path) -> None:
+    path = sandbox_config_dir / "settings.json"
+    path.write_text("{not json")
+    stage = asyncio.run(settings_stage(make_service(sandbox_config_dir)))
+    assert stage.status == FAIL and "not valid JSON" in stage.detail
+    assert stage.fix == f"fix or remove {path}"
+    assert path.read_text() == "{not json"  # read-only: no backup, no rewrite
+    assert sorted(p.name for p in sandbox_config_dir.iterdir()) == ["settings.json"]
+
+
+def test_an_unknown_backend_in_the_env_fails_with_unset(
+    sandbox_config_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITPILOT_SANDBOX", "docker")
+    stage = asyncio.run(settings_stage(make_service(sandbox_config_dir)))
+    assert stage.status == FAIL and "'docker'" in stage.detail
+    assert stage.fix is not None and stage.fix.startswith("unset GITPILOT_SANDBOX")
+
+
+def test_approval_switched_off_is_a_skip_that_says_so(sandbox_config_dir: Path) -> None:
+    service = make_service(sandbox_config_dir, require_approval=False)
+    stage = asyncio.run(approval_stage(service, probe_service(service)))
+    assert stage.status == SKIP and "switched off" in stage.detail
+    assert stage.fix is not None and "GITPILOT_SANDBOX_REQUIRE_APPROVAL" in stage.fix
+
+
+def test_a_claimed_layer_that_does_not_hold_fails_the_check(sandbox_config_dir: Path) -> None:
+    service = make_service(sandbox_config_dir, isolator=LyingIsolator())
+    stage = asyncio.run(isolation_check(service))
+    assert stage.status == FAIL
+    assert "claimed but not in force: ro-root, netns" in stage.detail
