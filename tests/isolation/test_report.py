@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from gitpilot_jupyter.sandbox.backends.layered import LayeredIsolator
 from gitpilot_jupyter.sandbox.backends.local import SubprocessSandbox
+from gitpilot_jupyter.sandbox.diagnostics import PASS
+from gitpilot_jupyter.sandbox.diagnostics.isolation import isolation_check
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 
@@ -84,3 +87,29 @@ def test_rlimit_fallback_is_reported_and_enforced() -> None:
     result = run(backend, code)
     assert result.exit_code != 0 and "wrote" not in result.stdout
     assert "rlimit-fsize" in result.isolation
+
+
+@pytest.mark.parametrize("cgroups", [True, False])
+@pytest.mark.parametrize("mechanism", ["bwrap", "unshare", "none"])
+def test_every_claimed_layer_is_verified_from_inside(
+    mechanism: str, cgroups: bool, sandbox_config_dir: Path
+) -> None:
+    backend = make_backend(mechanism, cgroups=cgroups)
+    service = SandboxService(settings=SettingsStore(sandbox_config_dir), isolator=backend.isolator)
+    stage = asyncio.run(isolation_check(service))
+    assert stage.status == PASS, stage.detail
+    claimed = [layer for layer in backend.isolation() if layer != "env-scrub"]
+    verified = stage.detail.split("verified: ")[1].split(";")[0].split(", ")
+    assert sorted(verified) == sorted(claimed)
+
+
+def test_a_credential_folder_holding_the_interpreter_is_not_claimed_hidden(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require_mechanism("bwrap")
+    home = Path(sys.prefix).parent  # pretend the venv lives in the home's credential folder
+    monkeypatch.setenv("GITPILOT_CONFIG_DIR", sys.prefix)
+    backend = make_backend("bwrap", home=home)
+    result = run(backend, "print('ok')")
+    assert (result.exit_code, result.stdout) == (0, "ok\n")
+    assert "hidden-credentials" not in result.isolation and "ro-root" in result.isolation

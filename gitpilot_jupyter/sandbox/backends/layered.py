@@ -202,10 +202,12 @@ class LayeredIsolator(Isolator):
         tree, _ = self._cgroups()
         layers: list[str] = []
         if tool is not None:
-            argv = tool.wrap(
-                argv, workdir=workdir, allow_network=allow_network, hidden=self.hidden_paths()
-            )
+            hidden = self.hidden_paths()
             layers += tool.layers(allow_network=allow_network)
+            kept = len(namespaces.hideable(hidden[0], argv, workdir)) < len(hidden[0])
+            if kept and "hidden-credentials" in layers:
+                layers.remove("hidden-credentials")  # one holds the interpreter: left visible
+            argv = tool.wrap(argv, workdir=workdir, allow_network=allow_network, hidden=hidden)
         run: cgroups.CgroupRun | None = None
         if tree is not None:
             cgroups.remove_stale()

@@ -72,6 +72,12 @@ def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
+def hideable(dirs: Sequence[Path], argv: list[str], workdir: Path) -> list[Path]:
+    """The credential folders that can be hidden: never one the run needs (a venv in it)."""
+    needed = [*(_needed_paths(argv[0]) if argv else []), workdir]
+    return [d for d in dirs if not any(_inside(p, d) for p in needed)]
+
+
 @dataclass
 class Namespaces:
     """A working namespace tool and how to wrap a command with it."""
@@ -113,10 +119,8 @@ class Namespaces:
         cmd = [self.path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         dirs, files = hidden
         needed = _needed_paths(argv[0]) if argv else []
-        for folder in dirs:
-            # Never hide what the run needs (a venv inside a hidden folder would break it).
-            if not any(_inside(p, folder) for p in [*needed, workdir]):
-                cmd += ["--tmpfs", str(folder)]
+        for folder in hideable(dirs, argv, workdir):
+            cmd += ["--tmpfs", str(folder)]
         for path in files:
             cmd += ["--ro-bind", "/dev/null", str(path)]
         # A private, empty /tmp (none of the host's files); then the run's own temp
