@@ -49,7 +49,7 @@ async def test_a_line_that_is_not_the_banner_is_kept(start_standin: StartStandin
 
 async def test_timeout_124_becomes_timed_out(runner_standin: StandinRunner) -> None:
     request = snippet("import time; print('before', flush=True); time.sleep(30)")
-    request.timeout_sec = 1
+    request.timeout_sec = 2
     result = await backend_for(runner_standin).run(request)
     assert (result.timed_out, result.exit_code) == (True, -1)
     assert (result.stdout, result.stderr) == ("before\n", "")
@@ -59,7 +59,7 @@ async def test_the_runners_500_on_timeout_is_a_timed_out_result(
     runner_standin: StandinRunner,
 ) -> None:
     request = snippet("import sys, time; sys.stderr.write('x'); sys.stderr.flush(); time.sleep(30)")
-    request.timeout_sec = 1
+    request.timeout_sec = 2
     result = await backend_for(runner_standin).run(request)
     assert (result.timed_out, result.exit_code) == (True, -1)
 

@@ -16,7 +16,7 @@ CASES = [
     ("python", "try:\n    input()\nexcept EOFError:\n    print('eof')", None, 10),
     ("python", "print('héllo wörld ✓')", None, 10),
     ("python", "print('é' * 400_000)", None, 10),
-    ("python", "import time\nprint('before', flush=True)\ntime.sleep(30)", None, 1),
+    ("python", "import time\nprint('before', flush=True)\ntime.sleep(30)", None, 2),
     ("bash", "echo hi; echo oops >&2; exit 5", None, 10),
     ("javascript", "console.log([1, 2].map(x => x * 21).join(','))", None, 10),
 ]
