@@ -19,6 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from .backends.matrixlab import MatrixLabSandbox
+from .docker_steps import (
+    StepFailed,
+    Transcript,
+    container_logs,
+    docker_client,
+    elapsed_ms,
+    error_text,
+    find_container,
+    has_image,
+)
 from .errors import DockerUnavailable
 from .lifecycle_config import (
     TOKEN_ENV,
@@ -33,71 +43,6 @@ from .lifecycle_config import (
 ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
 _END = object()
 _HEALTH_POLL_SEC = 0.3
-
-
-class StepFailed(Exception):
-    """A Docker call failed; its step is already in the transcript."""
-
-
-class Transcript:
-    """The ``steps`` of one answer; runs each blocking call in a thread."""
-
-    def __init__(self) -> None:
-        self.steps: list[dict[str, Any]] = []
-
-    def add(
-        self, cmd: str, exit_code: int, stdout: str = "", stderr: str = "", ms: int = 0
-    ) -> None:
-        """Record one step."""
-        self.steps.append(
-            {
-                "cmd": cmd,
-                "exit_code": exit_code,
-                "stdout": stdout,
-                "stderr": stderr,
-                "duration_ms": ms,
-            }
-        )
-
-    async def call(
-        self, cmd: str, fn: Callable[..., Any], *args: Any, describe: Callable[[Any], str] = str
-    ) -> Any:
-        """``fn(*args)`` in a thread, recorded as ``cmd``; :class:`StepFailed` when it raises."""
-        started = time.monotonic()
-        try:
-            value = await asyncio.to_thread(fn, *args)
-        except Exception as exc:
-            self.add(cmd, 1, stderr=_error_text(exc), ms=_ms(started))
-            raise StepFailed(_error_text(exc)) from exc
-        self.add(cmd, 0, stdout=describe(value), ms=_ms(started))
-        return value
-
-
-def _ms(started: float) -> int:
-    return int((time.monotonic() - started) * 1000)
-
-
-def _error_text(exc: BaseException) -> str:
-    explanation = getattr(exc, "explanation", None)
-    return str(explanation or exc or type(exc).__name__)
-
-
-def docker_client() -> Any:
-    """A connected ``docker.DockerClient`` (blocking). Raises :class:`DockerUnavailable`."""
-    try:
-        from docker.client import DockerClient
-    except ImportError:
-        raise DockerUnavailable(
-            "the Docker SDK for Python is not installed: pip install 'gitpilot-jupyter[docker]'"
-        ) from None
-    try:
-        client = DockerClient.from_env(timeout=30)
-        client.ping()
-    except Exception as exc:
-        raise DockerUnavailable(
-            f"no Docker engine answers ({_error_text(exc)}); start Docker or set DOCKER_HOST"
-        ) from None
-    return client
 
 
 class MatrixLabLifecycle:
@@ -150,7 +95,7 @@ class MatrixLabLifecycle:
         try:
             answer["docker_available"] = True
             for image in answer["images"]:
-                image["present"] = await asyncio.to_thread(_has_image, client, image["name"])
+                image["present"] = await asyncio.to_thread(has_image, client, image["name"])
             answer["installed"] = answer["images"][0]["present"]
             answer["container"] = await asyncio.to_thread(self._container_info, client)
         finally:
@@ -158,7 +103,7 @@ class MatrixLabLifecycle:
         return answer
 
     def _container_info(self, client: Any) -> dict[str, Any] | None:
-        container = _find_container(client, self.config.container_name)
+        container = find_container(client, self.config.container_name)
         if container is None:
             return None
         return {
@@ -193,7 +138,7 @@ class MatrixLabLifecycle:
         async def body(client: Any, transcript: Transcript) -> None:
             failures: list[str] = []
             for _, image in self.config.images():
-                if await asyncio.to_thread(_has_image, client, image):
+                if await asyncio.to_thread(has_image, client, image):
                     transcript.add(f"docker image inspect {shlex.quote(image)}", 0, "present")
                     if progress is not None:
                         await progress({"image": image, "status": "already present"})
@@ -236,20 +181,22 @@ class MatrixLabLifecycle:
                 f"docker pull {shlex.quote(image)}",
                 1,
                 "\n".join(lines),
-                _error_text(exc),
-                _ms(started),
+                error_text(exc),
+                elapsed_ms(started),
             )
-            raise StepFailed(_error_text(exc)) from exc
-        transcript.add(f"docker pull {shlex.quote(image)}", 0, "\n".join(lines), ms=_ms(started))
+            raise StepFailed(error_text(exc)) from exc
+        transcript.add(
+            f"docker pull {shlex.quote(image)}", 0, "\n".join(lines), ms=elapsed_ms(started)
+        )
 
     async def start(self) -> dict[str, Any]:
         """Run the Runner container detached (idempotent by name), then wait for ``/health``."""
 
         async def body(client: Any, transcript: Transcript) -> None:
             name = self.config.container_name
-            container = await asyncio.to_thread(_find_container, client, name)
+            container = await asyncio.to_thread(find_container, client, name)
             if container is None:
-                if not await asyncio.to_thread(_has_image, client, self.config.runner_image):
+                if not await asyncio.to_thread(has_image, client, self.config.runner_image):
                     cmd = f"docker image inspect {shlex.quote(self.config.runner_image)}"
                     transcript.add(cmd, 1, stderr="the runner image is not installed")
                     raise StepFailed("the runner image is not installed: run install first")
@@ -291,7 +238,7 @@ class MatrixLabLifecycle:
                 labels={"org.gitpilot.managed-by": "gitpilot-jupyter"},
             )
         except Exception:
-            left = _find_container(client, config.container_name)
+            left = find_container(client, config.container_name)
             if left is not None and left.status == "created":
                 left.remove(force=True)
             raise
@@ -302,17 +249,17 @@ class MatrixLabLifecycle:
         deadline = started + self.config.start_wait_sec
         health = await backend.health()
         while not health["ok"] and time.monotonic() < deadline:
-            container = await asyncio.to_thread(_find_container, client, name)
+            container = await asyncio.to_thread(find_container, client, name)
             if container is None or container.status in ("exited", "dead"):
                 break
             await asyncio.sleep(_HEALTH_POLL_SEC)
             health = await backend.health()
         cmd = f"curl -fsS {shlex.quote(self.url + '/health')}"
         if health["ok"]:
-            transcript.add(cmd, 0, json.dumps(health["remote"]), ms=_ms(started))
+            transcript.add(cmd, 0, json.dumps(health["remote"]), ms=elapsed_ms(started))
             return
-        logs = await asyncio.to_thread(_container_logs, client, name)
-        transcript.add(cmd, 1, logs, str(health["error"]), _ms(started))
+        logs = await asyncio.to_thread(container_logs, client, name)
+        transcript.add(cmd, 1, logs, str(health["error"]), elapsed_ms(started))
         raise StepFailed(f"the Runner did not become healthy: {health['error']}")
 
     async def stop(self) -> dict[str, Any]:
@@ -321,7 +268,7 @@ class MatrixLabLifecycle:
         async def body(client: Any, transcript: Transcript) -> None:
             name = self.config.container_name
             cmd = f"docker stop {shlex.quote(name)}"
-            container = await asyncio.to_thread(_find_container, client, name)
+            container = await asyncio.to_thread(find_container, client, name)
             if container is None:
                 transcript.add(cmd, 0, f"no container named {name}: nothing to stop")
             elif container.status != "running":
@@ -332,30 +279,3 @@ class MatrixLabLifecycle:
                 )
 
         return await self._act("stop", body)
-
-
-def _has_image(client: Any, image: str) -> bool:
-    from docker.errors import ImageNotFound
-
-    try:
-        client.images.get(image)
-    except ImageNotFound:
-        return False
-    return True
-
-
-def _find_container(client: Any, name: str) -> Any:
-    from docker.errors import NotFound
-
-    try:
-        return client.containers.get(name)
-    except NotFound:
-        return None
-
-
-def _container_logs(client: Any, name: str) -> str:
-    container = _find_container(client, name)
-    if container is None:
-        return f"no container named {name}"
-    tail: bytes = container.logs(tail=30)
-    return f"{name} is {container.status}; last log lines:\n" + tail.decode("utf-8", "replace")

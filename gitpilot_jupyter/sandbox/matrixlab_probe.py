@@ -14,7 +14,7 @@ from urllib.parse import urlparse, urlunparse
 
 import httpx
 
-from .backends.matrixlab import auth_headers, body_excerpt
+from .backends.runner_protocol import auth_headers, body_excerpt
 
 PROBE_TIMEOUT_SEC = 5.0
 #: The Runner's usual host port (Docker mapping) and its native / in-container port.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import re
 import shlex
 import time
 from collections.abc import Sequence
@@ -20,71 +19,27 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ..errors import BackendFailure, BackendUnreachable, InvalidRequest
+from ..errors import BackendFailure, InvalidRequest
 from ..languages import Interpreters, canonical_language
 from ..output import DEFAULT_OUTPUT_CAP, cap_text
 from ..results import RunResult, new_run_id
 from ..workspace import zip_workspace
 from .base import OutputCallback, RunRequest, SandboxBackend
+from .runner_protocol import (
+    BANNER,
+    IMAGE_ALIASES,
+    TIMEOUT_MARK,
+    TIMEOUT_WORDS,
+    auth_headers,
+    body_excerpt,
+    image_language,
+    runner_error,
+    unreachable,
+)
 
 #: Extra seconds the HTTP call waits beyond the run timeout (container start, transfer).
 HTTP_GRACE_SEC = 5.0
 HEALTH_TIMEOUT_SEC = 5.0
-#: How much of a Runner error body a message quotes.
-BODY_EXCERPT_CHARS = 400
-
-_BANNER = re.compile(r"\A== Matrix Lab step: command ==\r?\n")
-_TIMEOUT_MARK = re.compile(r"(?:\r?\n)?TIMEOUT[ \t]*(?:\r?\n)?\Z")
-_TIMEOUT_WORDS = re.compile(r"time[ _-]?out|timed[ _-]?out|TimeoutExpired", re.IGNORECASE)
-#: Runner image aliases by canonical language (its per-language defaults).
-IMAGE_ALIASES = {"python": "python", "javascript": "node", "bash": "bash"}
-_IMAGE_HINTS = (
-    ("javascript", ("node", "javascript", "-js", "deno", "bun")),
-    ("bash", ("utils", "bash", "shell", "busybox", "alpine")),
-    ("python", ("python", "py3", "jupyter", "conda", "scipy")),
-)
-
-
-def image_language(image: str) -> str:
-    """The language an image serves, guessed from its name; python when nothing says otherwise."""
-    name = image.lower().rsplit("/", 1)[-1]
-    for language, words in _IMAGE_HINTS:
-        if any(word in name for word in words):
-            return language
-    return "python"
-
-
-def auth_headers(token: str) -> dict[str, str]:
-    """``Authorization: Bearer <token>`` when a token is set."""
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def body_excerpt(response: httpx.Response) -> str:
-    """The first 400 characters of a response body, for error messages."""
-    return response.text[:BODY_EXCERPT_CHARS]
-
-
-def unreachable(url: str, exc: Exception, timeout: float | None = None) -> BackendUnreachable:
-    """The 503 error for a transport failure talking to the Runner at ``url``."""
-    if isinstance(exc, httpx.TimeoutException):
-        waited = f" within {timeout:g} s" if timeout else ""
-        detail = f"the MatrixLab Runner at {url} did not answer{waited}"
-    else:
-        detail = f"cannot reach the MatrixLab Runner at {url}: {exc or type(exc).__name__}"
-    return BackendUnreachable(
-        f"{detail}. Check that it runs and the URL is right (`jupyter sandbox matrixlab test`)."
-    )
-
-
-def runner_error(url: str, path: str, response: httpx.Response) -> BackendFailure:
-    """The 502 error for a Runner answering an error status."""
-    hint = ""
-    if response.status_code == 401:
-        hint = " Set matrixlab_token to the Runner's MATRIXLAB_BEARER_TOKEN."
-    return BackendFailure(
-        f"the MatrixLab Runner at {url} answered {response.status_code} on {path}: "
-        f"{body_excerpt(response)}{hint}"
-    )
 
 
 class MatrixLabSandbox(SandboxBackend):
@@ -137,7 +92,7 @@ class MatrixLabSandbox(SandboxBackend):
             raise unreachable(self.url, exc, timeout) from None
         if (
             response.status_code == 500
-            and _TIMEOUT_WORDS.search(response.text)
+            and TIMEOUT_WORDS.search(response.text)
             and time.monotonic() - started >= run_timeout
         ):
             # This Runner version fails a run that wrote to stderr before timing out; a 500
@@ -210,13 +165,13 @@ class MatrixLabSandbox(SandboxBackend):
         if payload is None:
             return result
         exit_code = payload["exit_code"]
-        stdout = _BANNER.sub("", str(payload.get("stdout") or ""), count=1)
+        stdout = BANNER.sub("", str(payload.get("stdout") or ""), count=1)
         stderr = str(payload.get("stderr") or "")
         timed_out = payload.get("timed_out") is True or (
-            exit_code == 124 and _TIMEOUT_MARK.search(stderr) is not None
+            exit_code == 124 and TIMEOUT_MARK.search(stderr) is not None
         )
         if timed_out:
-            stderr = _TIMEOUT_MARK.sub("", stderr)
+            stderr = TIMEOUT_MARK.sub("", stderr)
         result.stdout, cut_out = cap_text(stdout, cap)
         result.stderr, cut_err = cap_text(stderr, cap)
         result.truncated = bool(payload.get("truncated")) or cut_out or cut_err

@@ -1,0 +1,111 @@
+"""Docker SDK helpers for the lifecycle: a connected client, lookups, and the ``steps`` transcript.
+
+``docker`` is imported lazily (the ``docker`` extra). Everything here blocks
+except :meth:`Transcript.call`, which runs its call in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .errors import DockerUnavailable
+
+
+class StepFailed(Exception):
+    """A Docker call failed; its step is already in the transcript."""
+
+
+class Transcript:
+    """The ``steps`` of one answer; runs each blocking call in a thread."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+
+    def add(
+        self, cmd: str, exit_code: int, stdout: str = "", stderr: str = "", ms: int = 0
+    ) -> None:
+        """Record one step."""
+        self.steps.append(
+            {
+                "cmd": cmd,
+                "exit_code": exit_code,
+                "stdout": stdout,
+                "stderr": stderr,
+                "duration_ms": ms,
+            }
+        )
+
+    async def call(
+        self, cmd: str, fn: Callable[..., Any], *args: Any, describe: Callable[[Any], str] = str
+    ) -> Any:
+        """``fn(*args)`` in a thread, recorded as ``cmd``; :class:`StepFailed` when it raises."""
+        started = time.monotonic()
+        try:
+            value = await asyncio.to_thread(fn, *args)
+        except Exception as exc:
+            self.add(cmd, 1, stderr=error_text(exc), ms=elapsed_ms(started))
+            raise StepFailed(error_text(exc)) from exc
+        self.add(cmd, 0, stdout=describe(value), ms=elapsed_ms(started))
+        return value
+
+
+def elapsed_ms(started: float) -> int:
+    """Milliseconds since ``started`` (a monotonic time)."""
+    return int((time.monotonic() - started) * 1000)
+
+
+def error_text(exc: BaseException) -> str:
+    """The Docker engine's explanation of an error, else its text."""
+    explanation = getattr(exc, "explanation", None)
+    return str(explanation or exc or type(exc).__name__)
+
+
+def docker_client() -> Any:
+    """A connected ``docker.DockerClient`` (blocking). Raises :class:`DockerUnavailable`."""
+    try:
+        from docker.client import DockerClient
+    except ImportError:
+        raise DockerUnavailable(
+            "the Docker SDK for Python is not installed: pip install 'gitpilot-jupyter[docker]'"
+        ) from None
+    try:
+        client = DockerClient.from_env(timeout=30)
+        client.ping()
+    except Exception as exc:
+        raise DockerUnavailable(
+            f"no Docker engine answers ({error_text(exc)}); start Docker or set DOCKER_HOST"
+        ) from None
+    return client
+
+
+def has_image(client: Any, image: str) -> bool:
+    """Whether ``image`` is present on the engine."""
+    from docker.errors import ImageNotFound
+
+    try:
+        client.images.get(image)
+    except ImageNotFound:
+        return False
+    return True
+
+
+def find_container(client: Any, name: str) -> Any:
+    """The container named ``name``, or None."""
+    from docker.errors import NotFound
+
+    try:
+        return client.containers.get(name)
+    except NotFound:
+        return None
+
+
+def container_logs(client: Any, name: str) -> str:
+    """The state and last log lines of a container, for a failed start."""
+    container = find_container(client, name)
+    if container is None:
+        return f"no container named {name}"
+    tail: bytes = container.logs(tail=30)
+    return f"{name} is {container.status}; last log lines:\n" + tail.decode("utf-8", "replace")
