@@ -1,0 +1,42 @@
+"""Through a real Jupyter server: a fork bomb and a memory hog leave it responsive and fine."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import pytest
+
+from tests.server.conftest import api, jp_server_config, openapi
+from tests.server.helpers import approved_run
+
+from .conftest import marked_processes
+from .test_limits import FORK_BOMB, HOG
+
+__all__ = ["api", "jp_server_config", "openapi"]
+
+
+async def test_fork_bomb_and_memory_hog_leave_the_server_fine(
+    api: Any, mark: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(mark, "1")  # the runs inherit it: leftovers can be found
+    answer = await api("PUT", "api/sandbox/config", {"max_processes": 16, "memory_limit_mb": 96})
+    assert answer.code == 200, answer.text
+    layers = answer.body["isolation"]
+    if not {"cgroup-pids", "rlimit-nproc"} & set(layers):
+        pytest.skip(f"no process limit here: {answer.body['isolation_report']['unavailable']}")
+    bomb = asyncio.ensure_future(approved_run(api, "python", FORK_BOMB, timeout_sec=3))
+    await asyncio.sleep(1.0)
+    started = time.monotonic()
+    status = await api("GET", "api/sandbox/status")
+    assert status.code == 200 and time.monotonic() - started < 2.5  # still responsive
+    result = (await bomb).body
+    assert result["timed_out"] and result["stdout"].startswith("bomb")
+    assert [p for p in marked_processes(mark) if p != os.getpid()] == []
+    if "cgroup-memory" in layers:
+        hog = (await approved_run(api, "python", HOG)).body
+        assert "memory limit exceeded" in hog["stderr"] and hog["exit_code"] != 0
+    after = (await approved_run(api, "python", "print('next run')")).body
+    assert (after["exit_code"], after["stdout"]) == (0, "next run\n")
