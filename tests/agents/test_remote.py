@@ -47,13 +47,13 @@ def test_ask_plan_shows_on_the_server_and_runs_after_cli_approval(
     assert mine and mine[0]["source"] == "agent"
 
     listing = cli(live, "plans")
-    assert listing.returncode == 0, listing.stderr
+    assert listing.returncode == 0, (listing.stdout, listing.stderr)
     assert plan_id in listing.stdout
     assert "print('hello from the agent')" in listing.stdout
     assert "requested by an agent" in listing.stdout
 
     approved = cli(live, "approve", plan_id)
-    assert approved.returncode == 0, approved.stderr
+    assert approved.returncode == 0, (approved.stdout, approved.stderr)
     assert f"Approved {plan_id}" in approved.stdout
     assert "approval_token" not in approved.stdout
 
