@@ -210,11 +210,10 @@ class SandboxMagics(Magics):
         print(f"{'path':16} {self.client.path}")
 
     def _line_settings(self, rest: list[str]) -> Any:
+        """The settings panel, as the cell's result (``panel = %sandbox settings`` keeps it)."""
         from ..widgets.panel import SandboxSettingsPanel
 
-        panel = SandboxSettingsPanel.for_client(self.client)
-        display(panel)
-        return None
+        return SandboxSettingsPanel.for_client(self.client)
 
     def _line_config(self, rest: list[str]) -> None:
         changes: dict[str, object] = {}
@@ -237,7 +236,7 @@ class SandboxMagics(Magics):
             raise UsageError("sandbox: diagnostics are not available in this version") from None
         client = self.client
         service = client.service if isinstance(client, LocalClient) else SandboxService()
-        stages = diagnostics.run_diagnostics(service, matrixlab=bool(rest))
+        stages = run_sync(diagnostics.run_diagnostics(service, matrixlab=bool(rest)))
         failed = 0
         for stage in stages:
             state = str(getattr(stage, "status", "?")).upper()

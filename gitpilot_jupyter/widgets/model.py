@@ -150,6 +150,7 @@ class SandboxSettingsModel(HasTraits):
         if status is not None:
             self._apply_status(status)
             self.message = f"Saved {', '.join(sorted(changes))}."
+            self.refresh_lifecycle()  # the Runner URL or token may have changed
 
     def clear_token(self) -> None:
         """Remove the saved bearer token."""
