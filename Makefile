@@ -6,8 +6,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8888
+# The JupyterLab extension: rebuilt when its sources change, linked into the venv so lab sees it.
+LABEXT     := gitpilot_jupyter/labextension/package.json
+LABEXT_SRC := $(wildcard labextension/src/*.ts labextension/style/* labextension/schema/*) labextension/package.json
+JLPM       := PATH="$(abspath $(BIN)):$$PATH" $(abspath $(BIN))/jlpm
 
-.PHONY: run test test-core test-browser lab bench debug lint clean install
+.PHONY: run test test-core test-js test-browser lab bench debug lint clean install
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,15 +19,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test,docker]"
 	touch $(STAMP)
 
+$(LABEXT): $(LABEXT_SRC) | $(STAMP)
+	cd labextension && $(JLPM) install && $(JLPM) build
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter labextension develop --overwrite .
+	touch $@
+
 install: $(STAMP) ## create .venv and install the package with its test tools
 
-run: $(STAMP) ## start Jupyter with the sandbox extension and the demo notebooks
-	$(BIN)/jupyter server --ServerApp.root_dir=notebooks --port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root,)
+run: $(STAMP) $(LABEXT) ## start JupyterLab with the sandbox extension on the getting-started notebook
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --port=$(PORT) \
+		--LabApp.default_url=/lab/tree/01-getting-started.ipynb $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-test: $(STAMP) lint test-core ## lint, type-check and run the whole test suite
+test: $(STAMP) lint test-core test-js test-browser ## lint, type-check and run the whole test suite
 
 test-core: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not browser"
+
+test-js: $(LABEXT) ## the lab extension's unit tests (jest)
+	cd labextension && $(JLPM) test
+
+test-browser: $(STAMP) $(LABEXT) ## JupyterLab in a real browser, in its own pytest process
+	$(BIN)/python -m pytest tests/browser -m browser
 
 lint: $(STAMP)
 	$(BIN)/ruff check gitpilot_jupyter tests

@@ -42,7 +42,7 @@ export function decorateCodeBlocks(
     }
     pre.dataset[DECORATED] = language;
     const bar = el('div', 'jp-gitpilot-codeblock-bar');
-    const button = el('button', 'jp-gitpilot-run-button jp-mod-styled', '▶ Run');
+    const button = el('button', 'jp-gitpilot-run-button', '▶ Run');
     button.type = 'button';
     button.title = `Run this ${language} block in the sandbox (you approve the plan first)`;
     button.setAttribute('aria-label', `Run ${language} code block in the sandbox`);

@@ -31,6 +31,8 @@ export async function planAndRun(
     return null;
   }
   if (!(await confirmPlan(plan))) {
+    // Declined (or blocked): drop the plan server-side; nothing else happens.
+    await client.reject(plan.plan_id).catch(() => undefined);
     return null;
   }
   const view = makeOutput();

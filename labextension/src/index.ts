@@ -19,6 +19,7 @@ import {
 import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
+import { runIcon, settingsIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { blockAround, decorateCodeBlocks, ICodeBlock } from './codeblocks';
@@ -93,10 +94,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     let panel: SandboxPanel | null = null;
     app.commands.addCommand(CommandIDs.openSettings, {
       label: 'Sandbox Settings…',
+      icon: args => (args.isPalette ? undefined : settingsIcon),
       caption: 'Choose where snippets run and set up MatrixLab',
       execute: () => {
         if (!panel || panel.isDisposed) {
           panel = new SandboxPanel(model);
+          panel.title.icon = settingsIcon;
         }
         if (!panel.isAttached) {
           app.shell.add(panel, 'main');
@@ -136,6 +139,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     app.commands.addCommand(CommandIDs.runFile, {
       label: 'Run in Sandbox',
+      icon: args => (args.isPalette ? undefined : runIcon),
       caption: 'Plan this file, approve it, and run it in the sandbox',
       isVisible: () => selectedRunnableFile(browsers) !== null,
       execute: () => {

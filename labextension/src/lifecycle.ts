@@ -43,6 +43,7 @@ export class LifecycleCard {
   private readonly reason = el('div', 'jp-gitpilot-muted');
   private readonly progress = el('div', 'jp-gitpilot-progress');
   private readonly transcript = el('div', 'jp-gitpilot-transcript');
+  private readonly manual = el('details', 'jp-gitpilot-manual');
   private readonly buttons: HTMLButtonElement[] = [];
 
   constructor(
@@ -60,7 +61,8 @@ export class LifecycleCard {
       bar.appendChild(button);
     }
     this.progress.hidden = true;
-    this.node.append(this.state, bar, this.reason, this.progress, this.transcript);
+    this.manual.hidden = true;
+    this.node.append(this.state, bar, this.reason, this.progress, this.transcript, this.manual);
   }
 
   /** Ask the server what is installed and running. */
@@ -78,6 +80,13 @@ export class LifecycleCard {
     this.state.textContent = `${state.installed ? 'Installed' : 'Not installed'} · ${state.running ? 'Running' : 'Not running'} · ${docker}`;
     const blocker = lifecycleBlocker(state);
     this.setEnabled(blocker === null, blocker ?? '');
+    // When the buttons are off, the same steps can still be run by hand.
+    const steps = Array.isArray(state.instructions) ? state.instructions.map(String) : [];
+    this.manual.hidden = blocker === null || steps.length === 0;
+    this.manual.replaceChildren(
+      el('summary', '', 'Run these commands yourself'),
+      el('pre', '', steps.join('\n'))
+    );
   }
 
   private setEnabled(enabled: boolean, reason: string): void {

@@ -75,7 +75,9 @@ export class SandboxPanel extends Widget {
 
     const header = el('div', 'jp-gitpilot-header');
     header.append(el('h2', '', 'Sandbox'), this.badge);
-    this.node.append(header, this.health, this.backendChoice(), this.matrixlabCard(), this.limits());
+    const body = el('div', 'jp-gitpilot-panel-body');
+    this.node.appendChild(body);
+    body.append(header, this.health, this.backendChoice(), this.matrixlabCard(), this.limits());
 
     const actions = el('div', 'jp-gitpilot-buttons');
     const save = el('button', 'jp-mod-styled jp-mod-accept', 'Save');
@@ -83,7 +85,7 @@ export class SandboxPanel extends Widget {
     save.addEventListener('click', () => void this.save());
     actions.appendChild(save);
     this.message.setAttribute('aria-live', 'polite');
-    this.node.append(actions, this.message, this.lifecycle.node);
+    body.append(actions, this.message, this.lifecycle.node);
     model.changed.connect(this.showStatus, this);
   }
 

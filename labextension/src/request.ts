@@ -168,6 +168,11 @@ export class SandboxClient {
     return this.post<IApproval>('approve', { plan_id: planId });
   }
 
+  /** `POST reject`: drop a pending plan the user declined, so it can never be approved. */
+  reject(planId: string): Promise<{ plan_id: string; rejected: boolean }> {
+    return this.post('reject', { plan_id: planId });
+  }
+
   /**
    * `POST run` with `Accept: application/x-ndjson`: output goes to `onOutput` as it is
    * produced; answers the result envelope.

@@ -100,6 +100,13 @@ describe('SandboxClient', () => {
     });
   });
 
+  it('rejects a declined plan by id', async () => {
+    const { client, calls } = clientAnswering(json({ plan_id: 'plan_1', rejected: true }));
+    expect(await client.reject('plan_1')).toEqual({ plan_id: 'plan_1', rejected: true });
+    expect(calls[0].url).toBe('/lab-base/api/sandbox/reject');
+    expect(JSON.parse(String(calls[0].init.body))).toEqual({ plan_id: 'plan_1' });
+  });
+
   it('throws a ResponseError with the server message on an error answer', async () => {
     const { client } = clientAnswering(
       json({ message: 'plan plan_x is not pending', reason: 'Not Found', code: 'plan_not_found' }, 404)

@@ -1,0 +1,103 @@
+"""The settings panel and the status bar, against a real lab server."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import Page, Response, expect
+
+from .lab import Lab, free_port
+from .ui import open_settings_from_menu, run_palette_command, screenshot, set_theme
+
+pytestmark = pytest.mark.browser
+
+SECRET = "tok-5up3r-s3cr3t-0123456789"
+
+
+def body_of(response: Response) -> str | None:
+    """A response's body, or None for those that have none to read (redirects, websockets)."""
+    try:
+        return response.text()
+    except PlaywrightError:
+        return None
+
+
+def test_panel_switches_backend_and_status_bar_follows(lab: Lab, page: Page) -> None:
+    panel = open_settings_from_menu(page)
+    screenshot(panel, "panel-light")
+    dead_runner = f"http://127.0.0.1:{free_port()}"
+
+    panel.get_by_role("radio", name=re.compile("^MatrixLab")).check()
+    panel.get_by_label("Runner URL").fill(dead_runner)
+    panel.get_by_role("button", name="Save").click()
+    expect(panel.get_by_role("status")).to_contain_text("Saved.")
+
+    status = lab.api("GET", "api/sandbox/status").json()
+    assert status["backend"] == "matrixlab"
+    assert status["settings"]["matrixlab_url"] == dead_runner
+    expect(page.locator(".jp-gitpilot-status")).to_have_text("Sandbox: MatrixLab — unreachable")
+
+    # Test connection answers in words, with a hint, never as raw JSON.
+    panel.get_by_role("button", name="Test connection").click()
+    report = panel.locator(".jp-gitpilot-report")
+    expect(report).to_contain_text("Not reachable")
+    assert "{" not in report.inner_text()
+
+    # Lifecycle buttons are off on this server, and the panel says why.
+    expect(panel.get_by_role("button", name="Install")).to_be_disabled()
+    expect(panel).to_contain_text("GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1")
+
+    run_palette_command(page, "Use Local Sandbox")
+    expect(page.locator(".jp-gitpilot-status")).to_have_text("Sandbox: Local")
+    assert lab.api("GET", "api/sandbox/status").json()["backend"] == "subprocess"
+
+
+def test_server_error_shows_as_its_message(lab: Lab, page: Page) -> None:
+    panel = open_settings_from_menu(page)
+    panel.get_by_label(re.compile(r"^Timeout")).fill("9000")
+    panel.get_by_role("button", name="Save").click()
+    alert = panel.get_by_role("alert")
+    expect(alert).to_contain_text("timeout")
+    assert "{" not in alert.inner_text()
+    assert lab.api("GET", "api/sandbox/status").json()["settings"]["timeout_sec"] == 120
+
+
+def test_saved_token_shows_as_bullets_and_never_comes_back(lab: Lab, page: Page) -> None:
+    answers: list[Response] = []
+    page.on("response", lambda response: answers.append(response))
+
+    page.locator(".jp-gitpilot-status").click()  # the status bar item opens the panel
+    panel = page.locator("#gitpilot-sandbox-settings")
+    token = panel.get_by_label("Bearer token")
+    expect(token).to_have_attribute("placeholder", "not set")
+    token.fill(SECRET)
+    panel.get_by_role("button", name="Save").click()
+    expect(panel.get_by_role("status")).to_contain_text("Saved.")
+
+    assert lab.api("GET", "api/sandbox/status").json()["has_token"] is True
+    expect(token).to_have_value("")
+    expect(token).to_have_attribute("placeholder", "••••••••")
+    expect(token).to_have_attribute("type", "password")
+
+    # Open it again from the palette: the form is refilled from the server, still bullets.
+    page.get_by_role("tab", name="Sandbox Settings").get_by_title("Close").click()
+    run_palette_command(page, "Sandbox Settings…")
+    expect(token).to_have_attribute("placeholder", "••••••••")
+    expect(token).to_have_value("")
+
+    set_theme(page, "JupyterLab Dark")
+    screenshot(panel, "panel-dark")
+    set_theme(page, "JupyterLab Light")
+
+    bodies = [body for body in map(body_of, answers) if body is not None]
+    sandbox = [answer for answer in answers if "/api/sandbox/" in answer.url]
+    assert len(sandbox) >= 4 and all(body_of(answer) is not None for answer in sandbox)
+    assert any('"has_token": true' in body for body in bodies)
+    assert not [body for body in bodies if SECRET in body]
+
+    panel.get_by_role("button", name="Clear").click()
+    panel.get_by_role("button", name="Save").click()
+    expect(token).to_have_attribute("placeholder", "not set")
+    assert lab.api("GET", "api/sandbox/status").json()["has_token"] is False
