@@ -9,7 +9,6 @@ become a one-line ``UsageError`` here, the one place this face maps them.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import shlex
 import sys
@@ -228,25 +227,17 @@ class SandboxMagics(Magics):
             print(f"{key:18} {json.dumps(value)}")
 
     def _line_debug(self, rest: list[str]) -> None:
+        """Walk the whole sandbox path (always in-process: it probes this machine)."""
+        from ..sandbox.diagnostics import failed, render_text, run_diagnostics
+
         if rest not in ([], ["--matrixlab"]):
             raise UsageError("usage: %sandbox debug [--matrixlab]")
-        try:
-            diagnostics = importlib.import_module("gitpilot_jupyter.sandbox.diagnostics")
-        except ImportError:
-            raise UsageError("sandbox: diagnostics are not available in this version") from None
         client = self.client
         service = client.service if isinstance(client, LocalClient) else SandboxService()
-        stages = run_sync(diagnostics.run_diagnostics(service, matrixlab=bool(rest)))
-        failed = 0
-        for stage in stages:
-            state = str(getattr(stage, "status", "?")).upper()
-            failed += state == "FAIL"
-            print(f"{state:5} {getattr(stage, 'name', stage)}: {getattr(stage, 'detail', '')}")
-            fix = getattr(stage, "fix", None)
-            if state == "FAIL" and fix:
-                print(f"      fix: {fix}")
-        if failed:
-            raise UsageError(f"sandbox: {failed} diagnostic stage(s) failed (see above)")
+        stages = run_sync(run_diagnostics(service, matrixlab=bool(rest)))
+        print(render_text(stages))
+        if failed(stages):
+            raise UsageError("sandbox: a diagnostic stage failed (see above)")
 
     def _line_last(self, rest: list[str]) -> dict[str, Any] | None:
         if self.last is None:

@@ -302,3 +302,29 @@ def test_backend_flag_and_env_override(
     with capture_output():
         cell(shell, "--backend subprocess --out r", "print('sandboxed')")
     assert shell.user_ns["r"]["backend"] == "subprocess"
+
+
+def test_settings_shows_the_panel(shell: InteractiveShell, sandbox_config_dir: Path) -> None:
+    from gitpilot_jupyter.widgets.panel import SandboxSettingsPanel
+
+    panel = shell.run_line_magic("sandbox", "settings")  # the cell's result: shown by the kernel
+    assert isinstance(panel, SandboxSettingsPanel)
+    assert panel.model.path == "in-process"
+    panel.timeout.value = 12
+    panel.save.click()
+    saved = json.loads((sandbox_config_dir / "settings.json").read_text())["sandbox"]
+    assert saved == {"timeout_sec": 12}
+
+
+def test_debug_walks_the_path(shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        shell.run_line_magic("sandbox", "debug")
+        failed = False
+    except UsageError as error:
+        assert "diagnostic stage failed" in str(error)
+        failed = True
+    out = capsys.readouterr().out
+    assert out.count("PASS") + out.count("FAIL") + out.count("SKIP") >= 4
+    assert ("FAILED" in out) == failed
+    if failed:
+        assert "fix: " in out  # every failure says how to fix it
