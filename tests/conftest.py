@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["pytest_jupyter.jupyter_server", "pytest_jupyter.jupyter_client"]
+pytest_plugins = [
+    "pytest_jupyter.jupyter_server",
+    "pytest_jupyter.jupyter_client",
+    # runner_standin / start_standin: a real Runner stand-in process for any test.
+    "tests.support.standin_fixture",
+]
 
 _SANDBOX_ENV = (
     "GITPILOT_SANDBOX",

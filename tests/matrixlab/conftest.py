@@ -10,11 +10,7 @@ import pytest
 from gitpilot_jupyter.sandbox.backends.matrixlab import MatrixLabSandbox
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
-from tests.support.standin_fixture import (  # noqa: F401 - fixtures
-    StandinRunner,
-    runner_standin,
-    start_standin,
-)
+from tests.support.standin_fixture import StandinRunner
 
 
 @pytest.fixture
@@ -26,7 +22,7 @@ def service(sandbox_config_dir: Path, tmp_path: Path) -> SandboxService:
 @pytest.fixture
 def matrixlab_service(
     service: SandboxService,
-    runner_standin: StandinRunner,  # noqa: F811 - the fixture imported above
+    runner_standin: StandinRunner,
 ) -> SandboxService:
     """The service with the stand-in saved as its MatrixLab Runner (backend not selected)."""
     service.settings.update(

@@ -14,11 +14,7 @@ from tests.docker.conftest import (  # noqa: F401 - fixtures
     test_images,
 )
 from tests.support.live_server import free_port
-from tests.support.standin_fixture import (  # noqa: F401 - fixtures
-    StandinRunner,
-    runner_standin,
-    start_standin,
-)
+from tests.support.standin_fixture import StandinRunner
 
 from .helpers import Api, approved_run
 
@@ -28,7 +24,7 @@ LIFECYCLE = "api/sandbox/matrixlab/lifecycle"
 
 async def test_connection_with_unsaved_values(
     api: Api,
-    runner_standin: StandinRunner,  # noqa: F811
+    runner_standin: StandinRunner,
 ) -> None:
     body = {"matrixlab_url": runner_standin.url, "matrixlab_token": runner_standin.token}
     answer = await api("POST", TEST, body)

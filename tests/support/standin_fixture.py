@@ -1,7 +1,7 @@
 """Pytest fixtures that run the Runner stand-in as a real HTTP server process.
 
-Use them from any test folder with ``pytest_plugins = ["tests.support.standin_fixture"]``
-in its ``conftest.py`` (or import the fixtures directly):
+The root ``tests/conftest.py`` registers this module as a plugin, so every test
+can ask for them (pytest refuses ``pytest_plugins`` in a non-root conftest):
 
 * ``runner_standin``: a healthy Runner with a bearer token; has ``.url`` and ``.token``.
 * ``start_standin``: a factory, ``start_standin(mode="slow", token="", delay=3.0, port=0)``,

@@ -6,8 +6,6 @@ import pytest
 
 from gitpilot_jupyter.kernel.client import LocalClient
 
-pytest_plugins = ["tests.support.standin_fixture"]
-
 
 @pytest.fixture
 def client() -> LocalClient:
