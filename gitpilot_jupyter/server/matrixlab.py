@@ -46,10 +46,10 @@ class LifecycleActionHandler(SandboxHandler):
     async def post(self, action: str) -> None:
         """Run one lifecycle action; the answer lists each docker step."""
         self.body("EmptyRequest")
-        service = self.service
+        service, user = self.service, self.username
         calls = {
-            "install": service.lifecycle_install,
-            "start": service.lifecycle_start,
-            "stop": service.lifecycle_stop,
+            "install": lambda: service.lifecycle_install(user=user),
+            "start": lambda: service.lifecycle_start(user=user),
+            "stop": lambda: service.lifecycle_stop(user=user),
         }
         self.write_json(await self.call(calls[action]()))

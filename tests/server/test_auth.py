@@ -10,6 +10,8 @@ from jupyter_server.auth.authorizer import Authorizer
 from jupyter_server.auth.identity import IdentityProvider, User
 from traitlets.config import Config
 
+from gitpilot_jupyter.server.schemas import openapi_document
+
 from .helpers import Api, server_config
 
 #: Every route: (method, path, body, the action the authorizer must be asked for).
@@ -26,7 +28,20 @@ ROUTES = [
     ("POST", "api/sandbox/matrixlab/install", {}, "execute"),
     ("POST", "api/sandbox/matrixlab/start", {}, "execute"),
     ("POST", "api/sandbox/matrixlab/stop", {}, "execute"),
+    ("POST", "api/sandbox/agent/plan", {"language": "python", "code": "1"}, "execute"),
+    ("POST", "api/sandbox/agent/claim", {"plan_id": "plan_0", "claim": "x"}, "execute"),
+    ("POST", "api/sandbox/reject", {"plan_id": "plan_0000000000000000"}, "execute"),
 ]
+
+
+def test_the_matrix_covers_every_documented_operation() -> None:
+    documented = {
+        (method.upper(), path.lstrip("/"))
+        for path, item in openapi_document()["paths"].items()
+        for method in item
+        if method in ("get", "put", "post", "delete", "patch")
+    }
+    assert {(method, path) for method, path, _, _ in ROUTES} == documented
 
 
 class RecordingAuthorizer(Authorizer):

@@ -1,0 +1,55 @@
+"""Audit events through jupyter_events: who, which plan, what ran, how it ended; never code."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gitpilot_jupyter.server.audit import EVENT_KINDS, schema_id
+
+from .helpers import Api, approved_run
+
+SECRET_CODE = "print('the-code-' + 'x')  # do-not-log-me"
+TOKEN = "runner-token-never-logged"
+
+
+@pytest.fixture
+def events(jp_serverapp: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Every sandbox event the server emits, as (kind, data)."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+    logger = jp_serverapp.event_logger
+    for kind in EVENT_KINDS:
+
+        async def listener(
+            logger: Any, schema_id: str, data: dict[str, Any], kind: str = kind
+        ) -> None:
+            seen.append((kind, data))
+
+        logger.add_listener(schema_id=schema_id(kind), listener=listener)
+    return seen
+
+
+async def test_plan_approve_run_and_config_are_audited(
+    api: Api, jp_serverapp: Any, events: list[tuple[str, dict[str, Any]]]
+) -> None:
+    answer = await approved_run(api, "py", SECRET_CODE, stdin="typed input")
+    assert answer.code == 200
+    await api("PUT", "api/sandbox/config", {"matrixlab_token": TOKEN, "timeout_sec": 50})
+    await jp_serverapp.event_logger.gather_listeners()
+
+    kinds = [kind for kind, _ in events]
+    assert kinds == ["plan", "approve", "run", "config"]
+    plan, approve, run, config = (data for _, data in events)
+    result = answer.body
+    assert plan["plan_id"] == approve["plan_id"] == run["plan_id"] == result["plan_id"]
+    assert plan["digest"] == approve["digest"] == run["digest"]
+    assert run["language"] == "python" and run["backend"] == "subprocess"
+    assert run["exit_code"] == 0 and run["duration_ms"] == result["duration_ms"]
+    assert run["run_id"] == result["run_id"]
+    assert sorted(config["keys"]) == ["matrixlab_token", "timeout_sec"]
+
+    everything = json.dumps(events)
+    for secret in ("the-code-", "do-not-log-me", "typed input", TOKEN):
+        assert secret not in everything

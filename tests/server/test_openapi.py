@@ -1,0 +1,53 @@
+"""The shipped OpenAPI document: valid, complete, and in step with the core it describes."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+from openapi_spec_validator import validate
+
+from gitpilot_jupyter.sandbox.plans import SOURCES
+from gitpilot_jupyter.sandbox.service import SandboxService
+from gitpilot_jupyter.sandbox.settings import FIELD_NAMES
+from gitpilot_jupyter.server.schemas import openapi_document
+
+SCHEMAS = openapi_document()["components"]["schemas"]
+
+
+def test_document_is_valid_openapi() -> None:
+    validate(openapi_document())
+
+
+def mounted_routes(app: Any) -> set[str]:
+    """The API paths the extension mounts, with regex groups written as the document does."""
+    routes = set()
+    for pattern, *_ in app.handlers:
+        alternatives = re.fullmatch(r"(.*)\((.+)\)", pattern)
+        if alternatives:
+            routes |= {alternatives[1] + name for name in alternatives[2].split("|")}
+        else:
+            routes.add(pattern)
+    return routes
+
+
+def test_every_mounted_route_is_documented_and_nothing_more(jp_serverapp: Any) -> None:
+    app = jp_serverapp.extension_manager.extension_apps["gitpilot_jupyter"]
+    (sandbox_app,) = app
+    assert mounted_routes(sandbox_app) == set(openapi_document()["paths"])
+
+
+def test_request_schemas_match_what_the_service_accepts() -> None:
+    # A documented field the service does not take would be a 500, not a feature.
+    plan = set(inspect.signature(SandboxService.plan).parameters) - {"self", "user"}
+    run = set(inspect.signature(SandboxService.run).parameters) - {"self", "user", "on_output"}
+    assert set(SCHEMAS["PlanRequest"]["properties"]) == plan
+    assert set(SCHEMAS["RunRequest"]["properties"]) == run
+    assert SCHEMAS["PlanRequest"]["properties"]["source"]["enum"] == list(SOURCES)
+
+
+def test_settings_schemas_match_the_settings() -> None:
+    assert set(SCHEMAS["SettingsUpdate"]["properties"]) == set(FIELD_NAMES)
+    shown = set(SCHEMAS["Settings"]["properties"])
+    assert shown == set(FIELD_NAMES) - {"matrixlab_token"} | {"has_token"}
