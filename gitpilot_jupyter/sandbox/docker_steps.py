@@ -13,6 +13,9 @@ from typing import Any
 
 from .errors import DockerUnavailable
 
+PING_TIMEOUT_SEC = 5
+CALL_TIMEOUT_SEC = 120
+
 
 class StepFailed(Exception):
     """A Docker call failed; its step is already in the transcript."""
@@ -72,8 +75,10 @@ def docker_client() -> Any:
             "the Docker SDK for Python is not installed: pip install 'gitpilot-jupyter[docker]'"
         ) from None
     try:
-        client = DockerClient.from_env(timeout=30)
+        # A short timeout to learn whether an engine answers, a long one for pulls and runs.
+        client = DockerClient.from_env(timeout=PING_TIMEOUT_SEC)
         client.ping()
+        client.api.timeout = CALL_TIMEOUT_SEC
     except Exception as exc:
         raise DockerUnavailable(
             f"no Docker engine answers ({error_text(exc)}); start Docker or set DOCKER_HOST"
