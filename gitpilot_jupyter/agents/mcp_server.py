@@ -35,10 +35,11 @@ plan_id, and wait_for_approval(plan_id) runs it once approved. Commands refused 
 """
 
 
-def _tool_result(reply: AgentReply) -> CallToolResult:
+def _tool_result(reply: AgentReply, limit: int) -> CallToolResult:
     return CallToolResult(
         content=[TextContent(type="text", text=reply.text)],
-        structured_content=reply.to_dict(),
+        # Shortened like the text: clients may hand structured content to the model too.
+        structured_content=reply.to_dict(limit),
         is_error=reply.status in _ERROR_STATUSES,
     )
 
@@ -93,7 +94,7 @@ def build_server(
     async def settle(reply: AgentReply, ctx: Context) -> CallToolResult:
         if approve_in_client and reply.status == "approval_pending":
             reply = await _ask_in_client(agent, reply, ctx)
-        return _tool_result(reply)
+        return _tool_result(reply, agent.max_output_bytes)
 
     server: MCPServer[Any] = MCPServer(
         name="gitpilot-sandbox",
@@ -126,7 +127,7 @@ def build_server(
     @server.tool(annotations=_hints("Sandbox status", read_only=True))
     async def sandbox_status() -> CallToolResult:
         """The sandbox backend, its health, isolation layers, interpreters and approval mode."""
-        return _tool_result(await agent.async_status())
+        return _tool_result(await agent.async_status(), agent.max_output_bytes)
 
     @server.tool(annotations=_hints("Wait for a person's approval"))
     async def wait_for_approval(plan_id: str, wait_sec: float = 60.0) -> CallToolResult:
@@ -134,7 +135,8 @@ def build_server(
 
         Use it after a run_in_sandbox or run_command reply that said "Approval needed".
         """
-        return _tool_result(await agent.async_wait_for_approval(plan_id, wait_sec))
+        reply = await agent.async_wait_for_approval(plan_id, wait_sec)
+        return _tool_result(reply, agent.max_output_bytes)
 
     return server
 

@@ -59,13 +59,20 @@ class AgentReply:
     def __str__(self) -> str:
         return self.text
 
-    def to_dict(self) -> dict[str, Any]:
-        """Structured content (MCP, JSON logs): status, plan id, result envelope, error code."""
+    def to_dict(self, limit: int | None = None) -> dict[str, Any]:
+        """Structured content (MCP, JSON logs): status, plan id, result envelope, error code.
+
+        With ``limit``, stdout and stderr are shortened (head and tail) as in ``text``.
+        """
+        envelope = None if self.result is None else self.result.to_dict()
+        if envelope is not None and limit is not None:
+            for stream in ("stdout", "stderr"):
+                envelope[stream] = render.shorten(envelope[stream], limit)
         return {
             "status": self.status,
             "ok": self.ok,
             "plan_id": self.plan_id,
-            "result": None if self.result is None else self.result.to_dict(),
+            "result": envelope,
             "error_code": self.error_code,
         }
 
@@ -85,6 +92,9 @@ class AgentSandbox:
     ``approval_wait_sec``: how long a call in ``ask`` mode waits for the human before
     answering "pending" (0: answer at once; the agent then calls ``wait_for_approval``).
     ``max_output_bytes``: per stream, what the model sees (head and tail).
+
+    Inside a running event loop (e.g. in the Jupyter server) use the ``async_*`` methods;
+    the plain ones are for synchronous callers.
     """
 
     def __init__(

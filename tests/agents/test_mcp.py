@@ -79,11 +79,20 @@ def test_tools_run_code_and_refuse_destructive_commands() -> None:
         assert "Refused by policy" in text_of(refused)
         assert envelope(refused)["status"] == "refused"
 
+        big = await session.call_tool(
+            "run_in_sandbox", {"language": "python", "code": "print('x' * 50_000); print('END')"}
+        )
+        assert "bytes left out" in text_of(big) and "END" in text_of(big)
+        shortened = envelope(big)["result"]["stdout"]
+        assert "bytes left out" in shortened and len(shortened) < 1200
+
         status = await session.call_tool("sandbox_status", {})
         assert "Agent approval mode: auto" in text_of(status)
         assert "Connected to: in-process" in text_of(status)
 
-    run_session(["--approval", "auto", "--server", "local"], {}, scenario)
+    run_session(
+        ["--approval", "auto", "--server", "local", "--max-output-bytes", "1000"], {}, scenario
+    )
 
 
 def test_agent_loop_reads_a_syntax_error_and_fixes_it() -> None:
