@@ -248,6 +248,15 @@ class LayeredIsolator(Isolator):
         missing += unavailable_reasons(
             memory="cgroup-memory" not in covered, processes="cgroup-pids" not in covered
         )
+        if LINUX and os.geteuid() == 0 and (tool is None or tool.kind != "bwrap"):
+            missing.append(
+                {
+                    "layer": "root-containment",
+                    "reason": "the server runs as root without bubblewrap: a snippet runs as "
+                    "root with every capability, and could leave its cgroup or change the host",
+                    "fix": namespaces.BWRAP_FIX,
+                }
+            )
         if self.choice_error:
             missing.insert(
                 0,
