@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..sandbox.errors import InvalidSetting, SandboxError
+from ..sandbox.plans import MAX_PENDING_PLANS
 from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
 from ..sandbox.sync import run_sync
@@ -171,6 +172,8 @@ class AgentSandbox:
         if self.mode == "auto":
             return await self._run(access, plan, ticket.approval_token, shown)
         self._tickets[ticket.plan_id] = (ticket, shown)
+        while len(self._tickets) > MAX_PENDING_PLANS:  # the store has evicted those plans anyway
+            del self._tickets[next(iter(self._tickets))]
         if self.approval_wait_sec > 0:
             return await self.async_wait_for_approval(ticket.plan_id, self.approval_wait_sec)
         return self._pending(access, plan)
