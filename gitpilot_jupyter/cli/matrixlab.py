@@ -33,7 +33,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p.add_argument("--json", action="store_true", help="print the answer as JSON")
         if name == "test":
             p.add_argument("--url", help="test this URL instead of the saved matrixlab_url")
-            p.add_argument("--token", help="test this token instead of the saved one")
+            p.add_argument(
+                "--token",
+                help="test this token instead of the saved one ('-' reads it from stdin, "
+                "which keeps it out of the process list)",
+            )
             p.set_defaults(handler=cmd_test)
         else:
             p.set_defaults(handler=cmd_lifecycle, action=name)
@@ -52,7 +56,8 @@ def _yes(value: object) -> str:
 
 def cmd_test(args: argparse.Namespace) -> int:
     """``jupyter sandbox matrixlab test [--url U] [--token T]``: exit 0 when all is well."""
-    report = run_sync(make_service().test_matrixlab(url=args.url, token=args.token))
+    token = sys.stdin.readline().strip() if args.token == "-" else args.token
+    report = run_sync(make_service().test_matrixlab(url=args.url, token=token))
     if args.json:
         _print_json(report)
         return 0 if report["ok"] else 1

@@ -141,9 +141,13 @@ async def test_the_saved_token_never_goes_to_an_unsaved_url(
     assert typed["ok"] is True
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(BIN / "jupyter-sandbox"), *args], capture_output=True, text=True, timeout=60
+        [str(BIN / "jupyter-sandbox"), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -153,3 +157,7 @@ def test_cli_test_exits_0_when_the_runner_is_fine(runner_standin: StandinRunner)
     assert "OK" in ok.stdout and "0.1.0" in ok.stdout and runner_standin.token not in ok.stdout
     bad = cli("matrixlab", "test", "--url", runner_standin.url, "--token", "nope")
     assert bad.returncode == 1 and "MATRIXLAB_BEARER_TOKEN" in bad.stdout
+    piped = cli(
+        "matrixlab", "test", "--url", runner_standin.url, "--token", "-", stdin=runner_standin.token
+    )
+    assert piped.returncode == 0 and "accepted" in piped.stdout
