@@ -45,6 +45,8 @@ def print_status(status: dict[str, Any], stream: TextIO = sys.stdout) -> None:
         w(f"settings error   {status['settings_error']}\n")
     w(f"require approval {status['require_approval']}\n")
     w(f"isolation        {', '.join(status['isolation']) or 'none'}\n")
+    for gap in (status.get("isolation_report") or {}).get("unavailable", []):
+        w(f"  missing {gap['layer']}: {gap['reason']}\n    fix: {gap['fix']}\n")
     langs = ", ".join(f"{k} {'yes' if v else 'missing'}" for k, v in status["languages"].items())
     w(f"interpreters     {langs}\n")
     w(f"settings file    {status['settings_path']}\n")

@@ -57,7 +57,8 @@ def test_debug_passes_here_and_changes_nothing(sandbox_config_dir: Path) -> None
     assert sorted(p.name for p in sandbox_config_dir.iterdir()) == ["settings.json"]
 
 
-def test_debug_fails_with_the_install_hint_without_bwrap(tmp_path: Path) -> None:
+def path_without_bwrap(tmp_path: Path) -> str:
+    """A PATH with the tools a run needs, but no bwrap."""
     require_system("unshare", shutil.which("unshare") is not None, "util-linux")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -65,7 +66,21 @@ def test_debug_fails_with_the_install_hint_without_bwrap(tmp_path: Path) -> None
         found = shutil.which(tool)
         if found:
             (bin_dir / tool).symlink_to(found)
-    proc = debug("--json", env={"PATH": str(bin_dir)})
+    return str(bin_dir)
+
+
+def test_status_explains_a_missing_bwrap(tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": path_without_bwrap(tmp_path)}
+    proc = subprocess.run(
+        [DEBUG[0], "status"], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert "missing bwrap: bwrap is not installed" in proc.stdout
+    assert "fix: install bubblewrap" in proc.stdout
+    assert "ro-root" not in proc.stdout
+
+
+def test_debug_fails_with_the_install_hint_without_bwrap(tmp_path: Path) -> None:
+    proc = debug("--json", env={"PATH": path_without_bwrap(tmp_path)})
     assert proc.returncode == 1
     found = stages(proc)
     layers = found["isolation layers"]
