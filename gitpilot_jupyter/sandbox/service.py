@@ -106,12 +106,16 @@ class SandboxService:
             raise UnknownBackend(effective.env_error)
         else:
             name = effective.settings.backend
+        return self.check_allowed(name), effective
+
+    def check_allowed(self, name: str) -> str:
+        """``name`` when the administrator allows that backend, else :class:`BackendNotAllowed`."""
         if name not in self.allowed_backends:
             raise BackendNotAllowed(
                 f"the sandbox backend {name!r} is not allowed on this server; "
                 f"allowed: {list(self.allowed_backends)}"
             )
-        return name, effective
+        return name
 
     def backend(self, name: str, settings: SandboxSettings) -> SandboxBackend:
         """The backend object for ``name`` configured from ``settings``."""
@@ -411,7 +415,8 @@ class SandboxService:
         if not isinstance(changes, Mapping):
             raise InvalidRequest("the settings must be a JSON object")
         if "backend" in changes:
-            check_backend(changes["backend"])
+            # Saving a backend the server refuses would break every later run.
+            self.check_allowed(check_backend(changes["backend"]))
         self.settings.update(changes)
         self._emit("config", {"user": user, "keys": sorted(changes)})
         return await self.status()

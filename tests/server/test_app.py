@@ -1,0 +1,134 @@
+"""SandboxApp: installed and enabled, and what an administrator configures takes effect."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from traitlets import TraitError
+
+from gitpilot_jupyter.sandbox.service import SandboxService
+from gitpilot_jupyter.server.app import SandboxApp
+from gitpilot_jupyter.server.base import SERVICE_KEY
+
+from .helpers import Api, server_config
+
+
+class TaggedService(SandboxService):
+    """A service subclass an administrator could configure."""
+
+
+@pytest.fixture
+def settings_dir(tmp_path: Path) -> Path:
+    """A settings folder set by the administrator, not by the environment."""
+    return tmp_path / "admin-settings"
+
+
+@pytest.fixture
+def jp_server_config(request: pytest.FixtureRequest, settings_dir: Path) -> Any:
+    """Like the suite's, and ``settings_dir: True`` points at :func:`settings_dir`."""
+    traits = dict(getattr(request, "param", {}))
+    if traits.pop("settings_dir", None):
+        traits["settings_dir"] = str(settings_dir)
+    return server_config(**traits)
+
+
+def test_extension_is_enabled_on_install() -> None:
+    jupyter = Path(sys.executable).with_name("jupyter")
+    listing = subprocess.run(
+        [str(jupyter), "server", "extension", "list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    text = re.sub(r"\x1b\[[0-9;]*m", "", listing.stdout + listing.stderr)
+    assert "gitpilot_jupyter enabled" in text
+    assert re.search(r"gitpilot_jupyter [0-9.]+\S* OK", text), text
+
+
+async def test_one_service_is_shared_through_the_web_app_settings(
+    jp_serverapp: Any, jp_root_dir: Path
+) -> None:
+    service = jp_serverapp.web_app.settings[SERVICE_KEY]
+    assert isinstance(service, SandboxService)
+    assert service.root_dir == jp_root_dir.resolve()
+
+
+@pytest.mark.parametrize(
+    "jp_server_config",
+    [{"service_class": TaggedService, "allowed_backends": ["subprocess"]}],
+    indirect=True,
+)
+async def test_service_class_and_allowed_backends(api: Api, jp_serverapp: Any) -> None:
+    assert type(jp_serverapp.web_app.settings[SERVICE_KEY]) is TaggedService
+    status = await api("GET", "api/sandbox/status")
+    assert status.body["allowed_backends"] == ["subprocess"]
+    plan = await api("POST", "api/sandbox/plan", {"language": "py", "code": "1", "backend": "off"})
+    assert (plan.code, plan.body["code"]) == (403, "backend_not_allowed")
+    saved = await api("PUT", "api/sandbox/config", {"backend": "off"})
+    assert (saved.code, saved.body["code"]) == (403, "backend_not_allowed")
+
+
+@pytest.mark.parametrize("jp_server_config", [{"max_timeout_sec": 30}], indirect=True)
+async def test_max_timeout(api: Api) -> None:
+    body = {"language": "python", "code": "1", "timeout_sec": 31}
+    answer = await api("POST", "api/sandbox/plan", body)
+    assert (answer.code, answer.body["code"]) == (400, "invalid_timeout")
+    assert "30" in answer.body["message"]
+    ok = await api("POST", "api/sandbox/plan", {**body, "timeout_sec": 30})
+    assert ok.code == 200
+
+
+async def test_env_var_turns_approval_off_when_config_is_unset(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITPILOT_SANDBOX_REQUIRE_APPROVAL", "0")
+    assert (await api("GET", "api/sandbox/status")).body["require_approval"] is False
+    answer = await api("POST", "api/sandbox/run", {"language": "python", "code": "print(5)"})
+    assert answer.code == 200 and answer.body["stdout"] == "5\n"
+
+
+@pytest.mark.parametrize("jp_server_config", [{"require_approval": True}], indirect=True)
+async def test_server_config_wins_over_the_env_var(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITPILOT_SANDBOX_REQUIRE_APPROVAL", "0")
+    answer = await api("POST", "api/sandbox/run", {"language": "python", "code": "print(5)"})
+    assert (answer.code, answer.body["code"]) == (403, "approval_required")
+
+
+@pytest.mark.parametrize("jp_server_config", [{"settings_dir": True}], indirect=True)
+async def test_settings_dir(api: Api, settings_dir: Path, sandbox_config_dir: Path) -> None:
+    answer = await api("PUT", "api/sandbox/config", {"timeout_sec": 42})
+    assert answer.code == 200
+    assert json.loads((settings_dir / "settings.json").read_text())["sandbox"]["timeout_sec"] == 42
+    assert not (sandbox_config_dir / "settings.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("trait", "value"),
+    [
+        ("allowed_backends", ["docker"]),
+        ("allowed_backends", []),
+        ("max_timeout_sec", 0),
+        ("max_timeout_sec", 601),
+        ("plan_ttl_sec", 0),
+    ],
+)
+def test_bad_trait_values_are_refused(trait: str, value: object) -> None:
+    with pytest.raises(TraitError):
+        SandboxApp(**{trait: value})
+
+
+def test_every_trait_has_help_text() -> None:
+    traits = SandboxApp.class_own_traits(config=True)
+    assert {"require_approval", "allowed_backends", "max_timeout_sec"} <= set(traits)
+    assert {"settings_dir", "plan_ttl_sec", "service_class"} <= set(traits)
+    for name, trait in traits.items():
+        assert trait.help and len(trait.help) > 20, name
