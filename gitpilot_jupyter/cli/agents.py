@@ -19,8 +19,8 @@ from ..agents.access import AGENT_SOURCE
 from ..agents.approval import APPROVAL_MODES
 from ..agents.remote import TOKEN_ENV, URL_ENV, RemoteAccess, ServerInfo, discover_server
 from ..agents.render import MODEL_OUTPUT_BYTES
-from ..kernel.client import plan_from_dict
 from ..sandbox.errors import ServerUnreachable
+from ..sandbox.plans import ExecutionPlan
 from ..sandbox.sync import run_sync
 from .render import print_plan
 
@@ -109,7 +109,7 @@ def _print_json(data: Any) -> None:
 
 
 def _print_pending(plan: dict[str, Any]) -> None:
-    print_plan(plan_from_dict(plan))
+    print_plan(ExecutionPlan.from_dict(plan))
     origin = "an agent" if plan.get("source") == AGENT_SOURCE else plan.get("source")
     print(f"  requested by {origin}")
     lines = str(plan.get("code", "")).splitlines()

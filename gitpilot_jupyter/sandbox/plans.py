@@ -95,6 +95,11 @@ class ExecutionPlan:
             "file": self.file,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExecutionPlan:
+        """Rebuild a plan received as JSON (unknown keys are ignored)."""
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
 
 @dataclass
 class Approval:
