@@ -18,8 +18,6 @@ from nbclient import NotebookClient
 
 from tests.support.live_server import LiveServer, start_live_server
 
-pytest_plugins = ["tests.support.standin_fixture"]
-
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 CELL_TIMEOUT_SEC = 120
 
