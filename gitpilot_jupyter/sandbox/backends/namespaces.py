@@ -42,6 +42,13 @@ def runtime_dirs(environ: Mapping[str, str], home: Path) -> list[Path]:
     found.append(Path(data) / "runtime")
     if environ.get("XDG_RUNTIME_DIR"):
         found.append(Path(environ["XDG_RUNTIME_DIR"]) / "jupyter")
+    if environ is os.environ:
+        try:  # jupyter_core knows its platform rules (JUPYTER_PLATFORM_DIRS, ...)
+            from jupyter_core.paths import jupyter_runtime_dir
+
+            found.append(Path(jupyter_runtime_dir()))
+        except ImportError:
+            pass
     return found
 
 
