@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.docker.conftest import BASE_IMAGE, RUNNER_IMAGE
+from tests.unit.test_cli import cli
 
 pytestmark = pytest.mark.docker
 T = TypeVar("T")
@@ -116,10 +114,7 @@ async def test_start_without_the_runner_image_says_install_first(
 
 
 def test_cli_install_lists_its_steps(lifecycle_service: SandboxService) -> None:
-    cli = Path(sys.executable).parent / "jupyter-sandbox"
-    done = subprocess.run(
-        [str(cli), "matrixlab", "install"], capture_output=True, text=True, timeout=120
-    )
+    done = cli("matrixlab", "install")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"$ docker image inspect {RUNNER_IMAGE}" in done.stdout
     assert "install: OK" in done.stdout and "already present" in done.stderr

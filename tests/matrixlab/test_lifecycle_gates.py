@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,8 +10,7 @@ import pytest
 from gitpilot_jupyter.sandbox.errors import DockerUnavailable, LifecycleDisabled
 from gitpilot_jupyter.sandbox.lifecycle_config import LifecycleConfig
 from gitpilot_jupyter.sandbox.service import SandboxService
-
-BIN = Path(sys.executable).parent
+from tests.unit.test_cli import cli
 
 
 @pytest.mark.parametrize("action", ["lifecycle_install", "lifecycle_start", "lifecycle_stop"])
@@ -58,12 +55,9 @@ async def test_config_comes_from_server_config_then_env(
     assert "-p 127.0.0.1:9999:8000" in " ".join(status["instructions"])
 
 
-def test_cli_refusal_names_the_flag_and_status_needs_none(tmp_path: Path) -> None:
-    env_cmd = [str(BIN / "jupyter-sandbox"), "matrixlab"]
-    refused = subprocess.run([*env_cmd, "start"], capture_output=True, text=True, timeout=60)
+def test_cli_refusal_names_the_flag_and_status_needs_none() -> None:
+    refused = cli("matrixlab", "start")
     assert refused.returncode == 2 and "GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1" in refused.stderr
-    status = subprocess.run(
-        [*env_cmd, "status", "--json"], capture_output=True, text=True, timeout=60
-    )
+    status = cli("matrixlab", "status", "--json")
     assert status.returncode == 0
     assert json.loads(status.stdout)["lifecycle_enabled"] is False

@@ -6,7 +6,6 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,7 @@ from gitpilot_jupyter.sandbox.matrixlab_probe import probe_runner
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.support.live_server import free_port
 from tests.support.standin_fixture import StandinRunner, StartStandin
-
-BIN = Path(sys.executable).parent
+from tests.unit.test_cli import cli
 
 
 def port_free(port: int) -> bool:
@@ -139,16 +137,6 @@ async def test_the_saved_token_never_goes_to_an_unsaved_url(
     assert "only sent to the saved URL" in elsewhere["hint"]
     typed = await service.test_matrixlab(url=other.url, token="the-saved-token")
     assert typed["ok"] is True
-
-
-def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "jupyter-sandbox"), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_cli_test_exits_0_when_the_runner_is_fine(runner_standin: StandinRunner) -> None:
