@@ -51,6 +51,8 @@ if [ "${FORCE:-0}" = 1 ] || ! have_image "$runner" \
         --label "standin.sha=$(sha256sum "$here/tests/support/runner_standin.py" | cut -c1-64)" \
         -t "$runner" -f "$here/docker/runner-standin/Dockerfile" "$here/tests/support" \
         >/tmp/gitpilot-docker-build.log 2>&1 || { cat /tmp/gitpilot-docker-build.log >&2; exit 1; }
+    # Drop the stand-in images this rebuild left dangling (only ours: they carry the label).
+    docker image prune -f --filter "label=standin.sha" >/dev/null || true
     echo "build-test-images: built $runner"
 else
     echo "build-test-images: $runner already present and current"
