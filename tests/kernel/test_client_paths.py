@@ -219,3 +219,36 @@ def test_a_kernel_launched_by_the_server_uses_its_rest_api(server: LiveServer) -
     finally:
         with server.client() as http:
             http.delete(f"/api/kernels/{kernel['id']}")
+
+
+def test_matrixlab_calls_on_both_paths(both: dict[str, SandboxClient], runner_standin: Any) -> None:
+    for client in both.values():
+        report = run_sync(client.test_matrixlab(runner_standin.url, runner_standin.token))
+        assert report["ok"] and report["reachable"], report
+        bad = run_sync(client.test_matrixlab(runner_standin.url, "wrong-token"))
+        assert not bad["ok"] and bad["hint"]
+        state = run_sync(client.lifecycle("status"))
+        assert state["lifecycle_enabled"] is False
+        with pytest.raises(SandboxError) as info:
+            run_sync(client.lifecycle("start"))
+        assert info.value.code == "lifecycle_disabled"
+        assert "GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE" in info.value.message
+
+
+def test_the_settings_panel_over_rest(server: LiveServer) -> None:
+    from gitpilot_jupyter.widgets.panel import SandboxSettingsPanel
+
+    panel = SandboxSettingsPanel.for_client(RestClient(server.url, server.token))
+    assert panel.model.path == "REST"
+    panel.token.value = "rest-secret-token-123"
+    panel.image.value = "my/image:1"
+    panel.save.click()
+    saved = json.loads((server.config_dir / "settings.json").read_text())["sandbox"]
+    assert saved["matrixlab_token"] == "rest-secret-token-123"
+    assert saved["matrixlab_image"] == "my/image:1"
+    assert panel.model.has_token and panel.token.value == ""
+    panel.clear_token.click()
+    panel.image.value = ""
+    panel.save.click()
+    saved = json.loads((server.config_dir / "settings.json").read_text())["sandbox"]
+    assert "matrixlab_token" not in saved and saved["matrixlab_image"] == ""
