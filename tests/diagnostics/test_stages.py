@@ -86,3 +86,11 @@ def test_a_claimed_layer_that_does_not_hold_fails_the_check(sandbox_config_dir: 
     stage = asyncio.run(isolation_check(service))
     assert stage.status == FAIL
     assert "claimed but not in force: ro-root, netns" in stage.detail
+
+
+def test_a_backend_the_server_does_not_allow_is_skipped(sandbox_config_dir: Path) -> None:
+    service = make_service(sandbox_config_dir, allowed_backends=["matrixlab"])
+    found = {s.name: s for s in asyncio.run(run_diagnostics(service))}
+    hello = found["local python hello-world"]
+    assert hello.status == SKIP and "not allowed" in hello.detail
+    assert found["approval gate"].status == SKIP

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from ..backends.local import SubprocessSandbox
+from ..errors import BackendNotAllowed
 from ..plans import PlanStore
 from ..service import SandboxService
 from .isolation import isolation_check, isolation_layers
@@ -72,6 +73,8 @@ async def run_diagnostics(service: SandboxService, *, matrixlab: bool = False) -
     for name, step in steps:
         try:
             found = await step()
+        except BackendNotAllowed as exc:  # the administrator's choice, not a failure
+            found = Stage(name, SKIP, exc.message)
         except Exception as exc:  # a broken stage is a finding, not a crash
             found = Stage(name, FAIL, f"{type(exc).__name__}: {exc}", "report this as a bug")
         stages.extend(found if isinstance(found, list) else [found])
