@@ -140,7 +140,7 @@ class SandboxService:
 
     def read_file(self, file: str) -> str:
         """The text of ``file`` under the root folder; nothing outside it is read."""
-        if not isinstance(file, str) or not file.strip():
+        if not isinstance(file, str) or not file.strip() or "\x00" in file:
             raise FileAccessError("file must be a non-empty relative path")
         root = self.root_dir or Path.cwd().resolve()
         candidate = (root / file.lstrip("/")).resolve() if not os.path.isabs(file) else Path(file)
@@ -149,7 +149,10 @@ class SandboxService:
             raise FileAccessError(f"file {file!r} is outside the server's root folder")
         if not candidate.is_file():
             raise FileAccessError(f"file {file!r} does not exist or is not a file")
-        data = candidate.read_bytes()
+        try:
+            data = candidate.read_bytes()
+        except OSError as exc:
+            raise FileAccessError(f"cannot read {file!r}: {exc.strerror or exc}") from None
         if len(data) > MAX_FILE_BYTES:
             raise FileAccessError(f"file {file!r} is larger than {MAX_FILE_BYTES} bytes")
         return data.decode("utf-8", errors="replace")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+from asyncio import Future
 from typing import Any
 
 from tornado import web
-from tornado.iostream import StreamClosedError
 
 from .base import SandboxHandler, authorized_execute, error_body
 
@@ -23,8 +23,17 @@ class RunHandler(SandboxHandler):
         """True when the ``Accept`` header asks for NDJSON."""
         return NDJSON in self.request.headers.get("Accept", "")
 
-    async def _send_line(self, line: dict[str, Any]) -> None:
-        """Write one JSON line and flush it so the client sees it now."""
+    def on_connection_close(self) -> None:
+        """The client went away: the run goes on to its end (and its audit event), unseen."""
+        self._client_gone = True
+        super().on_connection_close()
+
+    def _send_line(self, line: dict[str, Any]) -> None:
+        """Write one JSON line and flush it so the client sees it now.
+
+        The flush is not awaited: a slow client must never hold up the reading of
+        the snippet's pipes (the output cap already bounds what can pile up here).
+        """
         if self._client_gone:
             return
         if not self._streaming:
@@ -34,14 +43,14 @@ class RunHandler(SandboxHandler):
             self.set_header("X-Accel-Buffering", "no")
             self.set_header("Cache-Control", "no-cache")
         self.write(json.dumps(line) + "\n")
-        try:
-            await self.flush()
-        except StreamClosedError:
-            # The run goes on to its end (and its audit event); only the stream stops.
+        self.flush().add_done_callback(self._flushed)
+
+    def _flushed(self, future: Future[None]) -> None:
+        if future.exception() is not None:
             self._client_gone = True
 
     async def _on_output(self, stream: str, text: str) -> None:
-        await self._send_line({"type": stream, "data": text})
+        self._send_line({"type": stream, "data": text})
 
     @web.authenticated
     @authorized_execute
@@ -61,7 +70,8 @@ class RunHandler(SandboxHandler):
         except web.HTTPError as exc:
             if not self._streaming:
                 raise  # nothing sent yet: a normal JSON error answer
-            await self._send_line({"type": "error", **error_body(exc.status_code, exc)})
+            self._send_line({"type": "error", **error_body(exc.status_code, exc)})
         else:
-            await self._send_line({"type": "result", **result.to_dict()})
-        self.finish(set_content_type=NDJSON)
+            self._send_line({"type": "result", **result.to_dict()})
+        if not self._client_gone:
+            self.finish(set_content_type=NDJSON)

@@ -80,7 +80,7 @@ def parse_body(raw: bytes, schema_name: str) -> dict[str, Any]:
     if raw.strip():
         try:
             body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:
             raise InvalidRequest(
                 f"the request body is not valid JSON: {exc}", code="malformed_json"
             ) from None
