@@ -195,7 +195,8 @@ class SubprocessSandbox(SandboxBackend):
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
-                await proc.wait()
+                # Not proc.wait(): a detached grandchild holding the pipes would hold it too.
+                await _exited(proc)
             done, pending = await asyncio.wait(readers, timeout=_PIPE_GRACE_SEC)
             for task in pending:
                 task.cancel()
