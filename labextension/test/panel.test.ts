@@ -1,0 +1,176 @@
+// The settings panel and status bar item in jsdom, against a scripted sandbox API.
+
+import { SandboxModel } from '../src/model';
+import { SandboxPanel } from '../src/panel';
+import { SandboxClient } from '../src/request';
+import { SandboxStatusItem } from '../src/statusbar';
+import type { IStatus } from '../src/types';
+
+function status(overrides: Partial<IStatus> = {}): IStatus {
+  return {
+    backend: 'subprocess',
+    ok: true,
+    error: null,
+    env_override: null,
+    has_token: false,
+    require_approval: true,
+    isolation: ['tempdir'],
+    settings: {
+      backend: 'subprocess',
+      matrixlab_url: 'http://localhost:8765',
+      matrixlab_image: '',
+      allow_network: false,
+      timeout_sec: 120,
+      has_token: false
+    },
+    ...overrides
+  };
+}
+
+const LIFECYCLE_OFF = {
+  installed: false,
+  running: false,
+  docker_available: true,
+  lifecycle_enabled: false,
+  instructions: ['docker pull runner']
+};
+
+/** A client whose server answers from `routes` ("METHOD endpoint" → body, or [status, body]). */
+function scripted(routes: Record<string, unknown>) {
+  const sent: Array<{ method: string; endpoint: string; body: unknown }> = [];
+  const client = new SandboxClient('/', async (url, init) => {
+    const endpoint = url.replace('/api/sandbox/', '');
+    const method = init.method ?? 'GET';
+    sent.push({ method, endpoint, body: init.body ? JSON.parse(String(init.body)) : null });
+    const answer = routes[`${method} ${endpoint}`];
+    const [code, body] = Array.isArray(answer) ? answer : [200, answer];
+    // jsdom has no fetch Response: the client only reads these members.
+    return {
+      ok: code < 400,
+      status: code,
+      statusText: code < 400 ? 'OK' : 'Bad Request',
+      text: async () => JSON.stringify(body)
+    } as unknown as Response;
+  });
+  return { client, sent };
+}
+
+async function openPanel(routes: Record<string, unknown>) {
+  const { client, sent } = scripted({ 'GET matrixlab/lifecycle': LIFECYCLE_OFF, ...routes });
+  const model = new SandboxModel(client);
+  const panel = new SandboxPanel(model);
+  document.body.appendChild(panel.node);
+  await panel.load();
+  const q = <T extends Element>(selector: string) => panel.node.querySelector(selector) as T;
+  return { panel, model, sent, q };
+}
+
+function click(button: HTMLElement | null) {
+  button?.dispatchEvent(new MouseEvent('click', { bubbles: true }));
+}
+
+const flush = () => new Promise(resolve => setTimeout(resolve, 0));
+
+function buttonNamed(root: HTMLElement, text: string): HTMLButtonElement {
+  return Array.from(root.querySelectorAll('button')).find(b => b.textContent === text)!;
+}
+
+describe('SandboxPanel', () => {
+  afterEach(() => (document.body.innerHTML = ''));
+
+  it('shows the env override badge naming the variable', async () => {
+    const { q } = await openPanel({
+      'GET status': status({ env_override: 'GITPILOT_SANDBOX', backend: 'off' })
+    });
+    const badge = q<HTMLElement>('.jp-gitpilot-header .jp-gitpilot-badge');
+    expect(badge.hidden).toBe(false);
+    expect(badge.textContent).toBe('env override: GITPILOT_SANDBOX');
+  });
+
+  it('hides the badge without an override and checks the saved backend', async () => {
+    const { q } = await openPanel({ 'GET status': status() });
+    expect(q<HTMLElement>('.jp-gitpilot-header .jp-gitpilot-badge').hidden).toBe(true);
+    expect(q<HTMLInputElement>('input[value="subprocess"]').checked).toBe(true);
+  });
+
+  it('shows a saved token as bullets and never sends it unless typed', async () => {
+    const saved = status({ has_token: true, settings: { ...status().settings, has_token: true } });
+    const { panel, sent, q } = await openPanel({ 'GET status': saved, 'PUT config': saved });
+    const token = q<HTMLInputElement>('input[name="matrixlab_token"]');
+    expect(token.value).toBe('');
+    expect(token.placeholder).toBe('••••••••');
+    expect(panel.changes()).not.toHaveProperty('matrixlab_token');
+
+    click(buttonNamed(panel.node, 'Clear'));
+    expect(panel.changes().matrixlab_token).toBe('');
+
+    token.value = 'new-token';
+    token.dispatchEvent(new Event('input'));
+    expect(panel.changes().matrixlab_token).toBe('new-token');
+    click(buttonNamed(panel.node, 'Save'));
+    await flush();
+    await flush();
+    const put = sent.find(s => s.method === 'PUT');
+    expect(put?.body).toMatchObject({ matrixlab_token: 'new-token', backend: 'subprocess' });
+    expect(token.value).toBe('');
+  });
+
+  it('shows a refused save as the server message', async () => {
+    const { panel, q } = await openPanel({
+      'GET status': status(),
+      'PUT config': [400, { message: 'timeout_sec must be within 1..600', reason: 'Bad Request', code: 'invalid_setting' }]
+    });
+    click(buttonNamed(panel.node, 'Save'));
+    await flush();
+    await flush();
+    const message = q<HTMLElement>('.jp-gitpilot-message');
+    expect(message.getAttribute('role')).toBe('alert');
+    expect(message.textContent).toBe('timeout_sec must be within 1..600');
+  });
+
+  it('disables Install / Start / Stop with the reason and the manual steps', async () => {
+    const { panel, q } = await openPanel({ 'GET status': status() });
+    const install = buttonNamed(panel.node, 'Install');
+    expect(install.disabled).toBe(true);
+    expect(install.title).toContain('GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1');
+    expect(q<HTMLElement>('.jp-gitpilot-manual').hidden).toBe(false);
+    expect(q<HTMLElement>('.jp-gitpilot-manual').textContent).toContain('docker pull runner');
+  });
+
+  it('runs a lifecycle action and shows its steps', async () => {
+    const on = { ...LIFECYCLE_OFF, lifecycle_enabled: true };
+    const { panel, q, sent } = await openPanel({
+      'GET status': status(),
+      'GET matrixlab/lifecycle': on,
+      'POST matrixlab/start': {
+        ok: true,
+        steps: [{ cmd: 'docker run -d --name gitpilot-matrixlab x', exit_code: 0, stdout: 'abc', stderr: '', duration_ms: 9 }]
+      }
+    });
+    const start = buttonNamed(panel.node, 'Start');
+    expect(start.disabled).toBe(false);
+    click(start);
+    for (let i = 0; i < 5; i++) {
+      await flush();
+    }
+    expect(sent.some(s => s.method === 'POST' && s.endpoint === 'matrixlab/start')).toBe(true);
+    expect(q<HTMLElement>('.jp-gitpilot-transcript').textContent).toContain('✓ docker run -d --name gitpilot-matrixlab x');
+  });
+});
+
+describe('SandboxStatusItem', () => {
+  it('follows the model and opens the panel on click or Enter', async () => {
+    const { client } = scripted({ 'GET status': status({ backend: 'matrixlab', ok: false, error: 'cannot reach' }) });
+    const model = new SandboxModel(client);
+    let opened = 0;
+    const item = new SandboxStatusItem(model, () => (opened += 1));
+    await model.refresh();
+    expect(item.node.textContent).toBe('Sandbox: MatrixLab — unreachable');
+    expect(item.node.title).toContain('cannot reach');
+    model.set(status());
+    expect(item.node.textContent).toBe('Sandbox: Local');
+    click(item.node);
+    item.node.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter' }));
+    expect(opened).toBe(2);
+  });
+});
