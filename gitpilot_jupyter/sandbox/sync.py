@@ -24,9 +24,13 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     box: dict[str, Any] = {}
 
+    async def main() -> T:
+        box["loop"], box["task"] = asyncio.get_running_loop(), asyncio.current_task()
+        return await coro
+
     def target() -> None:
         try:
-            box["value"] = asyncio.run(coro)
+            box["value"] = asyncio.run(main())
         except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
 
@@ -37,7 +41,15 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         target=context.run, args=(target,), name="gitpilot-sandbox-sync", daemon=True
     )
     thread.start()
-    thread.join()
+    try:
+        thread.join()
+    except KeyboardInterrupt:
+        # An interrupted cell cancels the coroutine (a local run then kills its
+        # process tree) instead of leaving it running behind the user's back.
+        if "task" in box:
+            box["loop"].call_soon_threadsafe(box["task"].cancel)
+        thread.join()
+        raise
     if "error" in box:
         raise box["error"]
     return box["value"]  # type: ignore[no-any-return]

@@ -110,3 +110,33 @@ def test_the_card_runs_on_a_frontend_click(kernel: BlockingKernelClient) -> None
     assert not any(
         m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == output for m in later
     ), "a second click must not run the snippet again"
+
+
+def test_interrupting_the_kernel_stops_the_snippet(kernel: BlockingKernelClient) -> None:
+    from jupyter_client.manager import KernelManager
+
+    code = "%%sandbox --timeout 60\nimport time\nprint('started', flush=True)\n"
+    code += "time.sleep(2)\nprint('still alive', flush=True)\ntime.sleep(60)"
+    msg_id = kernel.execute(code)
+    seen: list[dict[str, Any]] = []
+    deadline = time.monotonic() + TIMEOUT
+    while "started" not in streams(seen, msg_id) and time.monotonic() < deadline:
+        seen.append(kernel.get_iopub_msg(timeout=TIMEOUT))
+    started = time.monotonic()
+    km: KernelManager = kernel.parent
+    km.interrupt_kernel()
+    seen += messages_until_idle(kernel, msg_id)
+    errors = [m["content"]["ename"] for m in seen if m["msg_type"] == "error"]
+    assert errors == ["KeyboardInterrupt"]
+    assert time.monotonic() - started < 20
+    time.sleep(3)  # long enough for the snippet to print again, were it still running
+    while True:
+        try:
+            seen.append(kernel.get_iopub_msg(timeout=0.5))
+        except Exception:
+            break
+    assert "still alive" not in "".join(
+        m["content"].get("text", "") for m in seen if m["msg_type"] == "stream"
+    )
+    check = kernel.execute("print('kernel fine')")
+    assert streams(messages_until_idle(kernel, check), check) == "kernel fine\n"
