@@ -26,8 +26,16 @@ def openapi() -> OpenAPI:
 
 @pytest.fixture
 def jp_server_config(request: pytest.FixtureRequest) -> Config:
-    """The extension on an authenticated server; ``indirect`` params set SandboxApp traits."""
-    return server_config(**getattr(request, "param", {}))
+    """The extension on an authenticated server.
+
+    An ``indirect`` param sets SandboxApp traits (a dict) or adds any config (a ``Config``).
+    """
+    param = getattr(request, "param", {})
+    if isinstance(param, Config):
+        config = server_config()
+        config.merge(param)
+        return config
+    return server_config(**param)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from traitlets.config import Config
 
 from .helpers import Api
 
@@ -67,6 +68,25 @@ async def test_file_plan_refuses_paths_outside_the_root(
     assert (answer.code, answer.body["code"]) == (400, "invalid_file")
     assert "outside" not in answer.text or "outside the server's root" in answer.text
     assert "print(" not in answer.text
+
+
+@pytest.mark.parametrize("path", [".env.py", ".hidden/job.py", "sub/.secret.sh"])
+async def test_file_plan_refuses_hidden_files(api: Api, jp_root_dir: Path, path: str) -> None:
+    target = jp_root_dir / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("print('API_KEY=hunter2')\n")
+    answer = await api("POST", PLAN, {"file": path})
+    assert (answer.code, answer.body["code"]) == (400, "invalid_file")
+    assert "hunter2" not in answer.text
+
+
+@pytest.mark.parametrize(
+    "jp_server_config", [Config({"ContentsManager": {"allow_hidden": True}})], indirect=True
+)
+async def test_hidden_files_follow_the_contents_manager(api: Api, jp_root_dir: Path) -> None:
+    (jp_root_dir / ".tool.py").write_text("print(1)\n")
+    answer = await api("POST", PLAN, {"file": ".tool.py"})
+    assert answer.code == 200 and answer.body["plan"]["code"] == "print(1)\n"
 
 
 async def test_config_roundtrip_and_masking(api: Api, sandbox_config_dir: Path) -> None:
