@@ -154,6 +154,8 @@ class SandboxMagics(Magics):
     def sandbox_cell(self, line: str, cell: str) -> Any:
         """Plan, approve and run the cell in the sandbox; stream its output."""
         args = parse_argstring(self.sandbox_cell, line)
+        if {"--network", "--no-network"} <= set(line.split()):
+            raise UsageError("sandbox: give --network or --no-network, not both")
         stdin = self._stdin(args.stdin)
         client = self.client
         with usage_errors():

@@ -151,6 +151,7 @@ def test_input_without_stdin_fails_fast(shell: InteractiveShell) -> None:
         ("cobol", "unknown language 'cobol'"),
         ("--stdin nothing_here", "no variable named 'nothing_here'"),
         ("--stdin number", "must be str or bytes"),
+        ("--network --no-network", "not both"),
     ],
 )
 def test_bad_flags_give_a_one_line_usage_error(
@@ -328,3 +329,13 @@ def test_debug_walks_the_path(shell: InteractiveShell, capsys: pytest.CaptureFix
     assert ("FAILED" in out) == failed
     if failed:
         assert "fix: " in out  # every failure says how to fix it
+
+
+def test_network_flags_reach_the_run(shell: InteractiveShell) -> None:
+    with capture_output():
+        cell(shell, "--no-network --out closed", "print(1)")
+        cell(shell, "--network --out open", "print(1)")
+    closed, opened = shell.user_ns["closed"]["isolation"], shell.user_ns["open"]["isolation"]
+    require_system("network namespaces", "netns" in closed, "no netns isolation on this machine")
+    assert "netns" not in opened  # --network lifts exactly the network layer
+    assert set(closed) - set(opened) == {"netns"}
