@@ -64,6 +64,7 @@ export class SandboxPanel extends Widget {
   private readonly report = el('div', 'jp-gitpilot-report');
   private readonly lifecycle: LifecycleCard;
   private tokenCleared = false;
+  private filledBackend = '';
 
   constructor(private readonly model: SandboxModel) {
     super();
@@ -158,9 +159,7 @@ export class SandboxPanel extends Widget {
 
   private fill(status: IStatus): void {
     const s = status.settings;
-    for (const radio of this.radios) {
-      radio.checked = radio.value === s.backend;
-    }
+    this.checkBackend(s.backend);
     this.url.value = s.matrixlab_url ?? '';
     this.image.value = s.matrixlab_image ?? '';
     this.network.checked = !!s.allow_network;
@@ -171,8 +170,20 @@ export class SandboxPanel extends Widget {
     this.clearToken.disabled = !status.has_token;
   }
 
+  private checkBackend(backend: string): void {
+    for (const radio of this.radios) {
+      radio.checked = radio.value === backend;
+    }
+    this.filledBackend = backend;
+  }
+
   private showStatus(): void {
     const { status, error } = this.model;
+    // A change made elsewhere (palette, another tab) moves the radio unless the user already did.
+    const chosen = this.radios.find(r => r.checked)?.value ?? '';
+    if (status && status.settings.backend !== this.filledBackend && chosen === this.filledBackend) {
+      this.checkBackend(status.settings.backend);
+    }
     const text = statusText(status, error);
     this.health.textContent = status?.error ? `${text}: ${status.error}` : text;
     this.health.classList.toggle('jp-mod-failed', !!error || !status?.ok);

@@ -93,6 +93,16 @@ describe('SandboxPanel', () => {
     expect(q<HTMLInputElement>('input[value="subprocess"]').checked).toBe(true);
   });
 
+  it('follows a backend change made elsewhere unless the user picked another', async () => {
+    const { model, q } = await openPanel({ 'GET status': status() });
+    const radio = (name: string) => q<HTMLInputElement>(`input[value="${name}"]`);
+    model.set(status({ backend: 'off', settings: { ...status().settings, backend: 'off' } }));
+    expect(radio('off').checked).toBe(true);
+    radio('matrixlab').checked = true;
+    model.set(status());
+    expect(radio('matrixlab').checked).toBe(true);
+  });
+
   it('shows a saved token as bullets and never sends it unless typed', async () => {
     const saved = status({ has_token: true, settings: { ...status().settings, has_token: true } });
     const { panel, sent, q } = await openPanel({ 'GET status': saved, 'PUT config': saved });

@@ -51,6 +51,7 @@ def test_panel_switches_backend_and_status_bar_follows(lab: Lab, page: Page) -> 
 
     run_palette_command(page, "Use Local Sandbox")
     expect(page.locator(".jp-gitpilot-status")).to_have_text("Sandbox: Local")
+    expect(panel.get_by_role("radio", name=re.compile("^Local"))).to_be_checked()
     assert lab.api("GET", "api/sandbox/status").json()["backend"] == "subprocess"
 
 
