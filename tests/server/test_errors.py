@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from tests.support.live_server import free_port
+
 from .helpers import Answer, Api, plan_and_approve
 
 PLAN = "api/sandbox/plan"
@@ -135,3 +137,15 @@ async def test_a_percent_sign_in_a_message_is_not_a_format_directive(api: Api) -
     answer = await api("POST", PLAN, {"language": "%s %d 100%", "code": "x"})
     assert_error(answer, 400, "unknown_language")
     assert "%s %d 100%" in answer.body["message"]
+
+
+@pytest.mark.parametrize("jp_server_config", [{"require_approval": False}], indirect=True)
+async def test_unreachable_runner_is_503_even_when_streaming(api: Api) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    await api("PUT", "api/sandbox/config", {"backend": "matrixlab", "matrixlab_url": url})
+    body = {"language": "python", "code": "print(1)"}
+    for headers in ({}, {"Accept": "application/x-ndjson"}):
+        answer = await api("POST", RUN, body, headers=headers)
+        assert_error(answer, 503, "backend_unreachable")
+    status = await api("GET", "api/sandbox/status")
+    assert status.code == 200 and status.body["ok"] is False and status.body["error"]
