@@ -252,3 +252,26 @@ def test_the_settings_panel_over_rest(server: LiveServer) -> None:
     panel.save.click()
     saved = json.loads((server.config_dir / "settings.json").read_text())["sandbox"]
     assert "matrixlab_token" not in saved and saved["matrixlab_image"] == ""
+
+
+def test_the_approval_card_over_rest(server: LiveServer) -> None:
+    from gitpilot_jupyter.widgets.approval import ApprovalCard
+
+    client = RestClient(server.url, server.token)
+    code = "import subprocess\nprint('approved over rest')"
+    plan = run_sync(client.plan(language="python", code=code))
+    assert plan.high_risk and plan.requires_approval
+
+    def pending() -> str:
+        with server.client() as http:
+            answer = http.get("/api/sandbox/plans")
+        assert answer.status_code == 200
+        return answer.text
+
+    assert plan.plan_id in pending()  # waiting on the server for the click
+    card = ApprovalCard(plan, client)
+    card.approve_button.click()
+    shown = "".join(o.get("text", "") for o in card.output.outputs)
+    assert card.state == "done" and shown.startswith("approved over rest\n")
+    assert shown.rstrip().endswith(" · REST")
+    assert plan.plan_id not in pending()  # approved (and spent) on the server
