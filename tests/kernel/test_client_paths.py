@@ -149,6 +149,10 @@ def test_magic_with_a_server_url_uses_rest(server: LiveServer) -> None:
         assert cap.stdout.startswith("over rest\n")
         assert cap.stdout.splitlines()[-1].endswith(" · REST")
         assert ip.user_ns["r"]["exit_code"] == 0
+        with capture_output() as cap:
+            ip.run_line_magic("sandbox", "status")
+        assert "backend          subprocess  (ok)" in cap.stdout
+        assert cap.stdout.rstrip().endswith("REST")
         ip.run_line_magic("config", "SandboxMagics.server_token = 'wrong'")
         with pytest.raises(UsageError, match="sandbox: "):
             ip.run_cell_magic("sandbox", "", "print('refused')")
