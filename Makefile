@@ -46,6 +46,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check gitpilot_jupyter tests
 	$(BIN)/mypy
 
+bench: $(STAMP) ## measure what users feel; writes benchmarks/results/latest.{json,md}
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
 debug: $(STAMP) ## walk the whole sandbox path and say what breaks
 	$(BIN)/jupyter-sandbox debug
 

@@ -1,0 +1,1 @@
+"""Reproducible measurements of what users feel: ``make bench`` (``python -m benchmarks``)."""
