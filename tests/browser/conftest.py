@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.support.system import require_system
 
-from .lab import Lab, start_lab, stop_lab
+from .lab import Lab, start_lab
 from .ui import ARTIFACTS
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -52,7 +52,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         pytest.fail("the lab extension is not built: pip install -e . (or make install)")
     server = start_lab(tmp_path_factory.mktemp("lab"))
     yield server
-    stop_lab(server)
+    server.stop()
 
 
 @pytest.fixture(scope="module")
