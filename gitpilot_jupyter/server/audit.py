@@ -48,7 +48,7 @@ def make_audit_hook(event_logger: Any, log: logging.Logger) -> AuditHook:
     def audit(kind: str, data: dict[str, Any]) -> None:
         allowed = fields.get(kind)
         if allowed is None:
-            log.debug("sandbox audit: no schema for event %r", kind)
+            log.warning("sandbox audit: no schema for event %r; it was not recorded", kind)
             return
         payload = {key: value for key, value in data.items() if key in allowed}
         try:
