@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from subprocess import CalledProcessError
+from typing import TextIO
 
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.results import RunResult, result_badges
@@ -19,11 +20,31 @@ def footer(result: RunResult, path: str) -> str:
     return f"[sandbox] {result_badges(result)} · {path}"
 
 
-async def echo_to_cell(stream: str, text: str) -> None:
-    """Print a chunk of the snippet's output as it arrives: stdout to stdout, stderr to stderr."""
-    out = sys.stdout if stream == "stdout" else sys.stderr
-    out.write(text)
-    out.flush()
+class CellEcho:
+    """Print the snippet's output as it arrives: stdout to stdout, stderr to stderr.
+
+    Writes are left to the kernel's stream batching (a few messages a second,
+    not one per chunk); a switch between stdout and stderr flushes the stream
+    written so far, so the cell shows them in the order they came.
+    """
+
+    def __init__(self) -> None:
+        self._last: str | None = None
+
+    @staticmethod
+    def _stream(name: str) -> TextIO:
+        return sys.stdout if name == "stdout" else sys.stderr
+
+    async def __call__(self, stream: str, text: str) -> None:
+        if self._last is not None and self._last != stream:
+            self._stream(self._last).flush()
+        self._last = stream
+        self._stream(stream).write(text)
+
+    def flush(self) -> None:
+        """Flush both streams (after the run)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
 
 
 def failure_message(result: RunResult) -> str:

@@ -31,7 +31,7 @@ from ..sandbox.service import SandboxService
 from ..sandbox.settings import parse_setting
 from ..sandbox.sync import run_sync
 from .client import LocalClient, SandboxClient, make_client
-from .display import SandboxBlocked, SandboxRunError, echo_to_cell, footer
+from .display import CellEcho, SandboxBlocked, SandboxRunError, footer
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -173,8 +173,12 @@ class SandboxMagics(Magics):
             raise SandboxBlocked(plan)
         if plan.high_risk and not args.yes:
             return self._show_card(plan, client, stdin, args.out)
-        with usage_errors():
-            result = run_sync(client.run_approved(plan, stdin=stdin, on_output=echo_to_cell))
+        echo = CellEcho()
+        try:
+            with usage_errors():
+                result = run_sync(client.run_approved(plan, stdin=stdin, on_output=echo))
+        finally:
+            echo.flush()
         self._store(result, args.out)
         if self.show_footer:
             print(footer(result, client.path), flush=True)
