@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
+from traitlets.config import Config
 
 from gitpilot_jupyter.server.audit import EVENT_KINDS, schema_id
 
@@ -53,3 +55,31 @@ async def test_plan_approve_run_and_config_are_audited(
     everything = json.dumps(events)
     for secret in ("the-code-", "do-not-log-me", "typed input", TOKEN):
         assert secret not in everything
+
+
+class Collect(logging.Handler):
+    """A logging handler an administrator would configure (a file, syslog...)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+COLLECT = Collect()
+
+
+@pytest.mark.parametrize(
+    "jp_server_config", [Config({"EventLogger": {"handlers": [COLLECT]}})], indirect=True
+)
+async def test_events_reach_the_configured_logging_handlers(api: Api) -> None:
+    COLLECT.lines.clear()
+    answer = await approved_run(api, "bash", "echo audited-output")
+    assert answer.body["stdout"] == "audited-output\n"
+    events = [json.loads(line) for line in COLLECT.lines]
+    sandbox = [e for e in events if "gitpilot_jupyter/sandbox" in e["__schema__"]]
+    assert [e["__schema__"].split("/")[-2] for e in sandbox] == ["plan", "approve", "run"]
+    assert sandbox[-1]["exit_code"] == 0 and sandbox[-1]["language"] == "bash"
+    assert "audited-output" not in "".join(COLLECT.lines)
