@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -27,3 +29,9 @@ def magics(shell: InteractiveShell) -> SandboxMagics:
     found = [c for c in shell.configurables if isinstance(c, SandboxMagics)]
     assert len(found) == 1
     return found[0]
+
+
+@pytest.fixture(autouse=True)
+def venv_kernelspec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels started here run this virtualenv's python, whatever kernelspecs the user has."""
+    monkeypatch.setenv("JUPYTER_PATH", os.path.join(sys.prefix, "share", "jupyter"))
