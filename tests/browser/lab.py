@@ -30,6 +30,10 @@ def write_demo_root(root: Path) -> None:
         _markdown_cell("Say hello:\n\n```bash\necho cancelled-run\n```\n"),
         _markdown_cell("Never:\n\n```sh\nrm -rf /\n```\n"),
         _markdown_cell('Not runnable:\n\n```json\n{"a": 1}\n```\n'),
+        _markdown_cell(
+            "Slow:\n\n```py\nimport time\nprint('first', flush=True)\ntime.sleep(4)\n"
+            "print('second')\n```\n"
+        ),
     ]
     notebook = {
         "cells": cells,

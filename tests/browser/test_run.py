@@ -12,6 +12,8 @@ from .ui import open_file, plan_dialog, run_button, screenshot, set_theme
 
 pytestmark = pytest.mark.browser
 
+APPROVE = "Approve this plan and run it in the sandbox"
+
 
 def pending_codes(lab: Lab) -> list[str]:
     """The code of every plan waiting for approval on the server."""
@@ -29,7 +31,7 @@ def test_run_code_block_plans_approves_and_shows_output(lab: Lab, page: Page) ->
     expect(dialog.locator(".jp-gitpilot-plan-facts")).to_contain_text("120 s")
     expect(dialog.get_by_label("Code to run")).to_have_text("print(2+2)")
     screenshot(page, "plan-dialog-light")
-    dialog.get_by_role("button", name="Approve this plan and run it in the sandbox").click()
+    dialog.get_by_role("button", name=APPROVE).click()
 
     output = page.locator(".jp-gitpilot-output").first
     expect(output.locator(".jp-gitpilot-output-text")).to_have_text("4\n")
@@ -41,6 +43,18 @@ def test_run_code_block_plans_approves_and_shows_output(lab: Lab, page: Page) ->
     set_theme(page, "JupyterLab Dark")
     screenshot(cell, "run-result-dark")
     set_theme(page, "JupyterLab Light")
+
+
+def test_output_streams_while_the_snippet_runs(lab: Lab, page: Page) -> None:
+    open_file(page, lab, DEMO_NOTEBOOK)
+    run_button(page, "python", nth=1).click()
+    plan_dialog(page).get_by_role("button", name=APPROVE).click()
+    output = page.locator(".jp-gitpilot-output")
+    # "first" shows while the snippet still sleeps: the run is streamed, not buffered.
+    expect(output.locator(".jp-gitpilot-output-text")).to_have_text("first\n")
+    expect(output.locator(".jp-gitpilot-output-state")).to_have_text("Running…")
+    expect(output.locator(".jp-gitpilot-output-text")).to_have_text("first\nsecond\n")
+    expect(output.locator(".jp-gitpilot-result-footer")).to_contain_text("exit 0")
 
 
 def test_cancel_runs_nothing(lab: Lab, page: Page) -> None:
@@ -63,7 +77,7 @@ def test_blocked_snippet_cannot_be_approved(lab: Lab, page: Page) -> None:
     dialog = plan_dialog(page)
     expect(dialog).to_contain_text("cannot be approved")
     expect(dialog.get_by_role("alert")).to_contain_text("rm -rf /")
-    approve = dialog.get_by_role("button", name="Approve this plan and run it in the sandbox")
+    approve = dialog.get_by_role("button", name=APPROVE)
     expect(approve).to_be_disabled()
     screenshot(page, "plan-blocked-light")
 
@@ -77,7 +91,7 @@ def test_run_file_from_file_browser(lab: Lab, page: Page) -> None:
     page.get_by_role("menuitem", name="Run in Sandbox").click()
     dialog = plan_dialog(page)
     expect(dialog.locator(".jp-gitpilot-plan-facts")).to_contain_text(DEMO_SCRIPT)
-    dialog.get_by_role("button", name="Approve this plan and run it in the sandbox").click()
+    dialog.get_by_role("button", name=APPROVE).click()
 
     tab = page.locator(".jp-gitpilot-run-tab")
     expect(tab.locator(".jp-gitpilot-output-text")).to_contain_text("hello from")
