@@ -199,7 +199,10 @@ class SandboxMagics(Magics):
     @line_magic("sandbox")
     def sandbox_line(self, line: str) -> Any:
         """``%sandbox status | settings | config KEY=VALUE | debug | last``."""
-        words = shlex.split(line)
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"sandbox: {exc}") from None
         if not words:
             raise UsageError(f"usage: {LINE_USAGE}")
         command, rest = words[0], words[1:]

@@ -283,6 +283,7 @@ def test_line_status_config_and_last(
         ("config timeout_sec", "KEY=VALUE"),
         ("config backend=docker", "unknown sandbox backend"),
         ("debug --everything", "usage: %sandbox debug"),
+        ("config matrixlab_image='unclosed", "No closing quotation"),
     ],
 )
 def test_line_magic_errors(shell: InteractiveShell, line: str, message: str) -> None:
