@@ -195,3 +195,17 @@ def test_04_rest_api(
     config = text(cells["config"])
     assert "'has_token': False" in config and "timeout now 60" in config
     assert "400 unknown sandbox backend 'docker'" in config
+
+
+def test_03_without_a_runner_says_why_and_still_ends_local(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox_config_dir: Path
+) -> None:
+    monkeypatch.setenv("DEMO_RUNNER_URL", "http://127.0.0.1:9")
+    cells = execute("03-matrixlab.ipynb", tmp_path)
+    verdict = text(cells["test"])
+    assert verdict.startswith("❌ not usable") and "—" in verdict  # with a hint
+    assert "backend_unreachable" in text(cells["run-python"], "stderr")
+    assert "[sandbox] subprocess · exit 0" in text(cells["run-local"])
+    assert "backend          subprocess" in text(cells["status-restored"])
+    saved = json.loads((sandbox_config_dir / "settings.json").read_text())["sandbox"]
+    assert saved["backend"] == "subprocess"
