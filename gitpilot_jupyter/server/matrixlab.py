@@ -6,10 +6,13 @@ Thin calls to the service; the mutating calls are refused by the core unless
 
 from __future__ import annotations
 
+from typing import Any
+
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from .base import SandboxHandler, authorized_execute
+from .stream import LineSink, StreamingHandler
 
 
 class ConnectionTestHandler(SandboxHandler):
@@ -38,8 +41,12 @@ class LifecycleStatusHandler(SandboxHandler):
         self.write_json(await self.call(self.service.lifecycle_status()))
 
 
-class LifecycleActionHandler(SandboxHandler):
-    """``POST /api/sandbox/matrixlab/{install,start,stop}``."""
+class LifecycleActionHandler(StreamingHandler):
+    """``POST /api/sandbox/matrixlab/{install,start,stop}``.
+
+    With ``Accept: application/x-ndjson``, install streams the image pulls'
+    progress as ``{"type": "progress", "image", "status", ...}`` lines.
+    """
 
     @web.authenticated
     @authorized_execute
@@ -47,9 +54,17 @@ class LifecycleActionHandler(SandboxHandler):
         """Run one lifecycle action; the answer lists each docker step."""
         self.body("EmptyRequest")
         service, user = self.service, self.username
-        calls = {
-            "install": lambda: service.lifecycle_install(user=user),
-            "start": lambda: service.lifecycle_start(user=user),
-            "stop": lambda: service.lifecycle_stop(user=user),
-        }
-        self.write_json(await self.call(calls[action]()))
+
+        async def work(sink: LineSink | None) -> dict[str, Any]:
+            if action == "install":
+
+                async def progress(event: dict[str, Any]) -> None:
+                    assert sink is not None
+                    await sink({"type": "progress", **event})
+
+                return await service.lifecycle_install(progress if sink else None, user=user)
+            if action == "start":
+                return await service.lifecycle_start(user=user)
+            return await service.lifecycle_stop(user=user)
+
+        await self.answer(work)

@@ -6,9 +6,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from jsonschema import Draft202012Validator
 from openapi_core import OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
 from traitlets.config import Config
+
+from gitpilot_jupyter.server.schemas import openapi_document
 
 NDJSON = "application/x-ndjson"
 
@@ -49,6 +52,15 @@ def check_against_openapi(openapi: OpenAPI, method: str, path: str, answer: Answ
         MockRequest("http://localhost", method.lower(), path.split("?")[0]),
         MockResponse(answer.text.encode(), status_code=answer.code, content_type=content_type),
     )
+
+
+def check_stream_line(line: dict[str, Any], result_schema: str) -> None:
+    """One NDJSON line matches ``StreamLine``, and the result line ``result_schema`` too."""
+    components = openapi_document()["components"]
+    names = ["StreamLine"] + ([result_schema] if line["type"] == "result" else [])
+    for name in names:
+        schema = {"$ref": f"#/components/schemas/{name}", "components": components}
+        Draft202012Validator(schema).validate(line)
 
 
 async def plan_and_approve(api: Api, **plan: Any) -> tuple[dict[str, Any], str]:

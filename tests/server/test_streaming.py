@@ -10,11 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
-from jsonschema import Draft202012Validator
 
-from gitpilot_jupyter.server.schemas import openapi_document
-
-from .helpers import NDJSON, Api, plan_and_approve
+from .helpers import NDJSON, Api, check_stream_line, plan_and_approve
 
 SLOW = "import sys, time\nprint('first', flush=True)\ntime.sleep({sleep})\nprint('second')\n"
 
@@ -35,14 +32,6 @@ def client(
     )
 
 
-def check_line(line: dict[str, Any]) -> None:
-    """Each stream line matches the document: StreamLine, and the result an envelope too."""
-    schemas = openapi_document()["components"]
-    for name in ["StreamLine"] + (["RunResult"] if line["type"] == "result" else []):
-        schema = {"$ref": f"#/components/schemas/{name}", "components": schemas}
-        Draft202012Validator(schema).validate(line)
-
-
 async def stream_run(
     http: httpx.AsyncClient, body: dict[str, Any]
 ) -> AsyncIterator[tuple[float, dict[str, Any]]]:
@@ -54,7 +43,7 @@ async def stream_run(
         async for text in response.aiter_lines():
             if text.strip():
                 line = json.loads(text)
-                check_line(line)
+                check_stream_line(line, "RunResult")
                 yield time.monotonic(), line
 
 
@@ -92,7 +81,7 @@ async def test_ndjson_streams_stderr_and_failures(api: Api) -> None:
     assert answer.code == 200
     lines = answer.body
     for line in lines:
-        check_line(line)
+        check_stream_line(line, "RunResult")
     assert "".join(line["data"] for line in lines if line["type"] == "stderr") == "bad\n"
     assert lines[-1]["type"] == "result" and lines[-1]["exit_code"] == 4
 
