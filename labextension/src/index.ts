@@ -188,10 +188,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-/** The ▶ Run button of the code block holding the focus or the selection. */
+/** The code block the user last put the focus or the selection in (the palette takes the focus). */
+let lastBlock: HTMLElement | null = null;
+
+function rememberBlock(node: Node | null): void {
+  lastBlock = blockAround(node) ?? lastBlock;
+}
+
+document.addEventListener('focusin', event => rememberBlock(event.target as Node));
+document.addEventListener('selectionchange', () =>
+  rememberBlock(window.getSelection()?.anchorNode ?? null)
+);
+
+/** The ▶ Run button of the code block holding the focus or the selection, or held last. */
 function focusedRunButton(): HTMLButtonElement | null {
   const around =
-    blockAround(document.activeElement) ?? blockAround(window.getSelection()?.anchorNode ?? null);
+    blockAround(document.activeElement) ??
+    blockAround(window.getSelection()?.anchorNode ?? null) ??
+    (lastBlock?.isConnected ? lastBlock : null);
   return around as HTMLButtonElement | null;
 }
 
