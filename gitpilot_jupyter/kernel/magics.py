@@ -30,7 +30,8 @@ from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
 from ..sandbox.settings import parse_setting
 from ..sandbox.sync import run_sync
-from .client import LocalClient, SandboxClient, make_client
+from .client import LocalClient, SandboxClient
+from .discovery import make_client
 from .display import CellEcho, SandboxBlocked, SandboxRunError, footer
 
 F = TypeVar("F", bound=Callable[..., Any])

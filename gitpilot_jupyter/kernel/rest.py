@@ -1,0 +1,231 @@
+"""The REST client: the sandbox API of a Jupyter server (approvals and audit live there).
+
+Runs and lifecycle actions ask for NDJSON so output and pull progress arrive
+as they happen; a server that answers plain JSON works too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import httpx
+
+from ..sandbox.backends.base import OutputCallback
+from ..sandbox.errors import SandboxError
+from ..sandbox.plans import ExecutionPlan
+from ..sandbox.results import RunResult
+from .client import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
+
+API = "api/sandbox"
+NDJSON = "application/x-ndjson"
+
+
+class ServerUnreachable(SandboxError):
+    """The Jupyter server chosen for the REST path did not answer."""
+
+    code = "server_unreachable"
+    status = 503
+
+
+def plan_from_dict(data: Mapping[str, Any]) -> ExecutionPlan:
+    """An :class:`ExecutionPlan` from the JSON the REST API answers."""
+    known = ExecutionPlan.__dataclass_fields__
+    return ExecutionPlan(**{k: v for k, v in data.items() if k in known})
+
+
+class RestClient(SandboxClient):
+    """The sandbox REST API of a Jupyter server (approvals and audit live there)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str = "",
+        *,
+        session_id: str | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        super().__init__(session_id)
+        self.base_url = base_url.rstrip("/") + "/"
+        self.token = token
+        self.timeout = timeout
+        self.path = "REST"
+
+    def _client(self, read_timeout: float | None = None) -> httpx.AsyncClient:
+        headers = {"Authorization": f"token {self.token}"} if self.token else {}
+        timeout = httpx.Timeout(self.timeout, read=read_timeout or self.timeout)
+        return httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    @staticmethod
+    def _error(response: httpx.Response) -> SandboxError:
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        message = body.get("message") if isinstance(body, dict) else None
+        code = body.get("code") if isinstance(body, dict) else None
+        error = SandboxError(
+            str(message or f"the Jupyter server answered {response.status_code}"),
+            code=str(code or "server_error"),
+        )
+        error.status = response.status_code
+        return error
+
+    async def _call(self, method: str, route: str, body: Any = None) -> Any:
+        try:
+            async with self._client() as client:
+                response = await client.request(method, f"{API}/{route}", json=body)
+        except httpx.HTTPError as exc:
+            raise ServerUnreachable(
+                f"cannot reach the Jupyter server at {self.base_url}: {exc}"
+            ) from None
+        if response.status_code >= 400:
+            raise self._error(response)
+        return response.json()
+
+    async def plan(
+        self,
+        *,
+        language: str,
+        code: str,
+        timeout_sec: int | None = None,
+        stdin: str | None = None,
+        backend: str | None = None,
+        allow_network: bool | None = None,
+    ) -> ExecutionPlan:
+        body: dict[str, Any] = {
+            "language": language,
+            "code": code,
+            "source": "cell",
+            "session_id": self.session_id,
+        }
+        optional = {
+            "timeout_sec": timeout_sec,
+            "stdin": stdin,
+            "backend": backend,
+            "allow_network": allow_network,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        answer = await self._call("POST", "plan", body)
+        plan = plan_from_dict(answer["plan"])
+        plan.stdin, plan.session_id = stdin, self.session_id
+        return plan
+
+    async def approve(self, plan: ExecutionPlan, *, approved_by: str = "user") -> str | None:
+        if not plan.requires_approval:
+            return None
+        body = {"plan_id": plan.plan_id, "session_id": self.session_id}
+        answer = await self._call("POST", "approve", body)
+        return str(answer["approval_token"])
+
+    async def run(
+        self,
+        plan: ExecutionPlan,
+        *,
+        token: str | None,
+        stdin: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> RunResult:
+        body: dict[str, Any] = {
+            "language": plan.language,
+            "code": plan.code,
+            "timeout_sec": plan.timeout_sec,
+            "session_id": self.session_id,
+            "backend": plan.backend,
+            "allow_network": plan.network,
+        }
+        if stdin is not None:
+            body["stdin"] = stdin
+        if token is not None:
+            body["approval_token"] = token
+        streamed = False
+
+        async def line(event: dict[str, Any]) -> None:
+            nonlocal streamed
+            if event.get("type") in ("stdout", "stderr"):
+                streamed = True
+                if on_output is not None:
+                    await on_output(event["type"], str(event.get("data", "")))
+
+        answer = await self._stream("run", body, line, read_timeout=plan.timeout_sec + self.timeout)
+        result = RunResult.from_dict(answer)
+        if not streamed:  # a server that answered the whole envelope at once
+            await _replay(result, on_output)
+        return result
+
+    async def _stream(
+        self,
+        route: str,
+        body: dict[str, Any],
+        on_line: Callable[[dict[str, Any]], Awaitable[None]],
+        *,
+        read_timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """POST asking for NDJSON: hand each line to ``on_line``; return the ``result`` line.
+
+        A server that answers plain JSON instead gives its body as the result.
+        """
+        headers = {"Accept": NDJSON}
+        try:
+            async with (
+                self._client(read_timeout=read_timeout) as client,
+                client.stream("POST", f"{API}/{route}", json=body, headers=headers) as response,
+            ):
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise self._error(response)
+                if NDJSON not in response.headers.get("content-type", ""):
+                    return dict(json.loads(await response.aread()))
+                async for raw in response.aiter_lines():
+                    if not raw.strip():
+                        continue
+                    event = json.loads(raw)
+                    kind = event.pop("type", None)
+                    if kind == "result":
+                        return dict(event)
+                    if kind == "error":
+                        raise SandboxError(
+                            str(event.get("message", "the request failed")),
+                            code=str(event.get("code", "server_error")),
+                        )
+                    await on_line({"type": kind, **event})
+        except httpx.HTTPError as exc:
+            raise ServerUnreachable(f"lost the Jupyter server at {self.base_url}: {exc}") from None
+        raise SandboxError("the server's stream ended without a result", code="server_error")
+
+    async def status(self) -> dict[str, Any]:
+        return dict(await self._call("GET", "status"))
+
+    async def configure(self, changes: Mapping[str, object]) -> dict[str, Any]:
+        return dict(await self._call("PUT", "config", dict(changes)))
+
+    async def test_matrixlab(
+        self, url: str | None = None, token: str | None = None
+    ) -> dict[str, Any]:
+        body = {k: v for k, v in {"matrixlab_url": url, "matrixlab_token": token}.items() if v}
+        return dict(await self._call("POST", "matrixlab/test", body))
+
+    async def lifecycle(
+        self, action: str, progress: ProgressCallback | None = None
+    ) -> dict[str, Any]:
+        if action not in LIFECYCLE_ACTIONS:
+            raise SandboxError(f"unknown lifecycle action {action!r}", code="invalid_request")
+        if action == "status":
+            return dict(await self._call("GET", "matrixlab/lifecycle"))
+
+        async def line(event: dict[str, Any]) -> None:
+            if event.pop("type", None) == "progress" and progress is not None:
+                await progress(event)
+
+        # Pulling images can take minutes: no read timeout beyond the lines' own pace.
+        return await self._stream(f"matrixlab/{action}", {}, line, read_timeout=600)
+
+
+async def _replay(result: RunResult, on_output: OutputCallback | None) -> None:
+    if on_output is None:
+        return
+    for stream in ("stdout", "stderr"):
+        text = getattr(result, stream)
+        if text:
+            await on_output(stream, text)
