@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from gitpilot_jupyter.kernel.client import LocalClient
+from gitpilot_jupyter.kernel.rest import RestClient
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.widgets.panel import SandboxSettingsPanel
 from tests.docker.conftest import docker_engine, lifecycle_service, test_images
+from tests.support.live_server import start_live_server
 
 pytestmark = pytest.mark.docker
 __all__ = ["docker_engine", "lifecycle_service", "test_images"]  # fixtures used by name
@@ -37,3 +42,22 @@ def test_install_start_test_stop_from_the_panel(lifecycle_service: SandboxServic
     assert model.message == "Stop done.", model.transcript
     assert "$ docker stop " in model.transcript
     assert not panel.start.disabled and panel.stop.disabled
+
+
+def test_install_over_rest_streams_progress_into_the_panel(
+    lifecycle_service: SandboxService, tmp_path: Path
+) -> None:
+    lifecycle_env = {k: v for k, v in os.environ.items() if k.startswith("GITPILOT_")}
+    lifecycle_env.pop("GITPILOT_CONFIG_DIR")
+    server = start_live_server(tmp_path / "server", env=lifecycle_env)
+    try:
+        panel = SandboxSettingsPanel.for_client(RestClient(server.url, server.token))
+        assert panel.model.lifecycle_enabled and not panel.install.disabled
+        lines: list[str] = []
+        panel.model.observe(lambda change: lines.append(change.new), "transcript")
+        panel.install.click()
+        # Pull progress arrived line by line before the final transcript.
+        assert any(": already present" in line for line in lines[:-1]), lines
+        assert panel.model.transcript.startswith("install done\n$ docker image inspect ")
+    finally:
+        server.stop()
