@@ -94,6 +94,13 @@ class FileAccessError(SandboxError):
     code = "invalid_file"
 
 
+class SettingsNotSaved(SandboxError):
+    """The settings file could not be written (read-only folder, full disk, permissions)."""
+
+    code = "settings_not_saved"
+    status = 503
+
+
 class LifecycleDisabled(SandboxError):
     """Mutating lifecycle calls need GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1."""
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from .errors import InvalidSetting, UnknownBackend
+from .errors import InvalidSetting, SettingsNotSaved, UnknownBackend
 
 BACKENDS = ("matrixlab", "off", "subprocess")
 DEFAULT_BACKEND = "subprocess"
@@ -235,18 +235,25 @@ class SettingsStore:
         clears the saved token. Returns the persisted (not env-merged) settings.
         """
         clean = {key: validate_setting(key, value) for key, value in changes.items()}
-        with self._locked():
-            doc, error = self._read_document()
-            if error and self.path.exists():
-                self._keep_bad_copy()
-                doc = {}
-            section = doc.get("sandbox")
-            current = dict(section) if isinstance(section, dict) else {}
-            current.update(clean)
-            if current.get("matrixlab_token") == "":
-                current.pop("matrixlab_token")
-            doc["sandbox"] = current
-            self._write_atomic(doc)
+        try:
+            with self._locked():
+                doc, error = self._read_document()
+                if error and self.path.exists():
+                    self._keep_bad_copy()
+                    doc = {}
+                section = doc.get("sandbox")
+                current = dict(section) if isinstance(section, dict) else {}
+                current.update(clean)
+                if current.get("matrixlab_token") == "":
+                    current.pop("matrixlab_token")
+                doc["sandbox"] = current
+                self._write_atomic(doc)
+        except OSError as exc:
+            # A read-only folder or a full disk is the machine's state, not a bug: say so.
+            raise SettingsNotSaved(
+                f"could not save the settings to {self.path}: {exc.strerror or exc}; "
+                "nothing was changed"
+            ) from None
         values, _ = self.persisted()
         return SandboxSettings(**values)
 
