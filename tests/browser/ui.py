@@ -46,8 +46,15 @@ def open_settings_from_menu(page: Page) -> Locator:
 
 def run_palette_command(page: Page, label: str) -> None:
     """Open the command palette, type the command's label and press Enter."""
-    page.keyboard.press("Control+Shift+C")
     search = page.locator(".lm-CommandPalette-input")
+    for _ in range(3):
+        # The shortcut can land before the lab has focus after a click: press until it opens.
+        page.keyboard.press("Control+Shift+C")
+        try:
+            expect(search).to_be_visible(timeout=3_000)
+            break
+        except AssertionError:
+            continue
     search.fill(label)
     page.locator(".lm-CommandPalette-item", has_text=label).first.wait_for()
     search.press("Enter")
