@@ -38,17 +38,19 @@ _END = r"(?=$|[\s;&|)`'\"])"
 DESTRUCTIVE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "rm -rf /",
+        # Recursive and force anywhere among the options (-rf, -r -f, --recursive --force).
         re.compile(
-            r"(?<![\w-])rm\s+(?:-{1,2}[\w-]+\s+)*"
-            r"-[a-zA-Z]*(?:[rR][a-zA-Z]*f|f[a-zA-Z]*[rR])[a-zA-Z]*\s+"
-            r"(?:-{1,2}[\w-]+\s+)*/\*?" + _END
+            r"(?<![\w-])rm"
+            r"(?=(?:\s+-{1,2}[\w-]+)*?\s+(?:-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)(?=\s))"
+            r"(?=(?:\s+-{1,2}[\w-]+)*?\s+(?:-[a-zA-Z]*f[a-zA-Z]*|--force)(?=\s))"
+            r"(?:\s+-{1,2}[\w-]+)*\s+/\*?" + _END
         ),
     ),
     ("mkfs", re.compile(r"(?<![\w-])mkfs(?:\.\w+)?" + _END)),
     ("dd if=/dev/zero", re.compile(r"(?<![\w-])dd\s+(?:[^\n;|&]*\s)?if=/dev/zero" + _END)),
     ("fork bomb :(){ :|:& };:", re.compile(r":\s*\(\s*\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:")),
-    ("shutdown -h", re.compile(r"(?<![\w-])shutdown\s+(?:-\w+\s+)*-[a-zA-Z]*h" + _END)),
-    ("shutdown -r", re.compile(r"(?<![\w-])shutdown\s+(?:-\w+\s+)*-[a-zA-Z]*r" + _END)),
+    ("shutdown -h", re.compile(r"(?<![\w-])shutdown\s+(?:-{1,2}[\w-]+\s+)*-[a-zA-Z]*h" + _END)),
+    ("shutdown -r", re.compile(r"(?<![\w-])shutdown\s+(?:-{1,2}[\w-]+\s+)*-[a-zA-Z]*r" + _END)),
 )
 
 
