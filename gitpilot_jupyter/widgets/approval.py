@@ -32,10 +32,13 @@ def plan_html(plan: ExecutionPlan) -> str:
         f"language <b>{e(plan.language)}</b> · backend <b>{e(plan.backend)}</b> · "
         f"timeout <b>{plan.timeout_sec} s</b> · network <b>{'on' if plan.network else 'off'}</b>",
     ]
-    checks = "".join(
-        f"<li>{'✅' if c['ok'] else '⚠️'} {e(str(c['label']))}</li>" for c in plan.checks
+    rows.append(
+        " · ".join(
+            f"<span style='color:{'#2e7d32' if c['ok'] else '#b71c1c'}'>"
+            f"{'✓' if c['ok'] else '✗'} {e(str(c['label']))}</span>"
+            for c in plan.checks
+        )
     )
-    rows.append(f"<ul style='margin:2px 0'>{checks}</ul>")
     for w in plan.warnings:
         colour = _SEVERITY_COLOURS.get(w["severity"], "#455a64")
         rows.append(

@@ -39,7 +39,7 @@ def format_steps(steps: list[dict[str, Any]]) -> str:
 
 def format_test(report: dict[str, Any]) -> str:
     """Test connection's answer in one line: verdict, latency, version, Docker, hint."""
-    parts = ["✅ connected" if report.get("ok") else "❌ not usable"]
+    parts = ["✓ connected" if report.get("ok") else "✗ not usable"]
     if report.get("error"):
         parts.append(str(report["error"]))
     if report.get("latency_ms") is not None:

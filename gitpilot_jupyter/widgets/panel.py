@@ -67,7 +67,7 @@ class SandboxSettingsPanel(ipw.VBox):  # type: ignore[misc]
         self.test.on_click(lambda _: model.test_connection())
         for action in ("install", "start", "stop"):
             getattr(self, action).on_click(lambda _, a=action: model.run_lifecycle(a))
-        model.observe(self._refresh, names=["has_token", "env_override", "busy"])
+        model.observe(self._refresh, names=["has_token", "env_override", "busy", "transcript"])
         model.observe(self._refresh, names=["lifecycle_enabled", "lifecycle_reason", "lifecycle"])
 
         matrixlab = ipw.VBox(
@@ -116,6 +116,7 @@ class SandboxSettingsPanel(ipw.VBox):  # type: ignore[misc]
             else ""
         )
         _shown(self.progress, m.busy)
+        _shown(self.transcript, bool(m.transcript))
         for button in (self.save, self.test, self.clear_token):
             button.disabled = m.busy
         usable = m.lifecycle_enabled and not m.lifecycle_reason and not m.busy

@@ -134,7 +134,7 @@ def test_03_matrixlab_against_the_runner_standin(
     cells = execute("03-matrixlab.ipynb", tmp_path)
     assert "backend          subprocess" in text(cells["status-before"])
     assert widget_shown(cells["panel"])
-    assert text(cells["test"]).startswith("✅ connected")
+    assert text(cells["test"]).startswith("✓ connected")
     save = text(cells["save"])
     assert "Saved backend, matrixlab_token, matrixlab_url." in save
     assert "token field now empty: True | a token is saved: True" in save
@@ -203,7 +203,7 @@ def test_03_without_a_runner_says_why_and_still_ends_local(
     monkeypatch.setenv("DEMO_RUNNER_URL", "http://127.0.0.1:9")
     cells = execute("03-matrixlab.ipynb", tmp_path)
     verdict = text(cells["test"])
-    assert verdict.startswith("❌ not usable") and "—" in verdict  # with a hint
+    assert verdict.startswith("✗ not usable") and "—" in verdict  # with a hint
     assert "backend_unreachable" in text(cells["run-python"], "stderr")
     assert "[sandbox] subprocess · exit 0" in text(cells["run-local"])
     assert "backend          subprocess" in text(cells["status-restored"])

@@ -156,19 +156,19 @@ def test_test_connection_against_the_runner(
     panel.url.value = runner_standin.url
     panel.token.value = runner_standin.token
     panel.test.click()
-    assert panel.test_result.value.startswith("✅ connected")
+    assert panel.test_result.value.startswith("✓ connected")
     assert saved(sandbox_config_dir) == {}  # testing saves nothing
 
     panel.token.value = "wrong-token"
     panel.test.click()
-    assert panel.test_result.value.startswith("❌ not usable")
+    assert panel.test_result.value.startswith("✗ not usable")
     assert "token" in panel.test_result.value.lower()
 
 
 def test_test_connection_to_nothing_gives_a_hint(panel: SandboxSettingsPanel) -> None:
     panel.url.value = "http://127.0.0.1:9"
     panel.test.click()
-    assert panel.test_result.value.startswith("❌ not usable")
+    assert panel.test_result.value.startswith("✗ not usable")
     assert "—" in panel.test_result.value  # followed by a hint
 
 

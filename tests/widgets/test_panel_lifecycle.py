@@ -36,7 +36,7 @@ def test_install_start_test_stop_from_the_panel(lifecycle_service: SandboxServic
     assert "running: True" in panel.lifecycle_reason.value
 
     panel.test.click()  # the saved URL and token of the started Runner
-    assert panel.test_result.value.startswith("✅ connected"), panel.test_result.value
+    assert panel.test_result.value.startswith("✓ connected"), panel.test_result.value
 
     panel.stop.click()
     assert model.message == "Stop done.", model.transcript
