@@ -17,7 +17,15 @@ from pathlib import Path
 from .common import Context, Measure, loadavg, machine
 from .report import write
 
-BENCHMARKS = ("overhead", "concurrency", "flood", "timeouts", "streaming", "peers")
+BENCHMARKS = (
+    "overhead",
+    "concurrency",
+    "flood",
+    "timeouts",
+    "streaming",
+    "peers",
+    "profile_run",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
