@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from gitpilot_jupyter.sandbox.backends.base import ResourceLimits
@@ -23,6 +24,19 @@ from .common import Context, Measure, median
 
 BENCH = "profile of one run"
 SERVER_RSS_MB = 120
+
+
+async def _spawn(
+    argv: list[str], workdir: Path, preexec_fn: Callable[[], None] | None
+) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=workdir,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=preexec_fn,
+    )
 
 
 async def _phases(isolation: str, runs: int) -> dict[str, list[float]]:
@@ -40,26 +54,13 @@ async def _phases(isolation: str, runs: int) -> dict[str, list[float]]:
             limits=ResourceLimits(),
         )
         t1 = time.perf_counter()
-        proc = await asyncio.create_subprocess_exec(
-            *launch.argv,
-            cwd=workdir,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=launch.preexec_fn,
-        )
+        proc = await _spawn(launch.argv, workdir, launch.preexec_fn)
         t2 = time.perf_counter()
         await proc.communicate()
         t3 = time.perf_counter()
         launch.cleanup()
         t4 = time.perf_counter()
-        plain = await asyncio.create_subprocess_exec(
-            *launch.argv,
-            cwd=workdir,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )
+        plain = await _spawn(launch.argv, workdir, None)
         t5 = time.perf_counter()
         await plain.communicate()
         shutil.rmtree(workdir, ignore_errors=True)

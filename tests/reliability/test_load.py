@@ -8,11 +8,14 @@ process (zombie or not), and its resident memory stayed within bounds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from gitpilot_jupyter.sandbox.backends.layered import _descendants
 
 from .conftest import Live
 
@@ -36,19 +39,12 @@ class Footprint:
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
-    """(pid, state) of every direct child of ``pid``."""
+    """(pid, state) of every process below ``pid``: none should outlive its run."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # The command may contain spaces and parentheses: fields follow the last ')'.
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid:
-            found.append((int(entry), fields[0]))
+    for child in _descendants(pid):
+        with contextlib.suppress(OSError):
+            state = Path(f"/proc/{child}/stat").read_text().rpartition(")")[2].split()[0]
+            found.append((child, state))
     return found
 
 
