@@ -19,7 +19,7 @@ from IPython.utils.capture import capture_output
 from jupyter_client.blocking import BlockingKernelClient
 
 from gitpilot_jupyter.kernel.client import LocalClient, SandboxClient
-from gitpilot_jupyter.kernel.discovery import launching_server, make_client
+from gitpilot_jupyter.kernel.discovery import launching_server, make_client, server_answers
 from gitpilot_jupyter.kernel.rest import RestClient
 from gitpilot_jupyter.sandbox.errors import SandboxError
 from gitpilot_jupyter.sandbox.results import RunResult
@@ -164,6 +164,13 @@ def test_auto_without_a_launching_server_is_in_process() -> None:
     assert isinstance(client, LocalClient) and client.path == "in-process"
     with pytest.raises(SandboxError, match="server must be"):
         make_client("somewhere")
+
+
+def test_auto_needs_the_extension_to_answer(server: LiveServer) -> None:
+    assert server_answers(server.url, server.token)
+    assert not server_answers(server.url, "wrong-token")  # 403: not usable, stay in-process
+    assert not server_answers(server.url + "/nothing-here", server.token)  # no extension: 404
+    assert not server_answers("http://127.0.0.1:9", server.token)
 
 
 def test_launching_server_is_found_by_its_runtime_file(server: LiveServer) -> None:

@@ -17,6 +17,7 @@ import pytest
 from nbclient import NotebookClient
 
 from tests.support.live_server import LiveServer, start_live_server
+from tests.support.system import require_system
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 CELL_TIMEOUT_SEC = 120
@@ -67,6 +68,7 @@ def test_stored_without_outputs() -> None:
 
 
 def test_01_getting_started(tmp_path: Path) -> None:
+    require_system("node", shutil.which("node") is not None, "notebook 1 says hello in JavaScript")
     cells = execute("01-getting-started.ipynb", tmp_path)
     assert "backend          subprocess  (ok)" in text(cells["status"])
     python = text(cells["hello-python"])
