@@ -13,6 +13,8 @@ from typing import Any
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, validate
 
+from ..sandbox.backends.isolation import ISOLATION_CHOICES, Isolator, default_isolator
+from ..sandbox.lifecycle_config import LifecycleConfig
 from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
 from ..sandbox.policy import SandboxPolicy
 from ..sandbox.service import SandboxService
@@ -68,6 +70,50 @@ class SandboxApp(ExtensionApp):
         help="How long an approval token stays valid, in seconds.",
     ).tag(config=True)
 
+    isolation = Unicode(
+        "",
+        help=(
+            "OS isolation of the subprocess backend: 'auto' (bubblewrap, else unshare, plus "
+            "cgroups or rlimits), 'bwrap', 'unshare' or 'none'. "
+            "Empty: $GITPILOT_SANDBOX_ISOLATION, else 'auto'."
+        ),
+    ).tag(config=True)
+
+    matrixlab_runner_image = Unicode(
+        LifecycleConfig.runner_image,
+        help="Docker image of the MatrixLab Runner that Install pulls and Start runs "
+        "($GITPILOT_MATRIXLAB_RUNNER_IMAGE wins).",
+    ).tag(config=True)
+
+    matrixlab_sandbox_images = List(
+        Unicode(),
+        default_value=list(LifecycleConfig.sandbox_images),
+        help="Per-language sandbox images Install pulls ($GITPILOT_MATRIXLAB_SANDBOX_IMAGES wins).",
+    ).tag(config=True)
+
+    matrixlab_container_name = Unicode(
+        LifecycleConfig.container_name,
+        help="Name of the Runner container; Start is idempotent by this name "
+        "($GITPILOT_MATRIXLAB_CONTAINER wins).",
+    ).tag(config=True)
+
+    matrixlab_host_port = Int(
+        0,
+        help="Host port published for the Runner's port 8000; 0 = the port of matrixlab_url "
+        "($GITPILOT_MATRIXLAB_PORT wins).",
+    ).tag(config=True)
+
+    matrixlab_jobs_dir = Unicode(
+        "",
+        help="Jobs folder mounted at the same path inside and outside the Runner; empty = "
+        "<settings folder>/matrixlab-jobs ($GITPILOT_MATRIXLAB_JOBS_DIR wins).",
+    ).tag(config=True)
+
+    matrixlab_restart_policy = Unicode(
+        LifecycleConfig.restart_policy,
+        help="Docker restart policy of the Runner container ($GITPILOT_MATRIXLAB_RESTART wins).",
+    ).tag(config=True)
+
     service_class = Type(
         default_value=SandboxService,
         klass=SandboxService,
@@ -84,6 +130,13 @@ class SandboxApp(ExtensionApp):
             )
         return value
 
+    @validate("isolation")
+    def _check_isolation(self, proposal: Any) -> str:
+        value = str(proposal["value"]).strip().lower()
+        if value and value not in ISOLATION_CHOICES:
+            raise TraitError(f"isolation must be one of {list(ISOLATION_CHOICES)}, got {value!r}")
+        return value
+
     @validate("max_timeout_sec")
     def _check_max_timeout(self, proposal: Any) -> int:
         value = int(proposal["value"])
@@ -98,10 +151,31 @@ class SandboxApp(ExtensionApp):
             raise TraitError("plan_ttl_sec must be positive")
         return value
 
+    def build_isolator(self) -> Isolator:
+        """The subprocess backend's isolator, as the ``isolation`` trait asks."""
+        if not self.isolation:
+            return default_isolator()
+        from ..sandbox.backends.layered import LayeredIsolator
+
+        return LayeredIsolator(self.isolation)
+
+    def build_lifecycle_config(self) -> LifecycleConfig:
+        """The Runner lifecycle config from the ``matrixlab_*`` traits (env applies per call)."""
+        return LifecycleConfig(
+            runner_image=self.matrixlab_runner_image,
+            sandbox_images=tuple(self.matrixlab_sandbox_images),
+            container_name=self.matrixlab_container_name,
+            host_port=self.matrixlab_host_port or None,
+            jobs_dir=self.matrixlab_jobs_dir,
+            restart_policy=self.matrixlab_restart_policy,
+        )
+
     def build_service(self) -> SandboxService:
         """The one service of this server, configured from the traits above."""
         assert self.serverapp is not None
         service: SandboxService = self.service_class(
+            isolator=self.build_isolator(),
+            lifecycle_config=self.build_lifecycle_config(),
             settings=SettingsStore(self.settings_dir or None),
             policy=SandboxPolicy(max_timeout_sec=self.max_timeout_sec),
             plans=PlanStore(ttl_sec=self.plan_ttl_sec),

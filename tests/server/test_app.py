@@ -119,6 +119,7 @@ async def test_settings_dir(api: Api, settings_dir: Path, sandbox_config_dir: Pa
         ("max_timeout_sec", 0),
         ("max_timeout_sec", 601),
         ("plan_ttl_sec", 0),
+        ("isolation", "docker"),
     ],
 )
 def test_bad_trait_values_are_refused(trait: str, value: object) -> None:
@@ -132,3 +133,30 @@ def test_every_trait_has_help_text() -> None:
     assert {"settings_dir", "plan_ttl_sec", "service_class"} <= set(traits)
     for name, trait in traits.items():
         assert trait.help and len(trait.help) > 20, name
+
+
+@pytest.mark.parametrize("jp_server_config", [{"isolation": "none"}], indirect=True)
+async def test_isolation_trait_chooses_the_isolator(api: Api) -> None:
+    status = (await api("GET", "api/sandbox/status")).body
+    assert status["isolation_report"]["choice"] == "none"
+    assert not {"ro-root", "pidns", "netns"} & set(status["isolation"])
+    run = await api("POST", "api/sandbox/plan", {"language": "python", "code": "print(1)"})
+    assert run.code == 200
+
+
+@pytest.mark.parametrize(
+    "jp_server_config",
+    [
+        {
+            "matrixlab_runner_image": "example/runner:test",
+            "matrixlab_sandbox_images": ["example/python:test"],
+            "matrixlab_container_name": "gitpilot-admin-runner",
+        }
+    ],
+    indirect=True,
+)
+async def test_matrixlab_traits_reach_the_lifecycle(api: Api) -> None:
+    lifecycle = (await api("GET", "api/sandbox/matrixlab/lifecycle")).body
+    text = json.dumps(lifecycle)
+    assert "example/runner:test" in text and "example/python:test" in text
+    assert "gitpilot-admin-runner" in text
