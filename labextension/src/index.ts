@@ -196,6 +196,8 @@ function rememberBlock(node: Node | null): void {
 }
 
 document.addEventListener('focusin', event => rememberBlock(event.target as Node));
+// Capture phase: a notebook cell may stop a click from selecting text in its Markdown.
+document.addEventListener('pointerdown', event => rememberBlock(event.target as Node), true);
 document.addEventListener('selectionchange', () =>
   rememberBlock(window.getSelection()?.anchorNode ?? null)
 );

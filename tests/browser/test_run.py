@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from .lab import DEMO_MARKDOWN, DEMO_NOTEBOOK, DEMO_SCRIPT, Lab
-from .ui import open_file, plan_dialog, run_button, run_palette_command, screenshot, set_theme
+from .ui import open_file, plan_dialog, run_button, screenshot, set_theme
 
 pytestmark = pytest.mark.browser
 
@@ -73,9 +73,9 @@ def test_cancel_runs_nothing(lab: Lab, page: Page) -> None:
 
 def test_blocked_snippet_cannot_be_approved(lab: Lab, page: Page) -> None:
     open_file(page, lab, DEMO_NOTEBOOK)
-    # The keyboard path: put the cursor in the block's code, then the palette command.
-    page.locator("code.language-sh").click()
-    run_palette_command(page, "Run Code Block in Sandbox")
+    # The keyboard path: Tab reaches the block's ▶ Run button, Enter presses it.
+    run_button(page, "bash", nth=1).focus()
+    page.keyboard.press("Enter")
     dialog = plan_dialog(page)
     expect(dialog).to_contain_text("cannot be approved")
     expect(dialog.get_by_role("alert")).to_contain_text("rm -rf /")
