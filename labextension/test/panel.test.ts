@@ -168,6 +168,32 @@ describe('SandboxPanel', () => {
   });
 });
 
+describe('SandboxModel', () => {
+  afterEach(() => jest.useRealTimers());
+
+  it('polls the status at the interval and stops when told', async () => {
+    jest.useFakeTimers();
+    const { client, sent } = scripted({ 'GET status': status() });
+    const model = new SandboxModel(client);
+    model.poll(30);
+    jest.advanceTimersByTime(30_000);
+    expect(sent.filter(s => s.endpoint === 'status')).toHaveLength(1);
+    jest.advanceTimersByTime(60_000);
+    expect(sent.filter(s => s.endpoint === 'status')).toHaveLength(3);
+    model.poll(0);
+    jest.advanceTimersByTime(90_000);
+    expect(sent.filter(s => s.endpoint === 'status')).toHaveLength(3);
+    model.dispose();
+  });
+
+  it('keeps the fetch error for the status bar to show', async () => {
+    const { client } = scripted({ 'GET status': [503, { message: 'server is shutting down' }] });
+    const model = new SandboxModel(client);
+    await model.refresh();
+    expect(model.error).toBe('server is shutting down');
+  });
+});
+
 describe('SandboxStatusItem', () => {
   it('follows the model and opens the panel on click or Enter', async () => {
     const { client } = scripted({ 'GET status': status({ backend: 'matrixlab', ok: false, error: 'cannot reach' }) });
