@@ -16,13 +16,14 @@ from .claims import ClaimStore
 from .errors import (
     BackendNotAllowed,
     EmptyCode,
-    FileAccessError,
     InvalidRequest,
     UnknownBackend,
     UnknownLanguage,
 )
+from .files import read_under_root
 from .languages import CANONICAL_LANGUAGES, Interpreters, canonical_language, language_for_path
 from .lifecycle_config import LifecycleConfig
+from .matrixlab_ops import MatrixLabOperations
 from .plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id, plan_digest
 from .policy import SandboxPolicy, find_destructive
 from .results import RunResult
@@ -33,12 +34,10 @@ from .settings import (
     SandboxSettings,
     SettingsStore,
     check_backend,
-    validate_setting,
 )
 
 REQUIRE_APPROVAL_ENV = "GITPILOT_SANDBOX_REQUIRE_APPROVAL"
 MAX_CODE_CHARS = 1_000_000
-MAX_FILE_BYTES = 1_000_000
 
 #: Receives ``(event_name, data)`` for every plan, approval, run and config change.
 AuditHook = Callable[[str, dict[str, Any]], None]
@@ -50,7 +49,7 @@ def approval_required_by_env(environ: Mapping[str, str]) -> bool:
     return raw not in ("0", "false", "no", "off")
 
 
-class SandboxService:
+class SandboxService(MatrixLabOperations):
     """Plans, approves and runs snippets under one policy, on the resolved backend.
 
     The service is pure Python and async; faces (REST, magic, CLI, lab) only
@@ -139,23 +138,8 @@ class SandboxService:
     # -- plan -------------------------------------------------------------------------
 
     def read_file(self, file: str) -> str:
-        """The text of ``file`` under the root folder; nothing outside it is read."""
-        if not isinstance(file, str) or not file.strip() or "\x00" in file:
-            raise FileAccessError("file must be a non-empty relative path")
-        root = self.root_dir or Path.cwd().resolve()
-        candidate = (root / file.lstrip("/")).resolve() if not os.path.isabs(file) else Path(file)
-        candidate = candidate.resolve()
-        if candidate != root and root not in candidate.parents:
-            raise FileAccessError(f"file {file!r} is outside the server's root folder")
-        if not candidate.is_file():
-            raise FileAccessError(f"file {file!r} does not exist or is not a file")
-        try:
-            data = candidate.read_bytes()
-        except OSError as exc:
-            raise FileAccessError(f"cannot read {file!r}: {exc.strerror or exc}") from None
-        if len(data) > MAX_FILE_BYTES:
-            raise FileAccessError(f"file {file!r} is larger than {MAX_FILE_BYTES} bytes")
-        return data.decode("utf-8", errors="replace")
+        """The text of ``file`` under the root folder (the cwd when none); nothing outside it."""
+        return read_under_root(self.root_dir or Path.cwd().resolve(), file)
 
     async def plan(
         self,
@@ -470,64 +454,6 @@ class SandboxService:
             },
             "version": __version__,
         }
-
-    # -- matrixlab: test connection and lifecycle (contract §7-§8) ----------------------
-
-    async def test_matrixlab(
-        self, url: str | None = None, token: str | None = None
-    ) -> dict[str, Any]:
-        """Test connection to a Runner: the saved URL / token unless unsaved ones are given.
-
-        A bad Runner does not raise: the report says what failed, with a hint.
-        """
-        from .matrixlab_probe import check_connection
-
-        settings = self.settings.effective().settings
-        target = str(validate_setting("matrixlab_url", url)) if url else None
-        return await check_connection(
-            settings.matrixlab_url, settings.matrixlab_token, url=target, token=token
-        )
-
-    def _lifecycle(self) -> Any:
-        from .lifecycle import MatrixLabLifecycle
-
-        settings = self.settings.effective().settings
-        return MatrixLabLifecycle(
-            self.lifecycle_config.with_env(self.settings.environ),
-            url=settings.matrixlab_url,
-            token=settings.matrixlab_token,
-            environ=self.settings.environ,
-            config_dir=self.settings.config_dir,
-        )
-
-    async def _lifecycle_action(self, action: str, user: str | None, *args: Any) -> dict[str, Any]:
-        started = time.monotonic()
-        answer: dict[str, Any] = await getattr(self._lifecycle(), action)(*args)
-        duration_ms = int((time.monotonic() - started) * 1000)
-        self._emit(
-            "lifecycle",
-            {"user": user, "action": action, "ok": answer["ok"], "duration_ms": duration_ms},
-        )
-        return answer
-
-    async def lifecycle_status(self) -> dict[str, Any]:
-        """Runner image installed, Runner running, Docker available, flag, images: read-only."""
-        status: dict[str, Any] = await self._lifecycle().status()
-        return status
-
-    async def lifecycle_install(
-        self, progress: Any = None, *, user: str | None = None
-    ) -> dict[str, Any]:
-        """Pull the images not present yet (``progress`` gets pull events). Needs the flag."""
-        return await self._lifecycle_action("install", user, progress)
-
-    async def lifecycle_start(self, *, user: str | None = None) -> dict[str, Any]:
-        """Start the Runner container, idempotent by name. Needs the flag."""
-        return await self._lifecycle_action("start", user)
-
-    async def lifecycle_stop(self, *, user: str | None = None) -> dict[str, Any]:
-        """Stop the Runner container. Needs the flag."""
-        return await self._lifecycle_action("stop", user)
 
     async def aclose(self) -> None:
         """Release backend resources."""
