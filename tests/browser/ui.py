@@ -45,7 +45,7 @@ def open_settings_from_menu(page: Page) -> Locator:
 
 
 def run_palette_command(page: Page, label: str) -> None:
-    """Open the command palette, type the command's label and press Enter."""
+    """Open the command palette, type the command's label and click it."""
     search = page.locator(".lm-CommandPalette-input")
     for _ in range(3):
         # The shortcut can land before the lab has focus after a click: press until it opens.
@@ -56,8 +56,9 @@ def run_palette_command(page: Page, label: str) -> None:
         except AssertionError:
             continue
     search.fill(label)
-    page.locator(".lm-CommandPalette-item", has_text=label).first.wait_for()
-    search.press("Enter")
+    # Click the item itself: Enter would run whichever item is active before the filter applies.
+    exact = re.compile(f"^{re.escape(label)}$")
+    page.locator(".lm-CommandPalette-itemLabel", has_text=exact).first.click()
 
 
 def run_button(page: Page, language: str, nth: int = 0) -> Locator:
