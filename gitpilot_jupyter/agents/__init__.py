@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 
+from ..serverinfo import TOKEN_ENV, URL_ENV
 from .approval import APPROVAL_ENV, APPROVAL_MODES
-from .remote import TOKEN_ENV, URL_ENV
 from .render import render_result, shorten
 from .tools import AgentReply, AgentSandbox
 

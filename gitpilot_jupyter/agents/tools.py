@@ -20,10 +20,11 @@ from ..sandbox.plans import MAX_PENDING_PLANS
 from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
 from ..sandbox.sync import run_sync
+from ..serverinfo import ServerInfo, discover_server
 from . import render
 from .access import LocalAccess, PlanTicket, SandboxAccess
 from .approval import resolve_mode
-from .remote import RemoteAccess, ServerInfo, discover_server
+from .remote import RemoteAccess
 
 #: Seconds ``ask`` mode waits for a human inside the tool call before answering "pending".
 DEFAULT_APPROVAL_WAIT_SEC = 0.0
@@ -129,7 +130,7 @@ class AgentSandbox:
         """The way to the sandbox, found once: a Jupyter server if any, else in-process."""
         if self._access is None:
             if self._server == "auto":
-                found = await discover_server(self.environ)
+                found = await asyncio.to_thread(discover_server, self.environ)  # it probes
             else:
                 found = ServerInfo(self._server, self._token or "", "argument")
             if found is None or found.url.rstrip("/").lower() == "local":

@@ -17,11 +17,12 @@ from typing import Any
 
 from ..agents.access import AGENT_SOURCE
 from ..agents.approval import APPROVAL_MODES
-from ..agents.remote import TOKEN_ENV, URL_ENV, RemoteAccess, ServerInfo, discover_server
+from ..agents.remote import RemoteAccess
 from ..agents.render import MODEL_OUTPUT_BYTES
 from ..sandbox.errors import ServerUnreachable
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.sync import run_sync
+from ..serverinfo import TOKEN_ENV, URL_ENV, ServerInfo, discover_server
 from .render import print_plan
 
 #: Lines of a pending plan's code ``plans`` shows (``--json`` has all of it).
@@ -93,7 +94,7 @@ def _remote(args: argparse.Namespace) -> RemoteAccess:
     """The Jupyter server to act on, or :class:`ServerUnreachable` saying how to name one."""
     if args.server:
         return RemoteAccess(ServerInfo(args.server, os.environ.get(TOKEN_ENV, ""), "--server"))
-    found = run_sync(discover_server(os.environ))
+    found = discover_server(os.environ)
     if found is None:
         raise ServerUnreachable(
             "no running Jupyter server with the sandbox extension was found; set "

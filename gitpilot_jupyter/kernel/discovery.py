@@ -1,54 +1,34 @@
-"""Which client a kernel uses: `local`, a server URL, or `auto` (the server that launched it)."""
+"""Which client a kernel uses: `local`, a server URL, or `auto` (the server that launched it).
+
+Finding servers is :mod:`gitpilot_jupyter.serverinfo`'s job; this module only
+picks, among them, the one that started this kernel.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
-
-import httpx
 
 from ..sandbox.errors import SandboxError
+from ..serverinfo import ServerInfo, default_runtime_dir, runtime_servers, server_answers
 from .client import LocalClient, SandboxClient
-from .rest import API, RestClient
-
-
-def server_answers(url: str, token: str, timeout: float = 3.0) -> bool:
-    """True when the sandbox extension answers ``GET /api/sandbox/status`` at ``url``."""
-    headers = {"Authorization": f"token {token}"} if token else {}
-    try:
-        response = httpx.get(url.rstrip("/") + f"/{API}/status", headers=headers, timeout=timeout)
-    except httpx.HTTPError:
-        return False
-    return response.status_code == 200 and "backend" in _json_or_empty(response)
-
-
-def _json_or_empty(response: httpx.Response) -> dict[str, Any]:
-    try:
-        data = response.json()
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
+from .rest import RestClient
 
 
 def launching_server(
     runtime_dirs: list[str] | None = None, parent_pid: int | None = None
-) -> dict[str, Any] | None:
-    """The runtime info of the Jupyter server that launched this kernel, if any.
+) -> ServerInfo | None:
+    """The Jupyter server that launched this kernel, if any.
 
     A kernel's parent process is the server that started it (jupyter_client also
     sets ``JPY_PARENT_PID``); the server's ``jpserver-<pid>.json`` runtime file
     holds its URL and token.
     """
-    from jupyter_core.paths import jupyter_runtime_dir
-    from jupyter_server.serverapp import list_running_servers
-
     pids = {parent_pid} if parent_pid else _parent_pids()
-    dirs = runtime_dirs if runtime_dirs is not None else _runtime_dirs(jupyter_runtime_dir())
-    for folder in dirs:
-        for info in list_running_servers(folder):
-            if info.get("pid") in pids:
-                return dict(info)
+    dirs = runtime_dirs if runtime_dirs is not None else _runtime_dirs(default_runtime_dir())
+    for server in runtime_servers(dirs):
+        if server.pid in pids:
+            return server
     return None
 
 
@@ -61,6 +41,7 @@ def _parent_pids() -> set[int]:
 
 
 def _runtime_dirs(default: str) -> list[str]:
+    # The server may have its own runtime dir: the kernel's connection file lives there too.
     dirs = [default]
     try:
         from ipykernel.connect import get_connection_file
@@ -77,11 +58,9 @@ def make_client(server: str, token: str = "") -> SandboxClient:
     if choice == "local":
         return LocalClient()
     if choice == "auto":
-        info = launching_server()
-        if info is not None:
-            url, found_token = str(info.get("url", "")), str(info.get("token", ""))
-            if url and server_answers(url, found_token):
-                return RestClient(url, found_token)
+        found = launching_server()
+        if found is not None and server_answers(found.url, found.token):
+            return RestClient(found.url, found.token)
         return LocalClient()
     if choice.startswith(("http://", "https://")):
         return RestClient(choice, token or os.environ.get("JUPYTER_TOKEN", ""))

@@ -16,23 +16,10 @@ from ..sandbox.backends.base import OutputCallback
 from ..sandbox.errors import SandboxError
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.results import RunResult
+from ..serverinfo import API, ServerInfo, auth_headers, call_api, error_from_answer, unreachable
 from .client import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
 
-API = "api/sandbox"
 NDJSON = "application/x-ndjson"
-
-
-class ServerUnreachable(SandboxError):
-    """The Jupyter server chosen for the REST path did not answer."""
-
-    code = "server_unreachable"
-    status = 503
-
-
-def plan_from_dict(data: Mapping[str, Any]) -> ExecutionPlan:
-    """An :class:`ExecutionPlan` from the JSON the REST API answers."""
-    known = ExecutionPlan.__dataclass_fields__
-    return ExecutionPlan(**{k: v for k, v in data.items() if k in known})
 
 
 class RestClient(SandboxClient):
@@ -47,42 +34,20 @@ class RestClient(SandboxClient):
         timeout: float = 30.0,
     ) -> None:
         super().__init__(session_id)
-        self.base_url = base_url.rstrip("/") + "/"
+        self.server = ServerInfo(base_url, token, "argument")
+        self.base_url = self.server.url
         self.token = token
         self.timeout = timeout
         self.path = "REST"
 
     def _client(self, read_timeout: float | None = None) -> httpx.AsyncClient:
-        headers = {"Authorization": f"token {self.token}"} if self.token else {}
         timeout = httpx.Timeout(self.timeout, read=read_timeout or self.timeout)
-        return httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout)
-
-    @staticmethod
-    def _error(response: httpx.Response) -> SandboxError:
-        try:
-            body = response.json()
-        except ValueError:
-            body = {}
-        message = body.get("message") if isinstance(body, dict) else None
-        code = body.get("code") if isinstance(body, dict) else None
-        error = SandboxError(
-            str(message or f"the Jupyter server answered {response.status_code}"),
-            code=str(code or "server_error"),
+        return httpx.AsyncClient(
+            base_url=self.base_url, headers=auth_headers(self.token), timeout=timeout
         )
-        error.status = response.status_code
-        return error
 
     async def _call(self, method: str, route: str, body: Any = None) -> Any:
-        try:
-            async with self._client() as client:
-                response = await client.request(method, f"{API}/{route}", json=body)
-        except httpx.HTTPError as exc:
-            raise ServerUnreachable(
-                f"cannot reach the Jupyter server at {self.base_url}: {exc}"
-            ) from None
-        if response.status_code >= 400:
-            raise self._error(response)
-        return response.json()
+        return await call_api(self.server, method, route, body, timeout=self.timeout)
 
     async def plan(
         self,
@@ -108,7 +73,7 @@ class RestClient(SandboxClient):
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         answer = await self._call("POST", "plan", body)
-        plan = plan_from_dict(answer["plan"])
+        plan = ExecutionPlan.from_dict(answer["plan"])
         plan.stdin, plan.session_id = stdin, self.session_id
         return plan
 
@@ -174,7 +139,7 @@ class RestClient(SandboxClient):
             ):
                 if response.status_code >= 400:
                     await response.aread()
-                    raise self._error(response)
+                    raise error_from_answer(response)
                 if NDJSON not in response.headers.get("content-type", ""):
                     return dict(json.loads(await response.aread()))
                 async for raw in response.aiter_lines():
@@ -190,8 +155,8 @@ class RestClient(SandboxClient):
                             code=str(event.get("code", "server_error")),
                         )
                     await on_line({"type": kind, **event})
-        except httpx.HTTPError as exc:
-            raise ServerUnreachable(f"lost the Jupyter server at {self.base_url}: {exc}") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise unreachable(self.base_url, exc) from None
         raise SandboxError("the server's stream ended without a result", code="server_error")
 
     async def status(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""A real IPython shell with the extension loaded, on the in-process path."""
+"""A real IPython shell with the extension loaded (in-process path), and a real Jupyter server."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from gitpilot_jupyter.kernel.magics import SandboxMagics
+from tests.support.live_server import LiveServer, start_live_server
 
 
 @pytest.fixture
@@ -35,3 +36,11 @@ def magics(shell: InteractiveShell) -> SandboxMagics:
 def venv_kernelspec(monkeypatch: pytest.MonkeyPatch) -> None:
     """Kernels started here run this virtualenv's python, whatever kernelspecs the user has."""
     monkeypatch.setenv("JUPYTER_PATH", os.path.join(sys.prefix, "share", "jupyter"))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A real ``jupyter server`` subprocess with the sandbox extension, one per test module."""
+    live = start_live_server(tmp_path_factory.mktemp("live"))
+    yield live
+    live.stop()

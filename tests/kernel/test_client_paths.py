@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +25,10 @@ from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 from gitpilot_jupyter.sandbox.sync import run_sync
-from tests.support.live_server import LiveServer, start_live_server
+from tests.support.live_server import LiveServer
 
 #: Envelope fields that differ between any two runs.
 PER_RUN = {"run_id", "plan_id", "duration_ms", "sandbox_id"}
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    live = start_live_server(tmp_path_factory.mktemp("live"))
-    yield live
-    live.stop()
 
 
 @pytest.fixture
@@ -176,8 +168,8 @@ def test_auto_needs_the_extension_to_answer(server: LiveServer) -> None:
 def test_launching_server_is_found_by_its_runtime_file(server: LiveServer) -> None:
     runtime = str(Path(server.env["JUPYTER_RUNTIME_DIR"]))
     info = launching_server([runtime], parent_pid=server.pid)
-    assert info is not None and info["pid"] == server.pid
-    assert info["url"].startswith(server.url)
+    assert info is not None and info.pid == server.pid
+    assert info.url.startswith(server.url) and info.token == server.token
     assert launching_server([runtime], parent_pid=1) is None
 
 
