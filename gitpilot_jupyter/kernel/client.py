@@ -66,6 +66,22 @@ class SandboxClient(abc.ABC):
         """Run an approved plan, streaming its output to ``on_output``."""
 
     @abc.abstractmethod
+    async def pending(self) -> list[ExecutionPlan]:
+        """Plans waiting for a person's approval where this client reaches, oldest first."""
+
+    @abc.abstractmethod
+    async def approve_for_planner(self, plan_id: str) -> None:
+        """Approve a plan someone else made (an agent) without taking its token.
+
+        The planner collects the token with its claim secret and runs the plan
+        itself; the approver neither runs it nor sees the token.
+        """
+
+    @abc.abstractmethod
+    async def reject(self, plan_id: str) -> None:
+        """Drop a pending plan unapproved: it never runs and a waiting planner learns so."""
+
+    @abc.abstractmethod
     async def status(self) -> dict[str, Any]:
         """The service status (backend, masked settings, health, env override...)."""
 
@@ -153,6 +169,16 @@ class LocalClient(SandboxClient):
             allow_network=plan.network,
             on_output=on_output,
         )
+
+    async def pending(self) -> list[ExecutionPlan]:
+        return self.service.plans.pending()
+
+    async def approve_for_planner(self, plan_id: str) -> None:
+        # Not bound to this kernel's session: the planner runs it, from its own.
+        await self.service.approve(plan_id, approved_by="user")
+
+    async def reject(self, plan_id: str) -> None:
+        self.service.plans.reject(plan_id)
 
     async def status(self) -> dict[str, Any]:
         return await self.service.status()

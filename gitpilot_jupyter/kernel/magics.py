@@ -4,6 +4,11 @@ Executing a ``%%sandbox`` cell is the user's approval for a plan without a
 high-severity warning; a plan with one shows an Approve / Reject card and runs
 on the click (or at once with ``--yes``). A blocked plan never runs. Core errors
 become a one-line ``UsageError`` here, the one place this face maps them.
+
+``%sandbox plans`` shows a card for each plan waiting on the Jupyter server
+(typically an agent's, in ``ask`` mode); its Approve only approves: the agent
+claims the token and runs the plan itself. ``%sandbox approve|reject PLAN_ID``
+are the line forms.
 """
 
 from __future__ import annotations
@@ -36,6 +41,13 @@ from .display import CellEcho, SandboxBlocked, SandboxRunError, footer
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: Why ``%sandbox plans`` may miss an agent's plan: it waits on a server this kernel does not use.
+NO_SERVER_NOTE = (
+    "No Jupyter server is reachable from this kernel (in-process path): only this kernel's own "
+    "pending plans are listed. Agents' plans wait on a Jupyter server; to approve them here, "
+    "%config SandboxMagics.server = 'http://HOST:PORT/' (and SandboxMagics.server_token)."
+)
+
 # IPython's decorators are untyped (or typed too narrowly): typed aliases keep mypy strict here.
 argument: Callable[..., Callable[[F], F]] = ma.argument
 magic_arguments: Callable[..., Callable[[F], F]] = ma.magic_arguments
@@ -44,7 +56,10 @@ cell_magic = cast(Callable[[str], Callable[[F], F]], _cell_magic)
 line_magic = cast(Callable[[str], Callable[[F], F]], _line_magic)
 display: Callable[..., None] = _display
 
-LINE_USAGE = "%sandbox status | settings | config [KEY=VALUE ...] | debug [--matrixlab] | last"
+LINE_USAGE = (
+    "%sandbox status | settings | config [KEY=VALUE ...] | debug [--matrixlab] | last"
+    " | plans | approve PLAN_ID | reject PLAN_ID"
+)
 
 
 @contextlib.contextmanager
@@ -88,6 +103,8 @@ class SandboxMagics(Magics):
         self.last: dict[str, Any] | None = None
         #: The approval card shown most recently (``None`` until a plan needs one).
         self.card: Any = None
+        #: The cards ``%sandbox plans`` showed last, one per pending plan.
+        self.plan_cards: list[Any] = []
         # %config lists and configures only the shell's registered configurables.
         if shell is not None and self not in shell.configurables:
             shell.configurables.append(self)
@@ -199,7 +216,12 @@ class SandboxMagics(Magics):
 
     @line_magic("sandbox")
     def sandbox_line(self, line: str) -> Any:
-        """``%sandbox status | settings | config KEY=VALUE | debug | last``."""
+        """``%sandbox status | settings | config | debug | last | plans | approve | reject``.
+
+        ``plans`` lists the plans waiting for approval (an agent's, say) with an
+        Approve / Reject card each; ``approve PLAN_ID`` / ``reject PLAN_ID`` decide
+        one by id. Approving here never runs the plan: whoever made it runs it.
+        """
         try:
             words = shlex.split(line)
         except ValueError as exc:
@@ -254,3 +276,35 @@ class SandboxMagics(Magics):
             print("no %%sandbox cell has run in this kernel yet")
             return None
         return self.last
+
+    def _line_plans(self, rest: list[str]) -> None:
+        """A card per pending plan; Approve only approves (the planner runs it)."""
+        from ..widgets.approval import ApprovalCard
+
+        if rest:
+            raise UsageError("usage: %sandbox plans")
+        client = self.client
+        if isinstance(client, LocalClient):
+            print(NO_SERVER_NOTE)
+        plans = run_sync(client.pending())
+        self.plan_cards = [ApprovalCard(plan, client, runs=False) for plan in plans]
+        if not plans:
+            print("no plans are waiting for approval")
+        for card in self.plan_cards:
+            display(card)
+
+    def _line_approve(self, rest: list[str]) -> None:
+        plan_id = self._plan_id("approve", rest)
+        run_sync(self.client.approve_for_planner(plan_id))
+        print(f"Approved {plan_id}: whoever made it can now run it (the token goes to them).")
+
+    def _line_reject(self, rest: list[str]) -> None:
+        plan_id = self._plan_id("reject", rest)
+        run_sync(self.client.reject(plan_id))
+        print(f"Rejected {plan_id}: it will not run.")
+
+    @staticmethod
+    def _plan_id(command: str, rest: list[str]) -> str:
+        if len(rest) != 1:
+            raise UsageError(f"usage: %sandbox {command} PLAN_ID")
+        return rest[0]

@@ -159,6 +159,18 @@ class RestClient(SandboxClient):
             raise unreachable(self.base_url, exc) from None
         raise SandboxError("the server's stream ended without a result", code="server_error")
 
+    async def pending(self) -> list[ExecutionPlan]:
+        answer = await self._call("GET", "plans")
+        return [ExecutionPlan.from_dict(plan) for plan in answer["plans"]]
+
+    async def approve_for_planner(self, plan_id: str) -> None:
+        # No session_id: the planner runs from its own session. The answer's token is
+        # dropped here on purpose; the planner claims it.
+        await self._call("POST", "approve", {"plan_id": plan_id})
+
+    async def reject(self, plan_id: str) -> None:
+        await self._call("POST", "reject", {"plan_id": plan_id})
+
     async def status(self) -> dict[str, Any]:
         return dict(await self._call("GET", "status"))
 

@@ -1,14 +1,22 @@
-"""The Approve / Reject card a ``%%sandbox`` cell shows for a plan with a high-severity warning.
+"""The Approve / Reject card: one card for a cell's risky plan and for someone else's plan.
 
-The card shows the plan (language, backend, timeout, network, checks, warnings,
-the code); Approve approves the plan and runs it, streaming the output into the
-card; Reject runs nothing. Each card decides once: a second click does nothing.
+The card shows the plan (goal, source, language, backend, timeout, network,
+checks, warnings, the code). Each card decides once: a second click does nothing.
+
+* A ``%%sandbox`` cell's plan with a high-severity warning (``runs=True``):
+  Approve approves the plan and runs it, streaming the output into the card;
+  Reject runs nothing.
+* A plan listed by ``%sandbox plans`` (``runs=False``), typically an agent's in
+  ``ask`` mode: Approve only approves it on the server; the agent that planned it
+  claims the token and runs it itself, so the token is neither kept nor shown
+  here. Reject drops the plan on the server and the waiting agent learns so.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import ipywidgets as ipw
 from traitlets import Enum
@@ -29,6 +37,7 @@ def plan_html(plan: ExecutionPlan) -> str:
     e = html.escape
     rows = [
         f"<b>{e(plan.goal)}</b> <code>{e(plan.plan_id)}</code>",
+        f"source <b>{e(plan.source)}</b> · "
         f"language <b>{e(plan.language)}</b> · backend <b>{e(plan.backend)}</b> · "
         f"timeout <b>{plan.timeout_sec} s</b> · network <b>{'on' if plan.network else 'off'}</b>",
     ]
@@ -51,10 +60,15 @@ def plan_html(plan: ExecutionPlan) -> str:
 
 
 class ApprovalCard(ipw.VBox):  # type: ignore[misc]
-    """Approve / Reject a plan; the run happens on the click and shows in :attr:`output`."""
+    """Approve / Reject a plan.
+
+    With ``runs=True`` the run happens on the click and shows in :attr:`output`;
+    with ``runs=False`` Approve only approves (``state`` ``approved``) and the
+    plan's planner runs it.
+    """
 
     state = Enum(
-        ("pending", "running", "done", "rejected", "failed"),
+        ("pending", "running", "done", "approved", "rejected", "failed"),
         default_value="pending",
         help="Where the card is: waiting for a decision, running, or decided.",
     )
@@ -66,17 +80,26 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
         *,
         stdin: str | None = None,
         on_result: Callable[[RunResult], None] | None = None,
+        runs: bool = True,
     ) -> None:
         self.plan = plan
         self.client = client
         self.stdin = stdin
         self.on_result = on_result
+        self.runs = runs
         self.result: RunResult | None = None
         self.approve_button = ipw.Button(
-            description="Approve and run", button_style="danger", icon="play"
+            description="Approve and run" if runs else "Approve",
+            button_style="danger",
+            icon="play" if runs else "check",
         )
         self.reject_button = ipw.Button(description="Reject", icon="times")
-        self.status = ipw.HTML("<i>This snippet needs your approval before it runs.</i>")
+        self.status = ipw.HTML(
+            "<i>This snippet needs your approval before it runs.</i>"
+            if runs
+            else f"<i>Requested by {html.escape(plan.source)}: Approve lets it run this plan "
+            "itself; nothing runs here.</i>"
+        )
         self.output = ipw.Output()
         self.approve_button.on_click(lambda _: self.approve())
         self.reject_button.on_click(lambda _: self.reject())
@@ -97,8 +120,14 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
         return False
 
     def approve(self) -> None:
-        """Approve the plan and run it; its output streams into :attr:`output`."""
+        """Approve the plan and run it (its output streams into :attr:`output`), or only approve.
+
+        Only approving (``runs=False``) drops the server's token: the planner claims it.
+        """
         if self._decided():
+            return
+        if not self.runs:
+            self._decide(self.client.approve_for_planner, "approved", "Approved", "Not approved")
             return
         self.state = "running"
         self.status.value = "<i>Approved: running…</i>"
@@ -132,8 +161,34 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
             self.output.append_stderr(text)
 
     def reject(self) -> None:
-        """Reject the plan: nothing runs."""
+        """Reject the plan: nothing runs (a listed plan is also dropped on the server)."""
         if self._decided():
+            return
+        if not self.runs:
+            self._decide(self.client.reject, "rejected", "Rejected", "Not rejected")
             return
         self.state = "rejected"
         self.status.value = "<b>Rejected:</b> nothing ran."
+
+    def _decide(
+        self,
+        action: Callable[[str], Coroutine[Any, Any, None]],
+        state: str,
+        done: str,
+        not_done: str,
+    ) -> None:
+        """Approve or reject a listed plan on the server; say what happened in :attr:`status`."""
+        try:
+            run_sync(action(self.plan.plan_id))
+        except SandboxError as exc:
+            # E.g. the agent's plan expired or was decided elsewhere: say so, keep the card decided.
+            self.state = "failed"
+            self.status.value = f"<b>{not_done}:</b> {html.escape(exc.message)}"
+            return
+        self.state = state
+        self.status.value = (
+            f"<b>{done}:</b> the {html.escape(self.plan.source)} that asked runs it "
+            "(its approval token goes to it, not here)."
+            if state == "approved"
+            else f"<b>{done}:</b> it will not run; whoever asked is told so."
+        )

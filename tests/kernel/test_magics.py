@@ -17,7 +17,7 @@ from IPython.utils.capture import capture_output
 from traitlets.config import Config
 
 from gitpilot_jupyter.kernel.display import SandboxBlocked, SandboxRunError
-from gitpilot_jupyter.kernel.magics import SandboxMagics
+from gitpilot_jupyter.kernel.magics import NO_SERVER_NOTE, SandboxMagics
 from tests.support.system import require_system
 
 
@@ -284,6 +284,9 @@ def test_line_status_config_and_last(
         ("config backend=docker", "unknown sandbox backend"),
         ("debug --everything", "usage: %sandbox debug"),
         ("config matrixlab_image='unclosed", "No closing quotation"),
+        ("plans everything", "usage: %sandbox plans"),
+        ("approve", "usage: %sandbox approve PLAN_ID"),
+        ("approve plan_0123456789abcdef", "[plan_not_found]"),
     ],
 )
 def test_line_magic_errors(shell: InteractiveShell, line: str, message: str) -> None:
@@ -340,3 +343,24 @@ def test_network_flags_reach_the_run(shell: InteractiveShell) -> None:
     require_system("network namespaces", "netns" in closed, "no netns isolation on this machine")
     assert "netns" not in opened  # --network lifts exactly the network layer
     assert set(closed) - set(opened) == {"netns"}
+
+
+def test_plans_in_process_says_so_and_lists_the_local_store(
+    shell: InteractiveShell, magics: SandboxMagics
+) -> None:
+    with capture_output() as cap:
+        shell.run_line_magic("sandbox", "plans")
+    assert NO_SERVER_NOTE in cap.stdout and "SandboxMagics.server" in cap.stdout
+    assert "no plans are waiting for approval" in cap.stdout and magics.plan_cards == []
+
+    with capture_output():
+        cell(shell, "", "import subprocess\nprint('cell plan')")  # waits on its card
+    with capture_output() as cap:
+        shell.run_line_magic("sandbox", "plans")
+    assert NO_SERVER_NOTE in cap.stdout
+    [card] = magics.plan_cards
+    assert card.plan.plan_id == magics.card.plan.plan_id
+    assert "source <b>cell</b>" in card.children[0].value
+    card.approve_button.click()  # approves only: nothing runs in the listing's card
+    assert card.state == "approved" and card.output.outputs == ()
+    assert magics.client.service.plans.pending() == []  # type: ignore[attr-defined]

@@ -105,3 +105,38 @@ def test_an_approval_that_can_no_longer_happen_says_why(client: LocalClient) -> 
     assert "Not run" in card.status.value
     with pytest.raises(PlanNotFound):
         client.service.plans.get(plan.plan_id)
+
+
+def test_approve_only_approves_and_keeps_no_token(client: LocalClient) -> None:
+    plan = make_plan(client)
+    card = ApprovalCard(plan, client, runs=False)
+    assert card.approve_button.description == "Approve"
+    assert "nothing runs here" in card.status.value
+    card.approve_button.click()
+    assert card.state == "approved" and card.result is None and card.output.outputs == ()
+    approval = client.service.plans.approval_for(plan.plan_id)
+    assert approval is not None  # approved, unspent: for its planner to claim
+    assert approval.token not in card.status.value
+    assert approval.token not in repr(vars(card))
+    card.reject_button.click()  # a second click does nothing
+    assert card.state == "approved"
+    assert client.service.plans.approval_for(plan.plan_id) is approval
+
+
+def test_reject_only_drops_the_plan_in_the_service(client: LocalClient) -> None:
+    plan = make_plan(client)
+    card = ApprovalCard(plan, client, runs=False)
+    card.reject_button.click()
+    assert card.state == "rejected"
+    with pytest.raises(PlanNotFound):
+        client.service.plans.get(plan.plan_id)
+    card.approve_button.click()
+    assert card.state == "rejected" and client.service.plans.approval_for(plan.plan_id) is None
+
+
+def test_approve_only_of_a_gone_plan_says_why(client: LocalClient) -> None:
+    plan = make_plan(client)
+    client.service.plans.reject(plan.plan_id)
+    card = ApprovalCard(plan, client, runs=False)
+    card.approve_button.click()
+    assert card.state == "failed" and "Not approved" in card.status.value
