@@ -36,19 +36,22 @@ def _ratio_row(name: str, seconds: float, bare: float, limit: float | None, note
 
 def rest_paths(ctx: Context) -> list[Measure]:
     """Bare spawn vs the REST path, without and with OS isolation."""
-    samples: dict[str, list[float]] = {"bare": [], "none": [], "auto": []}
+    samples: dict[str, list[float]] = {"bare": [], "none": [], "auto": [], "off": []}
     clients = {iso: ctx.server(iso).client() for iso in ("none", "auto")}
+    # "off": the same server path with no isolation and no limits (no preexec_fn either).
+    paths = [("none", "none", None), ("auto", "auto", None), ("off", "none", "off")]
     try:
         for _ in range(3):  # warm up: imports, probes, caches
             bare_spawn(CODE)
-            for http in clients.values():
-                rest_run(http, "python", CODE)
+            for _name, iso, backend in paths:
+                rest_run(clients[iso], "python", CODE, **({"backend": backend} if backend else {}))
         for _ in range(ctx.n(60)):
             samples["bare"].append(bare_spawn(CODE))
-            for iso, http in clients.items():
+            for name, iso, backend in paths:
+                extra = {"backend": backend} if backend else {}
                 started = time.perf_counter()
-                result = rest_run(http, "python", CODE)
-                samples[iso].append(time.perf_counter() - started)
+                result = rest_run(clients[iso], "python", CODE, **extra)
+                samples[name].append(time.perf_counter() - started)
                 assert result["stdout"] == "4\n", result
     finally:
         for http in clients.values():
@@ -62,6 +65,13 @@ def rest_paths(ctx: Context) -> list[Measure]:
         ),
         _ratio_row(
             "REST, OS isolation", median(samples["auto"]), bare, 1.5, ",".join(layers["auto"])
+        ),
+        _ratio_row(
+            "REST, backend off (reference)",
+            median(samples["off"]),
+            bare,
+            None,
+            "no isolation, no limits, no preexec_fn: what the three HTTP calls cost",
         ),
     ]
 
