@@ -125,6 +125,8 @@ def stop_and_sweep(live: Live) -> None:
     """Stop the server, then fail if any planted secret was ever shown."""
     live.http.close()
     live.server.stop()
+    if live.responses and not live.audit_events():
+        pytest.fail("no audit event was captured: the secret sweep would be blind", pytrace=False)
     found = live.leaks()
     if found:
         pytest.fail("secrets leaked: " + "; ".join(found), pytrace=False)
