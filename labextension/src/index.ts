@@ -226,7 +226,9 @@ async function runFile(app: JupyterFrontEnd, client: SandboxClient, path: string
   const name = path.split('/').pop() ?? path;
   await planAndRun(client, { file: path, source: 'file_run' }, () => {
     const view = new OutputView(path);
-    const content = new Widget({ node: view.node });
+    const content = new Widget();
+    content.addClass('jp-gitpilot-run-content');
+    content.node.appendChild(view.node);
     const widget = new MainAreaWidget({ content });
     widget.id = `gitpilot-run-${Date.now()}`;
     widget.title.label = `▶ ${name}`;

@@ -99,6 +99,7 @@ def test_run_file_from_file_browser(lab: Lab, page: Page) -> None:
     expect(tab.locator(".jp-gitpilot-output-text")).to_contain_text("hello from")
     expect(tab.locator(".jp-gitpilot-result-footer")).to_contain_text("exit 0")
     expect(page.get_by_role("tab", name=f"▶ {DEMO_SCRIPT}")).to_be_visible()
+    screenshot(page, "run-file-light")
 
 
 def test_markdown_file_code_block_runs(lab: Lab, page: Page) -> None:
