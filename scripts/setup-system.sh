@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the system parts the test suite needs on a fresh Debian machine (run as root):
 #   chromium     the real browser the JupyterLab tests drive (never `playwright install`)
+#   fonts-dejavu-core  a font for chromium (its font is only a Recommends: without one, text has no glyphs)
 #   docker.io    a Docker engine for the MatrixLab lifecycle tests
 #   debootstrap  builds the local base image (Docker Hub is not reachable)
 #   bubblewrap   OS isolation of the default subprocess backend
@@ -8,7 +9,7 @@
 # Idempotent: packages already installed are skipped quickly.
 set -euo pipefail
 
-packages=(chromium docker.io debootstrap bubblewrap iptables)
+packages=(chromium fonts-dejavu-core docker.io debootstrap bubblewrap iptables)
 # node may come from elsewhere than Debian's package: only install it when there is none.
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 missing=()
