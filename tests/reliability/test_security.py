@@ -86,9 +86,15 @@ def test_cross_site_writes_need_the_xsrf_token(live: Live) -> None:
             foreign = browser.post(path, json=body, headers={"Origin": "http://evil.example"})
             live.record(foreign)
             assert foreign.status_code in (403, 404), (path, foreign.text)
-        forged_put = browser.put("/api/sandbox/config", json={"timeout_sec": 9})
-        assert forged_put.status_code == 403, forged_put.text
-        assert live.http.get("/api/sandbox/config").json()["timeout_sec"] != 9
+        # Every writing endpoint of the document refuses it, for the XSRF reason itself.
+        for method, path in _endpoints():
+            if method == "GET":
+                continue
+            forged = browser.request(method, path, json=_BODIES.get(path, {}))
+            live.record(forged)
+            assert forged.status_code == 403, (method, path, forged.text)
+            assert "xsrf" in forged.json()["message"].lower(), (method, path, forged.text)
+        assert live.http.get("/api/sandbox/config").json()["timeout_sec"] != 7
         assert len(live.http.get("/api/sandbox/plans").json()["plans"]) == pending
         # The same request from the page itself (XSRF header = cookie) is accepted.
         same_site = browser.post(
