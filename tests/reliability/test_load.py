@@ -53,7 +53,7 @@ def _run_cgroups(pid: int) -> list[str]:
     found = []
     for root, dirs, _files in os.walk("/sys/fs/cgroup"):
         found += [os.path.join(root, d) for d in dirs if d.startswith(prefix)]
-        if root.count("/") > 6:
+        if root.count("/") > 10:
             dirs[:] = []
     return found
 
