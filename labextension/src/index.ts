@@ -9,25 +9,20 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, MainAreaWidget, showErrorMessage } from '@jupyterlab/apputils';
+import { ICommandPalette, showErrorMessage } from '@jupyterlab/apputils';
 import { IFileBrowserFactory } from '@jupyterlab/filebrowser';
-import {
-  IRenderMimeRegistry,
-  RenderedMarkdown,
-  markdownRendererFactory
-} from '@jupyterlab/rendermime';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { runIcon, settingsIcon } from '@jupyterlab/ui-components';
-import { Widget } from '@lumino/widgets';
 
-import { blockAround, decorateCodeBlocks, ICodeBlock } from './codeblocks';
-import { messageOf, planAndRun } from './flow';
-import { BACKENDS, fileLanguage } from './labels';
+import { runFile, selectedRunnableFile } from './filerun';
+import { messageOf } from './flow';
+import { BACKENDS } from './labels';
+import { addRunButtons, CodeBlockFocus } from './markdown';
 import { SandboxModel } from './model';
 import { SandboxPanel } from './panel';
-import { OutputView } from './render';
 import { SandboxClient } from './request';
 import { SandboxStatusItem } from './statusbar';
 
@@ -43,32 +38,6 @@ export const CommandIDs = {
 };
 
 const CATEGORY = 'Sandbox';
-
-function runCodeBlock(client: SandboxClient, block: ICodeBlock): void {
-  void planAndRun(
-    client,
-    { language: block.language, code: block.code, source: 'code_block' },
-    () => {
-      const view = new OutputView();
-      block.outputHost.replaceChildren(view.node);
-      return view;
-    }
-  );
-}
-
-/** Replace the Markdown renderer by one that adds ▶ Run buttons after rendering. */
-function addRunButtons(rendermime: IRenderMimeRegistry, client: SandboxClient): void {
-  class RunnableMarkdown extends RenderedMarkdown {
-    async render(model: Parameters<RenderedMarkdown['render']>[0]): Promise<void> {
-      await super.render(model);
-      decorateCodeBlocks(this.node, block => runCodeBlock(client, block));
-    }
-  }
-  rendermime.addFactory(
-    { ...markdownRendererFactory, createRenderer: options => new RunnableMarkdown(options) },
-    markdownRendererFactory.defaultRank
-  );
-}
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
@@ -90,6 +59,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     );
     const model = new SandboxModel(client);
     addRunButtons(rendermime, client);
+    const blockFocus = new CodeBlockFocus();
+    blockFocus.track();
 
     let panel: SandboxPanel | null = null;
     app.commands.addCommand(CommandIDs.openSettings, {
@@ -133,8 +104,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.commands.addCommand(CommandIDs.runCodeBlock, {
       label: 'Run Code Block in Sandbox',
       caption: 'Plan and run the Markdown code block that has the focus or the selection',
-      isEnabled: () => focusedRunButton() !== null,
-      execute: () => focusedRunButton()?.click()
+      isEnabled: () => blockFocus.current() !== null,
+      execute: () => blockFocus.current()?.click()
     });
 
     app.commands.addCommand(CommandIDs.runFile, {
@@ -187,57 +158,5 @@ const plugin: JupyterFrontEndPlugin<void> = {
     void model.refresh();
   }
 };
-
-/** The code block the user last put the focus or the selection in (the palette takes the focus). */
-let lastBlock: HTMLElement | null = null;
-
-function rememberBlock(node: Node | null): void {
-  lastBlock = blockAround(node) ?? lastBlock;
-}
-
-document.addEventListener('focusin', event => rememberBlock(event.target as Node));
-// Capture phase: a notebook cell may stop a click from selecting text in its Markdown.
-document.addEventListener('pointerdown', event => rememberBlock(event.target as Node), true);
-document.addEventListener('selectionchange', () =>
-  rememberBlock(window.getSelection()?.anchorNode ?? null)
-);
-
-/** The ▶ Run button of the code block holding the focus or the selection, or held last. */
-function focusedRunButton(): HTMLButtonElement | null {
-  const around =
-    blockAround(document.activeElement) ??
-    blockAround(window.getSelection()?.anchorNode ?? null) ??
-    (lastBlock?.isConnected ? lastBlock : null);
-  return around as HTMLButtonElement | null;
-}
-
-/** The path of the file browser's selected `.py` / `.js` / `.sh` file, or null. */
-function selectedRunnableFile(browsers: IFileBrowserFactory | null): string | null {
-  const browser = browsers?.tracker.currentWidget;
-  const item = browser?.selectedItems().next();
-  if (!item || item.done || item.value.type === 'directory') {
-    return null;
-  }
-  return fileLanguage(item.value.path) ? item.value.path : null;
-}
-
-/** Plan a file (the server reads it), and show the run in its own tab. */
-async function runFile(app: JupyterFrontEnd, client: SandboxClient, path: string): Promise<void> {
-  const name = path.split('/').pop() ?? path;
-  await planAndRun(client, { file: path, source: 'file_run' }, () => {
-    const view = new OutputView(path);
-    const content = new Widget();
-    content.addClass('jp-gitpilot-run-content');
-    content.node.appendChild(view.node);
-    const widget = new MainAreaWidget({ content });
-    widget.id = `gitpilot-run-${Date.now()}`;
-    widget.title.label = `▶ ${name}`;
-    widget.title.closable = true;
-    widget.addClass('jp-gitpilot-run-tab');
-    app.shell.add(widget, 'main', { mode: 'split-bottom' });
-    app.shell.activateById(widget.id);
-    return view;
-  });
-}
 
 export default plugin;
