@@ -67,7 +67,12 @@ def browser(lab: Lab) -> Iterator[Browser]:
 @pytest.fixture
 def page(lab: Lab, browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
     """A fresh tab on the lab, with the sandbox reset to Local and no token."""
-    defaults = {"backend": "subprocess", "matrixlab_token": "", "matrixlab_url": DEFAULT_RUNNER}
+    defaults = {
+        "backend": "subprocess",
+        "matrixlab_token": "",
+        "matrixlab_url": DEFAULT_RUNNER,
+        "timeout_sec": 120,
+    }
     reset = lab.api("PUT", "api/sandbox/config", json=defaults)
     assert reset.status_code == 200, reset.text
     context = browser.new_context(viewport={"width": 1280, "height": 800})

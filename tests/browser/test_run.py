@@ -57,6 +57,20 @@ def test_output_streams_while_the_snippet_runs(lab: Lab, page: Page) -> None:
     expect(output.locator(".jp-gitpilot-result-footer")).to_contain_text("exit 0")
 
 
+def test_timeout_shows_its_badge_and_keeps_the_output(lab: Lab, page: Page) -> None:
+    assert lab.api("PUT", "api/sandbox/config", json={"timeout_sec": 2}).status_code == 200
+    open_file(page, lab, DEMO_NOTEBOOK)
+    run_button(page, "python", nth=1).click()
+    dialog = plan_dialog(page)
+    expect(dialog.locator(".jp-gitpilot-plan-facts")).to_contain_text("2 s")
+    dialog.get_by_role("button", name=APPROVE).click()
+    output = page.locator(".jp-gitpilot-output")
+    footer = output.locator(".jp-gitpilot-result-footer")
+    expect(footer).to_contain_text("timed out")
+    expect(footer).to_contain_text("exit -1")
+    expect(output.locator(".jp-gitpilot-output-text")).to_have_text("first\n")
+
+
 def test_cancel_runs_nothing(lab: Lab, page: Page) -> None:
     open_file(page, lab, DEMO_NOTEBOOK)
     run_button(page, "bash").click()
