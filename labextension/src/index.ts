@@ -1,8 +1,8 @@
 /**
  * gitpilot-jupyter for JupyterLab: the sandbox without a kernel, over `/api/sandbox/*`.
  *
- * Wires the settings panel, the status bar item, ▶ Run on Markdown code blocks,
- * "Run in Sandbox" for files, and their palette commands.
+ * Wires the settings panel, the Pending Plans panel, the status bar item, ▶ Run on
+ * Markdown code blocks, "Run in Sandbox" for files, and their palette commands.
  */
 
 import {
@@ -15,7 +15,7 @@ import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
-import { runIcon, settingsIcon } from '@jupyterlab/ui-components';
+import { listIcon, runIcon, settingsIcon } from '@jupyterlab/ui-components';
 
 import { runFile, selectedRunnableFile } from './filerun';
 import { messageOf } from './flow';
@@ -23,6 +23,7 @@ import { BACKENDS } from './labels';
 import { addRunButtons, CodeBlockFocus } from './markdown';
 import { SandboxModel } from './model';
 import { SandboxPanel } from './panel';
+import { PendingPlansPanel } from './pending';
 import { SandboxClient } from './request';
 import { SandboxStatusItem } from './statusbar';
 
@@ -31,6 +32,7 @@ const PLUGIN_ID = 'gitpilot-jupyter:plugin';
 /** Command ids (the palette, menus and keyboard all go through these). */
 export const CommandIDs = {
   openSettings: 'gitpilot-sandbox:open-settings',
+  pendingPlans: 'gitpilot-sandbox:pending-plans',
   refresh: 'gitpilot-sandbox:refresh-status',
   useBackend: 'gitpilot-sandbox:use-backend',
   runFile: 'gitpilot-sandbox:run-file',
@@ -80,6 +82,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
 
+    let pending: PendingPlansPanel | null = null;
+    app.commands.addCommand(CommandIDs.pendingPlans, {
+      label: 'Sandbox: Pending Plans',
+      icon: args => (args.isPalette ? undefined : listIcon),
+      caption: 'Approve or reject the plans agents made in ask mode',
+      execute: () => {
+        if (!pending || pending.isDisposed) {
+          pending = new PendingPlansPanel(model);
+          pending.title.icon = listIcon;
+        }
+        if (!pending.isAttached) {
+          app.shell.add(pending, 'main');
+        }
+        app.shell.activateById(pending.id);
+        return pending.refresh();
+      }
+    });
+
     app.commands.addCommand(CommandIDs.refresh, {
       label: 'Refresh Sandbox Status',
       execute: () => model.refresh()
@@ -123,6 +143,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     if (palette) {
       palette.addItem({ command: CommandIDs.openSettings, category: CATEGORY });
+      palette.addItem({ command: CommandIDs.pendingPlans, category: CATEGORY });
       palette.addItem({ command: CommandIDs.refresh, category: CATEGORY });
       palette.addItem({ command: CommandIDs.runCodeBlock, category: CATEGORY });
       for (const { name } of BACKENDS) {
@@ -131,9 +152,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
 
     if (statusBar) {
-      const item = new SandboxStatusItem(model, () => {
-        void app.commands.execute(CommandIDs.openSettings);
-      });
+      const item = new SandboxStatusItem(
+        model,
+        () => void app.commands.execute(CommandIDs.openSettings),
+        () => void app.commands.execute(CommandIDs.pendingPlans)
+      );
       statusBar.registerStatusItem(PLUGIN_ID + ':status', {
         item,
         align: 'left',

@@ -43,6 +43,14 @@ export function statusText(status: IStatus | null, fetchError: string | null): s
   return `${label} — ${status.backend === 'matrixlab' ? 'unreachable' : 'error'}`;
 }
 
+/** " · 2 plans waiting" for the status bar, or "" when none wait. */
+export function waitingText(count: number): string {
+  if (count <= 0) {
+    return '';
+  }
+  return ` · ${count} ${count === 1 ? 'plan' : 'plans'} waiting`;
+}
+
 /** The tooltip: the error in full, and the env var that overrides the saved choice. */
 export function statusTitle(status: IStatus | null, fetchError: string | null): string {
   if (fetchError !== null || status === null) {

@@ -5,12 +5,16 @@
 import { ISignal, Signal } from '@lumino/signaling';
 
 import type { SandboxClient } from './request';
-import type { IStatus } from './types';
+import type { IPlan, IStatus } from './types';
+
+/** The `source` of plans an agent made in `ask` mode: they wait for a person elsewhere. */
+export const AGENT_SOURCE = 'agent';
 
 /** Holds the last `GET status` answer, refreshed periodically and after every change. */
 export class SandboxModel {
   private _status: IStatus | null = null;
   private _error: string | null = null;
+  private _waiting = 0;
   private _timer: number | undefined;
   private readonly _changed = new Signal<this, void>(this);
 
@@ -26,18 +30,42 @@ export class SandboxModel {
     return this._error;
   }
 
+  /** How many agent plans wait for approval (0 when unknown). */
+  get waiting(): number {
+    return this._waiting;
+  }
+
   /** Emitted whenever the status or the error changes. */
   get changed(): ISignal<this, void> {
     return this._changed;
   }
 
-  /** Ask the server now. */
+  /** Ask the server now (status, and how many agent plans wait). */
   async refresh(): Promise<void> {
+    const plans = this.client.plans().catch(() => null);
     try {
-      this.set(await this.client.status());
+      const status = await this.client.status();
+      this.countWaiting(await plans);
+      this.set(status);
     } catch (error) {
+      await plans;
       this._error = error instanceof Error ? error.message : String(error);
       this._changed.emit();
+    }
+  }
+
+  /** Take a plan list answered by another call (the Pending Plans panel's poll). */
+  setPlans(plans: IPlan[]): void {
+    const before = this._waiting;
+    this.countWaiting(plans);
+    if (this._waiting !== before) {
+      this._changed.emit();
+    }
+  }
+
+  private countWaiting(plans: IPlan[] | null): void {
+    if (plans !== null) {
+      this._waiting = plans.filter(plan => plan.source === AGENT_SOURCE).length;
     }
   }
 

@@ -163,6 +163,12 @@ export class SandboxClient {
     return answer.plan;
   }
 
+  /** `GET plans`: the plans waiting for approval, oldest first (e.g. an agent's in `ask` mode). */
+  async plans(): Promise<IPlan[]> {
+    const answer = await this.requestJSON<{ plans?: IPlan[] }>('plans');
+    return Array.isArray(answer.plans) ? answer.plans : [];
+  }
+
   /** `POST approve`: a single-use token for a pending plan. */
   approve(planId: string): Promise<IApproval> {
     return this.post<IApproval>('approve', { plan_id: planId });

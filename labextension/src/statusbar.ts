@@ -1,38 +1,57 @@
 /**
- * The status bar item: "Sandbox: Local", "Sandbox: MatrixLab — unreachable"; a click opens the panel.
+ * The status bar item: "Sandbox: Local", "Sandbox: MatrixLab — unreachable",
+ * "Sandbox: Local · 1 plan waiting"; a click opens the settings panel, or the
+ * Pending Plans panel while agent plans wait.
  */
 
 import { Widget } from '@lumino/widgets';
 
-import { statusText, statusTitle } from './labels';
+import { statusText, statusTitle, waitingText } from './labels';
 import type { SandboxModel } from './model';
+import { el } from './render';
 
 /** A keyboard-focusable status bar item bound to the shared model. */
 export class SandboxStatusItem extends Widget {
   constructor(
     private readonly model: SandboxModel,
-    private readonly open: () => void
+    private readonly open: () => void,
+    private readonly openPlans: () => void = open
   ) {
     super();
     this.addClass('jp-gitpilot-status');
     this.node.setAttribute('role', 'button');
     this.node.tabIndex = 0;
-    this.node.addEventListener('click', () => this.open());
+    this.node.addEventListener('click', () => this.openFor());
     this.node.addEventListener('keydown', event => {
       if (event.key === 'Enter' || event.key === ' ') {
         event.preventDefault();
-        this.open();
+        this.openFor();
       }
     });
     model.changed.connect(this.update, this);
     this.update();
   }
 
-  /** Show the model's current text and health. */
+  private openFor(): void {
+    if (this.model.waiting > 0) {
+      this.openPlans();
+    } else {
+      this.open();
+    }
+  }
+
+  /** Show the model's current text and health, and the count of waiting agent plans. */
   update(): void {
-    const { status, error } = this.model;
+    const { status, error, waiting } = this.model;
     this.node.textContent = statusText(status, error);
     this.node.title = statusTitle(status, error);
+    if (waiting > 0) {
+      this.node.appendChild(el('span', 'jp-gitpilot-status-waiting', waitingText(waiting)));
+      this.node.title = statusTitle(status, error).replace(
+        'Click to open the sandbox settings.',
+        `${waiting} agent ${waiting === 1 ? 'plan waits' : 'plans wait'} for approval. Click to review.`
+      );
+    }
     const healthy = error === null && status !== null && status.ok;
     this.node.classList.toggle('jp-mod-failed', status !== null && !healthy);
   }

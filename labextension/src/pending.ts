@@ -1,0 +1,239 @@
+/**
+ * The "Sandbox: Pending Plans" panel: plans waiting for a person (an agent's, in `ask` mode).
+ *
+ * Approve only approves: it never runs the plan, and the approval token the server
+ * answers is dropped unread, neither shown nor kept. The agent claims the token itself
+ * and runs the plan. Reject drops the plan so it can never run.
+ */
+
+import { Widget } from '@lumino/widgets';
+
+import { AGENT_SOURCE, SandboxModel } from './model';
+import { badge, el, renderPlan } from './render';
+import type { IPlan } from './types';
+
+/** How often the open panel asks the server for pending plans. */
+export const POLL_SECONDS = 4;
+
+/** What the card says once decided. */
+export function approvedText(plan: IPlan): string {
+  return plan.source === AGENT_SOURCE
+    ? 'Approved — the agent will run it.'
+    : 'Approved — whoever asked for it can run it now.';
+}
+
+export const REJECTED_TEXT = 'Rejected — it will not run.';
+
+/** One pending plan: goal, source, the plan rendering, Approve and Reject. */
+export class PlanCard {
+  readonly node: HTMLElement;
+  private readonly buttons: HTMLElement;
+  private readonly approveButton: HTMLButtonElement;
+  private readonly rejectButton: HTMLButtonElement;
+  private readonly state: HTMLElement;
+  private _decided = false;
+
+  constructor(
+    readonly plan: IPlan,
+    private readonly model: SandboxModel,
+    private readonly onDecided: () => void = () => undefined
+  ) {
+    this.node = el('section', 'jp-gitpilot-card jp-gitpilot-pending-card');
+    this.node.dataset.planId = plan.plan_id;
+    const titleId = `jp-gitpilot-pending-${plan.plan_id}`;
+    this.node.setAttribute('aria-labelledby', titleId);
+
+    const header = el('div', 'jp-gitpilot-pending-header');
+    const goal = el('h3', 'jp-gitpilot-pending-goal', plan.goal || 'A plan');
+    goal.id = titleId;
+    header.append(goal, badge(plan.source === AGENT_SOURCE ? 'agent' : plan.source, 'source'));
+    const meta = el('div', 'jp-gitpilot-muted jp-gitpilot-pending-meta', `Requested by ${plan.source} · ${plan.plan_id}`);
+
+    this.approveButton = el('button', 'jp-mod-styled jp-mod-accept', 'Approve');
+    this.approveButton.type = 'button';
+    this.approveButton.setAttribute('aria-label', `Approve: ${plan.goal}`);
+    this.approveButton.addEventListener('click', () => void this.approve());
+    if (plan.blocked) {
+      this.approveButton.disabled = true;
+      this.approveButton.title = plan.blocked_reason || 'A destructive pattern matched';
+    }
+    this.rejectButton = el('button', 'jp-mod-styled jp-mod-reject', 'Reject');
+    this.rejectButton.type = 'button';
+    this.rejectButton.setAttribute('aria-label', `Reject: ${plan.goal}`);
+    this.rejectButton.addEventListener('click', () => void this.reject());
+    this.buttons = el('div', 'jp-gitpilot-buttons');
+    this.buttons.append(this.rejectButton, this.approveButton);
+
+    this.state = el('div', 'jp-gitpilot-pending-state');
+    this.state.setAttribute('aria-live', 'polite');
+    this.node.append(header, meta, renderPlan(plan), this.buttons, this.state);
+  }
+
+  /** True once approved or rejected here. */
+  get decided(): boolean {
+    return this._decided;
+  }
+
+  private busy(on: boolean): void {
+    this.approveButton.disabled = on || this.plan.blocked;
+    this.rejectButton.disabled = on;
+  }
+
+  private done(text: string, kind: 'approved' | 'rejected'): void {
+    this._decided = true;
+    this.buttons.remove();
+    this.node.classList.add(`jp-mod-${kind}`);
+    this.state.className = `jp-gitpilot-pending-state jp-mod-${kind}`;
+    this.state.setAttribute('role', 'status');
+    this.state.textContent = text;
+    this.onDecided();
+  }
+
+  private fail(error: unknown): void {
+    this.busy(false);
+    this.state.className = 'jp-gitpilot-pending-state jp-gitpilot-error';
+    this.state.setAttribute('role', 'alert');
+    this.state.textContent = error instanceof Error ? error.message : String(error);
+  }
+
+  /** `POST approve`; the answer (with its token) is dropped unread. Nothing runs here. */
+  async approve(): Promise<void> {
+    if (this._decided || this.plan.blocked) {
+      return;
+    }
+    this.busy(true);
+    try {
+      await this.model.client.approve(this.plan.plan_id);
+    } catch (error) {
+      this.fail(error);
+      return;
+    }
+    this.done(approvedText(this.plan), 'approved');
+  }
+
+  /** `POST reject`: the plan can never be approved afterwards. */
+  async reject(): Promise<void> {
+    if (this._decided) {
+      return;
+    }
+    this.busy(true);
+    try {
+      await this.model.client.reject(this.plan.plan_id);
+    } catch (error) {
+      this.fail(error);
+      return;
+    }
+    this.done(REJECTED_TEXT, 'rejected');
+  }
+}
+
+/** The panel widget: `refresh()` fetches the list; it polls while attached and visible. */
+export class PendingPlansPanel extends Widget {
+  private readonly list = el('div', 'jp-gitpilot-pending-list');
+  private readonly message = el('div', 'jp-gitpilot-message');
+  private readonly empty = el('p', 'jp-gitpilot-muted', 'No plans are waiting for approval.');
+  private readonly cards = new Map<string, PlanCard>();
+  private timer: number | undefined;
+
+  constructor(private readonly model: SandboxModel) {
+    super();
+    this.id = 'gitpilot-sandbox-pending';
+    this.title.label = 'Pending Plans';
+    this.title.caption = 'Sandbox: plans waiting for approval';
+    this.title.closable = true;
+    this.addClass('jp-gitpilot-panel');
+    this.addClass('jp-gitpilot-pending');
+
+    const body = el('div', 'jp-gitpilot-panel-body');
+    const header = el('div', 'jp-gitpilot-header');
+    const refresh = el('button', 'jp-mod-styled', 'Refresh');
+    refresh.type = 'button';
+    refresh.addEventListener('click', () => void this.refresh(true));
+    header.append(el('h2', '', 'Pending plans'), refresh);
+    const help = el(
+      'p',
+      'jp-gitpilot-muted',
+      'Plans an agent made in ask mode wait here. Approve lets the agent run its plan; nothing runs in this panel.'
+    );
+    this.message.setAttribute('aria-live', 'polite');
+    this.list.setAttribute('role', 'list');
+    this.list.setAttribute('aria-label', 'Pending plans');
+    body.append(header, help, this.message, this.empty, this.list);
+    this.node.appendChild(body);
+  }
+
+  /** The cards shown, in order. */
+  get shown(): PlanCard[] {
+    return Array.from(this.cards.values());
+  }
+
+  /**
+   * Ask the server for pending plans and update the cards in place (focus stays where it is).
+   * Decided cards stay until a manual refresh (`clearDecided`), so their outcome can be read.
+   */
+  async refresh(clearDecided = false): Promise<void> {
+    let plans: IPlan[];
+    try {
+      plans = await this.model.client.plans();
+    } catch (error) {
+      this.message.textContent = error instanceof Error ? error.message : String(error);
+      this.message.className = 'jp-gitpilot-message jp-gitpilot-error';
+      this.message.setAttribute('role', 'alert');
+      return;
+    }
+    this.message.textContent = '';
+    this.message.className = 'jp-gitpilot-message';
+    this.message.removeAttribute('role');
+    this.model.setPlans(plans);
+    const ids = new Set(plans.map(plan => plan.plan_id));
+    for (const [id, card] of this.cards) {
+      if (!ids.has(id) && (!card.decided || clearDecided)) {
+        card.node.remove();
+        this.cards.delete(id);
+      }
+    }
+    for (const plan of plans) {
+      if (!this.cards.has(plan.plan_id)) {
+        const card = new PlanCard(plan, this.model, () => void this.refreshCount());
+        card.node.setAttribute('role', 'listitem');
+        this.cards.set(plan.plan_id, card);
+        this.list.appendChild(card.node);
+      }
+    }
+    this.empty.hidden = this.cards.size > 0;
+  }
+
+  private async refreshCount(): Promise<void> {
+    const plans = await this.model.client.plans().catch(() => null);
+    if (plans) {
+      this.model.setPlans(plans);
+    }
+  }
+
+  /** Poll every `seconds` while the page is visible (0 stops). */
+  poll(seconds: number): void {
+    window.clearInterval(this.timer);
+    this.timer = undefined;
+    if (seconds > 0) {
+      this.timer = window.setInterval(() => {
+        if (document.visibilityState !== 'hidden') {
+          void this.refresh();
+        }
+      }, seconds * 1000);
+    }
+  }
+
+  protected onAfterAttach(): void {
+    this.poll(POLL_SECONDS);
+    void this.refresh();
+  }
+
+  protected onBeforeDetach(): void {
+    this.poll(0);
+  }
+
+  dispose(): void {
+    this.poll(0);
+    super.dispose();
+  }
+}

@@ -1,0 +1,282 @@
+// The Pending Plans panel and the status bar's waiting count, in jsdom, against a scripted API.
+
+import { SandboxModel } from '../src/model';
+import { PendingPlansPanel } from '../src/pending';
+import { SandboxClient } from '../src/request';
+import { SandboxStatusItem } from '../src/statusbar';
+import type { IPlan, IStatus } from '../src/types';
+
+const TOKEN = 'apr_SECRET_TOKEN_0123456789';
+
+function plan(overrides: Partial<IPlan> = {}): IPlan {
+  return {
+    plan_id: 'plan_agent_1',
+    goal: 'Count the lines of data.csv',
+    source: 'agent',
+    language: 'python',
+    command: ['python', 'inline.py'],
+    backend: 'subprocess',
+    timeout_sec: 45,
+    network: false,
+    checks: [{ label: 'language is supported', ok: true }],
+    warnings: [{ severity: 'medium', label: 'reads files', detail: 'open() call' }],
+    blocked: false,
+    blocked_reason: null,
+    requires_approval: true,
+    digest: 'd',
+    created_at: 0,
+    code: "print(sum(1 for _ in open('data.csv')))",
+    ...overrides
+  };
+}
+
+function status(): IStatus {
+  return {
+    backend: 'subprocess',
+    ok: true,
+    error: null,
+    env_override: null,
+    has_token: false,
+    require_approval: true,
+    isolation: [],
+    settings: {
+      backend: 'subprocess',
+      matrixlab_url: 'http://localhost:8765',
+      matrixlab_image: '',
+      allow_network: false,
+      timeout_sec: 120,
+      has_token: false
+    }
+  };
+}
+
+type Route = unknown | ((body: unknown) => unknown);
+
+/** A client whose server answers from `routes` ("METHOD endpoint" → body, [status, body] or a function). */
+function scripted(routes: Record<string, Route>) {
+  const sent: Array<{ method: string; endpoint: string; body: unknown }> = [];
+  const client = new SandboxClient('/', async (url, init) => {
+    const endpoint = url.replace('/api/sandbox/', '');
+    const method = init.method ?? 'GET';
+    const body = init.body ? JSON.parse(String(init.body)) : null;
+    sent.push({ method, endpoint, body });
+    let answer = routes[`${method} ${endpoint}`];
+    if (typeof answer === 'function') {
+      answer = answer(body);
+    }
+    const [code, payload] = Array.isArray(answer) ? answer : [200, answer];
+    return {
+      ok: code < 400,
+      status: code,
+      statusText: code < 400 ? 'OK' : 'Not Found',
+      text: async () => JSON.stringify(payload)
+    } as unknown as Response;
+  });
+  return { client, sent };
+}
+
+async function openPanel(routes: Record<string, Route>) {
+  const { client, sent } = scripted(routes);
+  const model = new SandboxModel(client);
+  const panel = new PendingPlansPanel(model);
+  document.body.appendChild(panel.node);
+  await panel.refresh();
+  return { panel, model, sent };
+}
+
+const flush = () => new Promise(resolve => setTimeout(resolve, 0));
+
+function click(button: Element | null | undefined) {
+  button?.dispatchEvent(new MouseEvent('click', { bubbles: true }));
+}
+
+function buttonNamed(root: Element, text: string): HTMLButtonElement | undefined {
+  return Array.from(root.querySelectorAll('button')).find(b => b.textContent === text);
+}
+
+describe('PendingPlansPanel', () => {
+  afterEach(() => (document.body.innerHTML = ''));
+
+  it('shows each plan as a card: goal, source, language, backend, timeout, network, warnings, code', async () => {
+    const { panel } = await openPanel({ 'GET plans': { plans: [plan()] } });
+    const cards = panel.node.querySelectorAll('.jp-gitpilot-pending-card');
+    expect(cards).toHaveLength(1);
+    const text = cards[0].textContent ?? '';
+    for (const needle of [
+      'Count the lines of data.csv',
+      'agent',
+      'Languagepython',
+      'Backendsubprocess',
+      'Timeout45 s',
+      'Networkoff',
+      'reads files',
+      "print(sum(1 for _ in open('data.csv')))"
+    ]) {
+      expect(text).toContain(needle);
+    }
+    expect(cards[0].getAttribute('role')).toBe('listitem');
+    expect(panel.node.querySelector('.jp-gitpilot-muted[hidden]')?.textContent).toContain('No plans');
+  });
+
+  it('says so when nothing waits', async () => {
+    const { panel } = await openPanel({ 'GET plans': { plans: [] } });
+    expect(panel.node.querySelectorAll('.jp-gitpilot-pending-card')).toHaveLength(0);
+    expect(panel.node.textContent).toContain('No plans are waiting for approval.');
+  });
+
+  it('Approve only posts approve, drops the token, and says the agent will run it', async () => {
+    let waiting = [plan()];
+    const { panel, model, sent } = await openPanel({
+      'GET plans': () => ({ plans: waiting }),
+      'POST approve': () => {
+        waiting = [];
+        return { approval_token: TOKEN, plan_id: 'plan_agent_1', expires_in: 300 };
+      }
+    });
+    expect(model.waiting).toBe(1);
+    const card = panel.node.querySelector('.jp-gitpilot-pending-card')!;
+    click(buttonNamed(card, 'Approve'));
+    await flush();
+    await flush();
+    expect(sent.filter(r => r.method === 'POST')).toEqual([
+      { method: 'POST', endpoint: 'approve', body: { plan_id: 'plan_agent_1' } }
+    ]);
+    expect(sent.some(r => r.endpoint === 'run')).toBe(false);
+    expect(card.textContent).toContain('Approved — the agent will run it.');
+    expect(buttonNamed(card, 'Approve')).toBeUndefined();
+    expect(buttonNamed(card, 'Reject')).toBeUndefined();
+    expect(document.body.innerHTML).not.toContain(TOKEN);
+    const kept = panel.shown.flatMap(c => Object.values(c).filter(v => typeof v === 'string'));
+    expect(kept.join(' ')).not.toContain(TOKEN);
+    expect(model.waiting).toBe(0);
+
+    // The poll keeps the decided card so its outcome can be read; a manual Refresh clears it.
+    await panel.refresh();
+    expect(panel.node.textContent).toContain('Approved — the agent will run it.');
+    click(buttonNamed(panel.node, 'Refresh'));
+    await flush();
+    expect(panel.node.querySelectorAll('.jp-gitpilot-pending-card')).toHaveLength(0);
+  });
+
+  it('Reject posts reject and says the plan will not run', async () => {
+    const { panel, sent } = await openPanel({
+      'GET plans': { plans: [plan()] },
+      'POST reject': { plan_id: 'plan_agent_1', rejected: true }
+    });
+    click(buttonNamed(panel.node, 'Reject'));
+    await flush();
+    expect(sent.filter(r => r.method === 'POST')).toEqual([
+      { method: 'POST', endpoint: 'reject', body: { plan_id: 'plan_agent_1' } }
+    ]);
+    expect(panel.node.textContent).toContain('Rejected — it will not run.');
+  });
+
+  it('a blocked plan cannot be approved, only rejected', async () => {
+    const blocked = plan({ blocked: true, blocked_reason: 'recursive delete of /', code: 'rm -rf /' });
+    const { panel, sent } = await openPanel({ 'GET plans': { plans: [blocked] } });
+    const approve = buttonNamed(panel.node, 'Approve')!;
+    expect(approve.disabled).toBe(true);
+    expect(panel.node.textContent).toContain('Blocked: recursive delete of /');
+    await panel.shown[0].approve();
+    expect(sent.some(r => r.endpoint === 'approve')).toBe(false);
+    expect(buttonNamed(panel.node, 'Reject')!.disabled).toBe(false);
+  });
+
+  it("shows the server's message when approving fails, and the buttons work again", async () => {
+    const { panel } = await openPanel({
+      'GET plans': { plans: [plan()] },
+      'POST approve': [
+        404,
+        { message: "no pending plan 'plan_agent_1' (unknown, evicted or already approved)", code: 'plan_not_found' }
+      ]
+    });
+    click(buttonNamed(panel.node, 'Approve'));
+    await flush();
+    const alert = panel.node.querySelector('[role="alert"]')!;
+    expect(alert.textContent).toBe("no pending plan 'plan_agent_1' (unknown, evicted or already approved)");
+    expect(buttonNamed(panel.node, 'Approve')!.disabled).toBe(false);
+  });
+
+  it("shows the server's message when the list fails", async () => {
+    const { panel } = await openPanel({
+      'GET plans': [403, { message: 'You are not allowed to list plans', code: 'forbidden' }]
+    });
+    const alert = panel.node.querySelector('[role="alert"]')!;
+    expect(alert.textContent).toBe('You are not allowed to list plans');
+  });
+
+  it('updates in place: existing cards keep their nodes (and focus), gone ones leave', async () => {
+    let waiting = [plan(), plan({ plan_id: 'plan_agent_2', goal: 'Second' })];
+    const { panel } = await openPanel({ 'GET plans': () => ({ plans: waiting }) });
+    const first = panel.node.querySelector('[data-plan-id="plan_agent_1"]');
+    const reject = buttonNamed(first!, 'Reject')!;
+    reject.focus();
+    waiting = [plan(), plan({ plan_id: 'plan_agent_3', goal: 'Third' })];
+    await panel.refresh();
+    const ids = Array.from(panel.node.querySelectorAll<HTMLElement>('.jp-gitpilot-pending-card')).map(
+      n => n.dataset.planId
+    );
+    expect(ids).toEqual(['plan_agent_1', 'plan_agent_3']);
+    expect(panel.node.querySelector('[data-plan-id="plan_agent_1"]')).toBe(first);
+    expect(document.activeElement).toBe(reject);
+  });
+
+  it('polls while told to and stops', async () => {
+    jest.useFakeTimers();
+    try {
+      const { client, sent } = scripted({ 'GET plans': { plans: [] } });
+      const panel = new PendingPlansPanel(new SandboxModel(client));
+      panel.poll(4);
+      jest.advanceTimersByTime(8_100);
+      expect(sent.filter(r => r.endpoint === 'plans')).toHaveLength(2);
+      panel.poll(0);
+      jest.advanceTimersByTime(8_100);
+      expect(sent.filter(r => r.endpoint === 'plans')).toHaveLength(2);
+      panel.dispose();
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+});
+
+describe('the status bar count of waiting agent plans', () => {
+  afterEach(() => (document.body.innerHTML = ''));
+
+  it('shows "· 1 plan waiting" for agent plans only, and a click opens the plans', async () => {
+    const { client } = scripted({
+      'GET status': status(),
+      'GET plans': { plans: [plan(), plan({ plan_id: 'p_dialog', source: 'code_block' })] }
+    });
+    const model = new SandboxModel(client);
+    const opened: string[] = [];
+    const item = new SandboxStatusItem(
+      model,
+      () => opened.push('settings'),
+      () => opened.push('plans')
+    );
+    await model.refresh();
+    expect(item.node.textContent).toBe('Sandbox: Local · 1 plan waiting');
+    expect(item.node.title).toContain('1 agent plan waits for approval');
+    click(item.node);
+    expect(opened).toEqual(['plans']);
+
+    model.setPlans([plan(), plan({ plan_id: 'plan_agent_2' })]);
+    expect(item.node.textContent).toBe('Sandbox: Local · 2 plans waiting');
+    model.setPlans([]);
+    expect(item.node.textContent).toBe('Sandbox: Local');
+    click(item.node);
+    expect(opened).toEqual(['plans', 'settings']);
+  });
+
+  it('keeps the plain text when the plans endpoint fails or answers nothing', async () => {
+    const { client } = scripted({ 'GET status': status(), 'GET plans': [500, { message: 'boom' }] });
+    const model = new SandboxModel(client);
+    const item = new SandboxStatusItem(model, () => undefined);
+    await model.refresh();
+    expect(item.node.textContent).toBe('Sandbox: Local');
+    expect(model.error).toBeNull();
+
+    const empty = scripted({ 'GET status': status() });
+    expect(await empty.client.plans()).toEqual([]);
+  });
+});
