@@ -123,10 +123,12 @@ def _private_tmp(workdir: Path) -> Path:
 
 def stop_and_sweep(live: Live) -> None:
     """Stop the server, then fail if any planted secret was ever shown."""
+    # A canary plan: its audit event must be captured, or the sweep of audit events is blind.
+    canary = live.http.post("/api/sandbox/plan", json={"language": "bash", "code": "true"})
     live.http.close()
     live.server.stop()
-    if live.responses and not live.audit_events():
-        pytest.fail("no audit event was captured: the secret sweep would be blind", pytrace=False)
+    if canary.status_code == 200 and canary.json()["plan"]["plan_id"] not in live.audit_events():
+        pytest.fail("the audit events were not captured: the secret sweep would be blind", False)
     found = live.leaks()
     if found:
         pytest.fail("secrets leaked: " + "; ".join(found), pytrace=False)
