@@ -1,0 +1,96 @@
+"""Sandbox: Pending Plans: a person approves (or rejects) an agent's ask-mode plan in the lab.
+
+A real agent (``AgentSandbox`` in ``ask`` mode) plans through the suite's lab server; the
+panel, opened from the palette, decides it; the agent then claims its token and runs the
+plan itself. The browser never runs it and never sees the token on screen.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Locator, Page, Request, expect
+
+from gitpilot_jupyter.agents import AgentSandbox
+
+from .lab import Lab
+from .ui import run_palette_command, screenshot, set_theme
+
+pytestmark = pytest.mark.browser
+
+#: Generous: the agent's claim and run share 2 CPU cores with the browser and the server.
+WAIT_SEC = 60
+
+
+def ask_mode_agent(lab: Lab) -> AgentSandbox:
+    """An agent whose plans wait on the lab's server for a person."""
+    return AgentSandbox(approval="ask", server=lab.server.url, token=lab.token)
+
+
+def pending_ids(lab: Lab) -> list[str]:
+    return [plan["plan_id"] for plan in lab.api("GET", "api/sandbox/plans").json()["plans"]]
+
+
+def open_pending_plans(page: Page, plan_id: str) -> tuple[Locator, Locator]:
+    """Palette → Sandbox: Pending Plans; answers the panel and the plan's card."""
+    run_palette_command(page, "Sandbox: Pending Plans")
+    panel = page.locator("#gitpilot-sandbox-pending")
+    card = panel.locator(f'[data-plan-id="{plan_id}"]')
+    expect(card).to_be_visible()
+    return panel, card
+
+
+def test_approve_in_the_panel_lets_the_agent_claim_and_run(lab: Lab, page: Page) -> None:
+    agent = ask_mode_agent(lab)
+    code = "print('the agent ran it after the lab approved')"
+    reply = agent.run_in_sandbox("python", code, timeout_sec=45)
+    assert reply.status == "approval_pending", reply.text
+    plan_id = reply.plan_id or ""
+    assert plan_id in pending_ids(lab)
+
+    requests: list[Request] = []
+    page.on("request", lambda request: requests.append(request))
+
+    _, card = open_pending_plans(page, plan_id)
+    for needle in ("agent", "python", "subprocess", "45 s", "off", code):
+        expect(card).to_contain_text(needle)
+    expect(page.locator(".jp-gitpilot-status")).to_have_text("Sandbox: Local · 1 plan waiting")
+    screenshot(page, "pending-plans-light")  # the panel and the status bar's count
+
+    # Keyboard: focus Approve and press Enter.
+    card.get_by_role("button", name=re.compile("^Approve")).focus()
+    with page.expect_response(re.compile(r"/api/sandbox/approve(\?|$)")) as approved:
+        page.keyboard.press("Enter")
+    expect(card).to_contain_text("Approved — the agent will run it.")
+    expect(card.get_by_role("button")).to_have_count(0)
+    expect(page.locator(".jp-gitpilot-status")).to_have_text("Sandbox: Local")
+    assert plan_id not in pending_ids(lab)
+    set_theme(page, "JupyterLab Dark")
+    screenshot(card, "pending-plans-approved-dark")
+    set_theme(page, "JupyterLab Light")
+
+    assert approved.value.ok
+    token = approved.value.json()["approval_token"]
+    assert token not in page.content()  # neither shown nor put anywhere in the page
+    assert not [r for r in requests if "/api/sandbox/run" in r.url]  # the lab ran nothing
+
+    done = agent.wait_for_approval(plan_id, WAIT_SEC)
+    assert done.status == "completed" and done.ok, done.text
+    assert "the agent ran it after the lab approved" in done.text
+
+
+def test_reject_in_the_panel_ends_the_agents_wait(lab: Lab, page: Page) -> None:
+    agent = ask_mode_agent(lab)
+    reply = agent.run_command("echo never-run")
+    plan_id = reply.plan_id or ""
+    assert reply.status == "approval_pending", reply.text
+
+    _, card = open_pending_plans(page, plan_id)
+    expect(card).to_contain_text("echo never-run")
+    card.get_by_role("button", name=re.compile("^Reject")).click()
+    expect(card).to_contain_text("Rejected — it will not run.")
+    assert plan_id not in pending_ids(lab)
+
+    answer = agent.wait_for_approval(plan_id, WAIT_SEC)
+    assert answer.status == "not_approved" and "Nothing was run" in answer.text
