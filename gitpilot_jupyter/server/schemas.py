@@ -77,7 +77,8 @@ def parse_body(raw: bytes, schema_name: str) -> dict[str, Any]:
         raise InvalidRequest(
             f"the request body is larger than {MAX_BODY_BYTES} bytes", code="body_too_large"
         )
-    if raw.strip():
+    # Only JSON's own whitespace makes a body empty: bytes.strip() would also eat \x0b and \x0c.
+    if raw.strip(b" \t\r\n"):
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError) as exc:

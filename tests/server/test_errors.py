@@ -59,6 +59,7 @@ async def test_unknown_backend_message_lists_the_accepted_ones(api: Api) -> None
     [
         (b"{not json", "malformed_json"),
         (b"\xff\xfe\x00", "malformed_json"),
+        (b"\x0b", "malformed_json"),  # not JSON whitespace, though bytes.strip() eats it
         (b"[1, 2]", "invalid_body"),
         (b'"just a string"', "invalid_body"),
         (b"null", "invalid_body"),

@@ -26,8 +26,9 @@ from .base import OutputCallback, RunRequest, SandboxBackend
 from .isolation import Isolator, Launch, default_isolator
 
 _READ_SIZE = 65536
-#: How long to wait for pipes held open by processes that left the group.
-_PIPE_GRACE_SEC = 0.5
+#: How long to wait for the pipes to drain once the run is over. Only a process that
+#: escaped every kill could hold them longer; a busy event loop needs the margin.
+_PIPE_GRACE_SEC = 2.0
 #: How often to look at the exit status while a background process holds the pipes.
 _EXIT_POLL_SEC = 0.1
 BASE_LAYERS = ["tempdir", "env-scrub"]
@@ -72,6 +73,17 @@ async def _exited(proc: asyncio.subprocess.Process) -> None:
             await asyncio.wait({waiter}, timeout=_EXIT_POLL_SEC)
     finally:
         waiter.cancel()
+
+
+def _close_pipes(proc: asyncio.subprocess.Process) -> None:
+    """Release the pipes' file descriptors now, even when a reader was cancelled.
+
+    asyncio closes them only once every pipe saw EOF; a pipe still held by an
+    escaped process would otherwise keep its fd until garbage collection.
+    """
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
 
 
 async def _feed_stdin(proc: asyncio.subprocess.Process, data: str) -> None:
@@ -205,6 +217,7 @@ class SubprocessSandbox(SandboxBackend):
                     await task
             for task in done:
                 task.result()
+            _close_pipes(proc)
         result.stdout = out.text
         result.stderr = err.text
         result.truncated = out.truncated or err.truncated
