@@ -2,9 +2,11 @@
 
 This never touches the Docker engine other tests share: the server is pointed
 (``DOCKER_HOST``) at a private ``dockerd`` with its own socket, data-root and
-exec-root, no bridge and no iptables rules. ``install`` pulls from a "registry"
-on loopback that accepts connections and never answers, so the pull is surely
-in flight when that engine is stopped.
+exec-root, no bridge and no iptables rules, in a network namespace of its own
+(a dockerd started with ``--bridge=none`` deletes ``docker0`` in the namespace
+it runs in, which would break the shared engine). ``install`` pulls from a
+"registry" on that namespace's loopback that accepts connections and never
+answers, so the pull is surely in flight when that engine is stopped.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -38,6 +40,18 @@ class PrivateDockerd:
         self.root = Path(tempfile.mkdtemp(prefix="gp-dockerd-", dir="/tmp"))
         self.socket = self.root / "docker.sock"
         self.process: subprocess.Popen[bytes] | None = None
+        self.netns = f"gp-dockerd-{os.getpid()}"
+        subprocess.run(["ip", "netns", "add", self.netns], check=True, capture_output=True)
+        self.in_netns("ip", "link", "set", "lo", "up")
+
+    def in_netns(self, *argv: str) -> None:
+        """Run a command in the engine's network namespace."""
+        subprocess.run(self.enter(*argv), check=True, capture_output=True)
+
+    def enter(self, *argv: str) -> list[str]:
+        """``argv`` run in the engine's network namespace only (``ip netns exec`` would
+        also remount /sys, hiding the cgroup mounts dockerd needs)."""
+        return ["nsenter", f"--net=/run/netns/{self.netns}", *argv]
 
     @property
     def host(self) -> str:
@@ -55,7 +69,7 @@ class PrivateDockerd:
         """Start the engine and wait until it answers."""
         log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 - kept open while it runs
         self.process = subprocess.Popen(
-            [
+            self.enter(
                 "dockerd",
                 f"--host={self.host}",
                 f"--data-root={self.root / 'data'}",
@@ -64,7 +78,7 @@ class PrivateDockerd:
                 "--bridge=none",
                 "--iptables=false",
                 "--ip-masq=false",
-            ],
+            ),
             stdout=log,
             stderr=log,
         )
@@ -86,52 +100,69 @@ class PrivateDockerd:
                 self.process.wait(timeout=30)
 
     def remove(self) -> None:
-        """Stop and delete everything it wrote."""
+        """Stop and delete everything it wrote, and its network namespace."""
         self.stop()
+        subprocess.run(["ip", "netns", "del", self.netns], check=False, capture_output=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+_SILENT_SERVER = """
+import socket, sys
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+held = []
+while True:
+    conn, _ = server.accept()
+    held.append(conn)
+    print("connected", flush=True)
+"""
+
+
 class SilentRegistry:
-    """A TCP server on loopback that accepts connections and never answers."""
+    """A TCP server on the engine's loopback that accepts connections and never answers."""
 
-    def __init__(self) -> None:
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
+    def __init__(self, engine: PrivateDockerd) -> None:
+        self.process = subprocess.Popen(
+            engine.enter(sys.executable, "-c", _SILENT_SERVER),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.port = int(self.process.stdout.readline())
         self.connected = threading.Event()
-        self.held: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=self._watch, daemon=True).start()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            self.held.append(conn)
-            self.connected.set()
+    def _watch(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.strip() == "connected":
+                self.connected.set()
 
     def close(self) -> None:
-        """Close the listener and every held connection."""
-        for conn in self.held:
-            conn.close()
-        self.server.close()
+        """Stop the server (its held connections close with it)."""
+        self.process.kill()
+        self.process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[PrivateDockerd]:
     """A private Docker engine, removed at the end."""
-    usable = shutil.which("dockerd") is not None and shutil.which("docker") is not None
-    require_system("dockerd", usable and os.geteuid() == 0, "a private engine needs root")
+    usable = all(shutil.which(tool) for tool in ("dockerd", "docker", "ip"))
+    require_system(
+        "dockerd", usable and os.geteuid() == 0, "a private engine needs root, dockerd and ip"
+    )
     dockerd = PrivateDockerd()
-    dockerd.start()
-    yield dockerd
-    dockerd.remove()
+    try:
+        dockerd.start()
+        yield dockerd
+    finally:
+        dockerd.remove()
 
 
 @pytest.fixture(scope="module")
-def registry() -> Iterator[SilentRegistry]:
-    """The registry that never answers."""
-    silent = SilentRegistry()
+def registry(engine: PrivateDockerd) -> Iterator[SilentRegistry]:
+    """The registry that never answers, where the private engine pulls from."""
+    silent = SilentRegistry(engine)
     yield silent
     silent.close()
 
