@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from .sandbox.errors import SandboxError, ServerUnreachable
+from .tls import tls_context
 
 URL_ENV = "GITPILOT_JUPYTER_URL"
 TOKEN_ENV = "GITPILOT_JUPYTER_TOKEN"
@@ -155,7 +156,7 @@ async def call_api(
 ) -> Any:
     """One JSON request to ``/api/sandbox/<route>``; the answer's JSON (``None`` if not JSON)."""
     try:
-        async with httpx.AsyncClient(timeout=timeout) as client:
+        async with httpx.AsyncClient(timeout=timeout, verify=tls_context()) as client:
             answer = await client.request(
                 method, server.url + f"{API}/{route}", json=body, headers=auth_headers(server.token)
             )

@@ -17,6 +17,7 @@ from ..sandbox.errors import SandboxError
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.results import RunResult
 from ..serverinfo import API, ServerInfo, auth_headers, call_api, error_from_answer, unreachable
+from ..tls import tls_context
 from .client import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
 
 NDJSON = "application/x-ndjson"
@@ -43,7 +44,10 @@ class RestClient(SandboxClient):
     def _client(self, read_timeout: float | None = None) -> httpx.AsyncClient:
         timeout = httpx.Timeout(self.timeout, read=read_timeout or self.timeout)
         return httpx.AsyncClient(
-            base_url=self.base_url, headers=auth_headers(self.token), timeout=timeout
+            base_url=self.base_url,
+            headers=auth_headers(self.token),
+            timeout=timeout,
+            verify=tls_context(),
         )
 
     async def _call(self, method: str, route: str, body: Any = None) -> Any:

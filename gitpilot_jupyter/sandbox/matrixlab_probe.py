@@ -14,6 +14,7 @@ from urllib.parse import urlparse, urlunparse
 
 import httpx
 
+from ..tls import tls_context
 from .backends.runner_protocol import auth_headers, body_excerpt
 
 PROBE_TIMEOUT_SEC = 5.0
@@ -176,7 +177,9 @@ async def probe_runner(
     ``health`` (the Runner's ``/health`` body), ``error`` (the first failure) and
     ``hints`` (what to do about each failure).
     """
-    async with httpx.AsyncClient(transport=transport, timeout=PROBE_TIMEOUT_SEC) as client:
+    async with httpx.AsyncClient(
+        transport=transport, timeout=PROBE_TIMEOUT_SEC, verify=tls_context()
+    ) as client:
         probe = _Probe(url, token, client)
         if await probe.health():
             await probe.capabilities()

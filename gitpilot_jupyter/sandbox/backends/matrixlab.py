@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import httpx
 
+from ...tls import tls_context
 from ..errors import BackendFailure, InvalidRequest
 from ..languages import Interpreters, canonical_language
 from ..output import DEFAULT_OUTPUT_CAP, cap_text
@@ -61,7 +62,9 @@ class MatrixLabSandbox(SandboxBackend):
         self._transport = transport
 
     def _client(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(transport=self._transport, headers=auth_headers(self.token))
+        return httpx.AsyncClient(
+            transport=self._transport, headers=auth_headers(self.token), verify=tls_context()
+        )
 
     def image_for(self, language: str) -> str | None:
         """The user's image when it serves ``language``; None lets the Runner choose."""
