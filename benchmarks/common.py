@@ -53,13 +53,6 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[rank - 1]
 
 
-def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
-    """``(fn(...), seconds)``."""
-    started = time.perf_counter()
-    value = fn(*args, **kwargs)
-    return value, time.perf_counter() - started
-
-
 def loadavg() -> list[float]:
     """The 1, 5 and 15 minute load averages."""
     return [round(x, 2) for x in os.getloadavg()]
