@@ -141,6 +141,10 @@ class CgroupRun:
         for folder in self.dirs:
             self._fds.append(os.open(folder / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
 
+    def procs_files(self) -> list[Path]:
+        """The ``cgroup.procs`` files a process writes its pid to, to join the run."""
+        return [folder / "cgroup.procs" for folder in self.dirs]
+
     def join(self) -> None:
         """Move the calling process into the run's cgroups (called between fork and exec)."""
         for fd in self._fds:

@@ -3,15 +3,22 @@
 On Linux a run is wrapped by bubblewrap (else ``unshare``), joins a per-run
 cgroup for memory and process limits where one can be made (else rlimits),
 and gets rlimits for file size and CPU time. Other POSIX systems get the
-rlimits they enforce. What is found is probed once and cached; each run
+rlimits they enforce. Where ``/bin/sh`` and ``prlimit`` are found, the cgroup
+join and the rlimits are done by the exec'd command itself (a tiny ``sh`` prefix,
+before the namespace tool starts): with no ``preexec_fn`` CPython can ``vfork``
+instead of copying the whole server with ``fork``. Elsewhere a ``preexec_fn``
+does the same. What is found is probed once and cached; each run
 re-checks it cheaply. Layers are only named when they are in force.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +42,50 @@ def _cgroup_tree() -> tuple[cgroups.CgroupTree | None, list[str]]:
         _CGROUP_CACHE.clear()
     _CGROUP_CACHE.append(cgroups.detect())
     return _CGROUP_CACHE[0]
+
+
+#: The shell that joins the run cgroup before anything else of the run starts (dash here).
+SHELL = "/bin/sh"
+
+
+@functools.cache
+def launch_tools() -> tuple[str, str] | None:
+    """``(sh, prlimit)`` when both are here and work, probed once; None means ``preexec_fn``."""
+    prlimit = shutil.which("prlimit") if LINUX else None
+    if prlimit is None or not os.access(SHELL, os.X_OK):
+        return None
+    probe = [SHELL, "-c", 'exec "$@"', "sh", prlimit, "--fsize=1048576:1048576", "--", SHELL]
+    try:
+        done = subprocess.run(
+            [*probe, "-c", "exit 7"], capture_output=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (SHELL, prlimit) if done.returncode == 7 else None
+
+
+def exec_prefix(
+    tools: tuple[str, str], rlimits: RlimitPlan, cgroup: cgroups.CgroupRun | None
+) -> list[str] | None:
+    """The argv prefix that joins ``cgroup`` then sets ``rlimits`` and execs the rest.
+
+    The shell writes its own pid to each ``cgroup.procs`` (a builtin: no fork), so it
+    and all it becomes and starts (the namespace tool, its pid namespace, the
+    interpreter) are in the run cgroup; ``prlimit`` then sets the limits on itself and
+    execs the command, which inherits them. A failed join or limit stops the launch
+    before the command runs. None when a limit has no ``prlimit`` option.
+    """
+    sh, prlimit = tools
+    options = rlimits.prlimit_options()
+    if options is None:
+        return None
+    prefix = [prlimit, *options, "--"] if options else []
+    procs = [str(path) for path in cgroup.procs_files()] if cgroup is not None else []
+    if procs:
+        joins = " && ".join(f'echo "$$" >"${i}"' for i in range(1, len(procs) + 1))
+        script = f'{joins} && shift {len(procs)} && exec "$@"'
+        prefix = [sh, "-c", script, "sh", *procs, *prefix]
+    return prefix
 
 
 def _descendants(root: int) -> list[int]:
@@ -67,8 +118,13 @@ class LayeredLaunch(Launch):
         layers: list[str],
         rlimits: RlimitPlan,
         cgroup: cgroups.CgroupRun | None,
+        tools: tuple[str, str] | None = None,
     ) -> None:
-        super().__init__(argv=argv, layers=layers, preexec_fn=self._preexec)
+        prefix = exec_prefix(tools, rlimits, cgroup) if tools is not None else None
+        if prefix is None:
+            super().__init__(argv=argv, layers=layers, preexec_fn=self._preexec)
+        else:
+            super().__init__(argv=prefix + argv, layers=layers, preexec_fn=None)
         self._rlimits = rlimits
         self._cgroup = cgroup
         self._pid: int | None = None
@@ -223,7 +279,7 @@ class LayeredIsolator(Isolator):
             processes="cgroup-pids" not in covered,
         )
         layers += rlimits.layers
-        return LayeredLaunch(list(argv), layers, rlimits, run)
+        return LayeredLaunch(list(argv), layers, rlimits, run, launch_tools())
 
     def layers(self, *, allow_network: bool = False) -> list[str]:
         """The layers a run gets now (for status); nothing is created."""

@@ -21,6 +21,17 @@ if sys.platform != "win32":
     import resource
 
 MIB = 1024 * 1024
+#: ``prlimit`` (util-linux) option by rlimit, for launches that set limits in the exec'd command.
+_PRLIMIT_OPTIONS = (
+    {
+        resource.RLIMIT_DATA: "data",
+        resource.RLIMIT_NPROC: "nproc",
+        resource.RLIMIT_FSIZE: "fsize",
+        resource.RLIMIT_CPU: "cpu",
+    }
+    if sys.platform != "win32"
+    else {}
+)
 #: CPU seconds a run may use: a backstop above the longest allowed timeout, per core.
 CPU_SECONDS = 600 * (os.cpu_count() or 1)
 
@@ -39,6 +50,23 @@ class RlimitPlan:
             if hard != resource.RLIM_INFINITY:
                 value = min(value, hard)
             resource.setrlimit(which, (value, value))
+
+    def prlimit_options(self) -> list[str] | None:
+        """The same limits as ``prlimit`` options, or None for one it has no option for.
+
+        Each value is capped at this process's hard limit now, which the child inherits:
+        exactly what :meth:`apply` would set in it.
+        """
+        out: list[str] = []
+        for which, value in self.limits:
+            option = _PRLIMIT_OPTIONS.get(which)
+            if option is None:
+                return None
+            _, hard = resource.getrlimit(which)
+            if hard != resource.RLIM_INFINITY:
+                value = min(value, hard)
+            out.append(f"--{option}={value}:{value}")
+        return out
 
 
 def _user_task_count(uid: int) -> int:

@@ -1,0 +1,160 @@
+"""How a run is launched: the cgroup join and rlimits in the exec'd command (no ``preexec_fn``,
+so CPython can vfork instead of forking the server), or a ``preexec_fn`` where ``prlimit`` or
+``/bin/sh`` is missing. Either way the run is in its cgroup and has its limits from the start."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitpilot_jupyter.sandbox.backends import layered
+from gitpilot_jupyter.sandbox.backends.cgroups import CgroupRun
+from gitpilot_jupyter.sandbox.backends.rlimits import MIB, RlimitPlan
+
+from .conftest import MECHANISMS, SMALL, make_backend, run
+
+#: What a snippet reports from inside: its cgroups, and a child's (started by a shell) too.
+INSIDE = """
+import json, resource, subprocess
+names = ("FSIZE", "CPU", "DATA", "NPROC")
+print(json.dumps({
+    "cgroup": open("/proc/self/cgroup").read(),
+    "child": subprocess.run(["cat", "/proc/self/cgroup"], capture_output=True, text=True).stdout,
+    "limits": {n: resource.getrlimit(getattr(resource, "RLIMIT_" + n)) for n in names},
+}))
+"""
+
+
+@pytest.fixture
+def no_prlimit(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A machine without ``prlimit``: launches fall back to the ``preexec_fn``."""
+    real_which = shutil.which
+    monkeypatch.setattr(
+        layered.shutil, "which", lambda n, *a, **k: None if n == "prlimit" else real_which(n)
+    )
+    layered.launch_tools.cache_clear()
+    yield
+    layered.launch_tools.cache_clear()
+
+
+def _check_inside(mechanism: str, cgroups: bool) -> None:
+    backend = make_backend(mechanism, cgroups=cgroups)
+    result = run(backend, INSIDE)
+    assert result.exit_code == 0, result.stderr
+    seen = json.loads(result.stdout)
+    layers = result.isolation
+    for claimed in ("cgroup-memory", "cgroup-pids"):
+        if claimed in layers:
+            controller = claimed.split("-")[1]
+            # The snippet and what it starts are in a gitpilot run cgroup of that controller
+            # (cgroup v2 has one line, "0::<path>", for every controller).
+            for text in (seen["cgroup"], seen["child"]):
+                lines = [ln for ln in text.splitlines() if "gitpilot-run-" in ln]
+                assert any(
+                    ln.startswith("0::") or controller in ln.split(":")[1].split(",")
+                    for ln in lines
+                ), (claimed, text)
+    limits = seen["limits"]
+    expected = {
+        "rlimit-fsize": ("FSIZE", SMALL.max_file_size_mb * MIB),
+        "rlimit-data": ("DATA", SMALL.memory_mb * MIB),
+        "rlimit-cpu": ("CPU", None),
+    }
+    for layer, (name, value) in expected.items():
+        if layer in layers:
+            soft, hard = limits[name]
+            assert soft == hard != resource.RLIM_INFINITY, (layer, limits[name])
+            if value is not None:
+                assert soft == value, (layer, soft, value)
+    if "rlimit-nproc" in layers:
+        assert limits["NPROC"][0] == limits["NPROC"][1] != resource.RLIM_INFINITY
+    if os.geteuid() == 0:
+        assert "rlimit-nproc" not in layers  # root ignores RLIMIT_NPROC: never claimed
+
+
+def test_with_bwrap_and_cgroups_a_launch_needs_no_preexec_fn(tmp_path: Path) -> None:
+    backend = make_backend("bwrap")
+    if "cgroup-pids" not in backend.isolation() and "cgroup-memory" not in backend.isolation():
+        pytest.skip(f"no writable cgroup here: {backend.isolator.report()['unavailable']}")
+    assert layered.launch_tools() is not None, "/bin/sh and prlimit (util-linux) are expected"
+    launch = backend.isolator.prepare(
+        [sys.executable, "-c", "pass"], workdir=tmp_path, allow_network=False, limits=SMALL
+    )
+    try:
+        assert launch.preexec_fn is None
+        # The shell joins the cgroup and prlimit sets the limits before bwrap starts.
+        assert launch.argv[0] == layered.SHELL
+        assert launch.argv.index("--") < launch.argv.index(shutil.which("bwrap") or "bwrap")
+    finally:
+        launch.cleanup()
+
+
+def test_without_prlimit_a_launch_falls_back_to_preexec_fn(
+    no_prlimit: None, tmp_path: Path
+) -> None:
+    assert layered.launch_tools() is None
+    backend = make_backend("none")
+    launch = backend.isolator.prepare(
+        [sys.executable, "-c", "pass"], workdir=tmp_path, allow_network=False, limits=SMALL
+    )
+    try:
+        assert launch.preexec_fn is not None
+        assert launch.argv == [sys.executable, "-c", "pass"]
+    finally:
+        launch.cleanup()
+    _check_inside("none", True)
+
+
+@pytest.mark.parametrize("cgroups", [True, False])
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_every_claimed_cgroup_and_rlimit_holds_inside(mechanism: str, cgroups: bool) -> None:
+    _check_inside(mechanism, cgroups)
+
+
+@pytest.mark.parametrize("cgroups", [True, False])
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_the_same_holds_on_the_preexec_fn_path(
+    no_prlimit: None, mechanism: str, cgroups: bool
+) -> None:
+    _check_inside(mechanism, cgroups)
+
+
+def test_a_failed_cgroup_join_stops_the_launch(tmp_path: Path) -> None:
+    tools = layered.launch_tools()
+    if tools is None:
+        pytest.skip("no /bin/sh and prlimit here")
+    missing = CgroupRun(version=2, dirs=[tmp_path / "gone"])
+    marker = tmp_path / "ran"
+    prefix = layered.exec_prefix(tools, RlimitPlan(), missing)
+    assert prefix is not None
+    done = subprocess.run(
+        [*prefix, "touch", str(marker)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode != 0 and not marker.exists()
+
+
+def test_prlimit_options_match_the_plan_including_nproc() -> None:
+    plan = RlimitPlan(
+        limits=[
+            (resource.RLIMIT_NPROC, 4000),
+            (resource.RLIMIT_DATA, 64 * MIB),
+            (resource.RLIMIT_FSIZE, 8 * MIB),
+            (resource.RLIMIT_CPU, 60),
+        ]
+    )
+    options = plan.prlimit_options()
+    assert options is not None
+    for (which, value), option in zip(plan.limits, options, strict=True):
+        _, hard = resource.getrlimit(which)
+        capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        assert option.endswith(f"={capped}:{capped}")
+    assert [o.split("=")[0] for o in options] == ["--nproc", "--data", "--fsize", "--cpu"]
+    assert RlimitPlan(limits=[(resource.RLIMIT_CORE, 0)]).prlimit_options() is None
