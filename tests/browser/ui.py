@@ -45,20 +45,32 @@ def open_settings_from_menu(page: Page) -> Locator:
 
 
 def run_palette_command(page: Page, label: str) -> None:
-    """Open the command palette, type the command's label and click it."""
+    """Open the command palette, type the command's label and click it.
+
+    On a loaded machine the shortcut can land before the lab has focus, or the
+    palette can render late and a second press closes it again: each attempt
+    starts from a closed palette and checks that the item is offered.
+    """
     search = page.locator(".lm-CommandPalette-input")
-    for _ in range(3):
-        # The shortcut can land before the lab has focus after a click: press until it opens.
-        page.keyboard.press("Control+Shift+C")
-        try:
-            expect(search).to_be_visible(timeout=3_000)
-            break
-        except AssertionError:
-            continue
-    search.fill(label)
     # Click the item itself: Enter would run whichever item is active before the filter applies.
-    exact = re.compile(f"^{re.escape(label)}$")
-    page.locator(".lm-CommandPalette-itemLabel", has_text=exact).first.click()
+    item = page.locator(
+        ".lm-CommandPalette-itemLabel", has_text=re.compile(f"^{re.escape(label)}$")
+    ).first
+    for _ in range(3):
+        if not search.is_visible():
+            page.keyboard.press("Control+Shift+C")
+        try:
+            expect(search).to_be_visible(timeout=5_000)
+            search.fill(label)
+            expect(item).to_be_visible(timeout=10_000)
+        except AssertionError:
+            page.keyboard.press("Escape")
+            continue
+        item.click()
+        return
+    slug = re.sub(r"\W+", "-", label)
+    screenshot(page, f"palette-without-{slug}")
+    raise AssertionError(f"the command palette never offered {label!r}")
 
 
 def run_button(page: Page, language: str, nth: int = 0) -> Locator:
