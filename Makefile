@@ -15,6 +15,8 @@ JLPM       := PATH="$(abspath $(BIN)):$$PATH" $(abspath $(BIN))/jlpm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@# The wheel maps labextension/install.json itself: a stray copy in the build output would clash.
+	rm -f gitpilot_jupyter/labextension/install.json
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test,docker]"
 	touch $(STAMP)
