@@ -139,10 +139,23 @@ class SubprocessSandbox(SandboxBackend):
             )
             return result
 
-        workdir = Path(tempfile.mkdtemp(prefix="gitpilot-sandbox-"))
-        launch: Launch | None = None
+        # File system work (temp dir, snippet file, cgroup set-up) runs off the event
+        # loop: many runs starting at once would otherwise stall every other request.
+        workdir, launch = await asyncio.to_thread(self._prepare, request, interpreter)
         try:
-            filename = snippet_filename(language)
+            result.isolation = BASE_LAYERS + launch.layers
+            await self._execute(request, launch, workdir, result, on_output)
+        finally:
+            launch.cleanup()
+            shutil.rmtree(workdir, ignore_errors=True)
+            result.duration_ms = int((time.monotonic() - started) * 1000)
+        return result
+
+    def _prepare(self, request: RunRequest, interpreter: str) -> tuple[Path, Launch]:
+        """Make the run's 0700 temp dir, write the snippet into it, wrap the argv."""
+        workdir = Path(tempfile.mkdtemp(prefix="gitpilot-sandbox-"))
+        try:
+            filename = snippet_filename(request.language)
             (workdir / filename).write_text(request.code, encoding="utf-8")
             launch = self.isolator.prepare(
                 [interpreter, filename],
@@ -150,14 +163,10 @@ class SubprocessSandbox(SandboxBackend):
                 allow_network=request.allow_network,
                 limits=request.limits,
             )
-            result.isolation = BASE_LAYERS + launch.layers
-            await self._execute(request, launch, workdir, result, on_output)
-        finally:
-            if launch is not None:
-                launch.cleanup()
+        except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
-            result.duration_ms = int((time.monotonic() - started) * 1000)
-        return result
+            raise
+        return workdir, launch
 
     async def _execute(
         self,
