@@ -23,8 +23,9 @@ class MatrixLabOperations:
     settings: SettingsStore
     lifecycle_config: LifecycleConfig
 
-    def _emit(self, event: str, data: dict[str, Any]) -> None:
-        raise NotImplementedError  # provided by SandboxService
+    if TYPE_CHECKING:
+        # Defined by SandboxService, the only class this mixin is part of.
+        def _emit(self, event: str, data: dict[str, Any]) -> None: ...
 
     async def test_matrixlab(
         self, url: str | None = None, token: str | None = None
