@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gitpilot_jupyter.sandbox.backends.base import ResourceLimits
-from gitpilot_jupyter.sandbox.backends.layered import LayeredIsolator
+from gitpilot_jupyter.sandbox.backend import ResourceLimits
+from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 
 from .common import Context, Measure, median
 

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..sandbox.backends.base import OutputCallback
+from ..sandbox.backend import OutputCallback
 from ..sandbox.errors import SandboxError
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.results import RunResult

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from ..sandbox.backends.base import OutputCallback
+from ..sandbox.backend import OutputCallback
 from ..sandbox.errors import SandboxError
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.results import RunResult

@@ -9,9 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from .backends.base import OutputCallback, ResourceLimits, RunRequest, SandboxBackend
-from .backends.isolation import Isolator
-from .backends.local import NullSandbox, SubprocessSandbox
+from .backend import OutputCallback, ResourceLimits, RunRequest, SandboxBackend
 from .claims import ClaimStore
 from .errors import (
     BackendNotAllowed,
@@ -22,8 +20,10 @@ from .errors import (
 )
 from .files import read_under_root
 from .languages import CANONICAL_LANGUAGES, Interpreters, canonical_language, language_for_path
-from .lifecycle_config import LifecycleConfig
-from .matrixlab_ops import MatrixLabOperations
+from .local.backends import NullSandbox, SubprocessSandbox
+from .local.isolation import Isolator
+from .matrixlab.config import LifecycleConfig
+from .matrixlab.ops import MatrixLabOperations
 from .plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id, plan_digest
 from .policy import SandboxPolicy, find_destructive
 from .results import RunResult
@@ -120,7 +120,7 @@ class SandboxService(MatrixLabOperations):
         """The backend object for ``name`` configured from ``settings``."""
         if name in self._local:
             return self._local[name]
-        from .backends.matrixlab import MatrixLabSandbox
+        from .matrixlab.backend import MatrixLabSandbox
 
         return MatrixLabSandbox(
             url=settings.matrixlab_url,

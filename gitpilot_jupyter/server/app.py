@@ -13,8 +13,8 @@ from typing import Any
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, validate
 
-from ..sandbox.backends.isolation import ISOLATION_CHOICES, Isolator, default_isolator
-from ..sandbox.lifecycle_config import LifecycleConfig
+from ..sandbox.local.isolation import ISOLATION_CHOICES, Isolator, default_isolator
+from ..sandbox.matrixlab.config import LifecycleConfig
 from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
 from ..sandbox.policy import SandboxPolicy
 from ..sandbox.service import SandboxService
@@ -155,7 +155,7 @@ class SandboxApp(ExtensionApp):
         """The subprocess backend's isolator, as the ``isolation`` trait asks."""
         if not self.isolation:
             return default_isolator()
-        from ..sandbox.backends.layered import LayeredIsolator
+        from ..sandbox.local.layered import LayeredIsolator
 
         return LayeredIsolator(self.isolation)
 

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from gitpilot_jupyter.sandbox.backends.base import ResourceLimits
-from gitpilot_jupyter.sandbox.backends.isolation import Isolator, Launch
+from gitpilot_jupyter.sandbox.backend import ResourceLimits
 from gitpilot_jupyter.sandbox.diagnostics import (
     FAIL,
     PASS,
@@ -20,6 +19,7 @@ from gitpilot_jupyter.sandbox.diagnostics import (
 )
 from gitpilot_jupyter.sandbox.diagnostics.isolation import isolation_check
 from gitpilot_jupyter.sandbox.diagnostics.local import approval_stage, settings_stage
+from gitpilot_jupyter.sandbox.local.isolation import Isolator, Launch
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 

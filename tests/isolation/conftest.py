@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gitpilot_jupyter.sandbox.backends.base import ResourceLimits, RunRequest
-from gitpilot_jupyter.sandbox.backends.layered import LayeredIsolator
-from gitpilot_jupyter.sandbox.backends.local import SubprocessSandbox
+from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
+from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
+from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 from gitpilot_jupyter.sandbox.results import RunResult
 from tests.support.system import require_system
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gitpilot_jupyter.sandbox.backends import layered
-from gitpilot_jupyter.sandbox.backends.cgroups import CgroupRun
-from gitpilot_jupyter.sandbox.backends.rlimits import MIB, RlimitPlan
+from gitpilot_jupyter.sandbox.local import layered
+from gitpilot_jupyter.sandbox.local.cgroups import CgroupRun
+from gitpilot_jupyter.sandbox.local.rlimits import MIB, RlimitPlan
 
 from .conftest import MECHANISMS, SMALL, make_backend, run
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from gitpilot_jupyter.sandbox.backends.base import ResourceLimits
-from gitpilot_jupyter.sandbox.backends.isolation import Isolator
-from gitpilot_jupyter.sandbox.backends.local import NullSandbox
+from gitpilot_jupyter.sandbox.backend import ResourceLimits
+from gitpilot_jupyter.sandbox.local.backends import NullSandbox
+from gitpilot_jupyter.sandbox.local.isolation import Isolator
 
 from .conftest import MECHANISMS, SMALL, make_backend, marked_processes, run
 

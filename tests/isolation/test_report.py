@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gitpilot_jupyter.sandbox.backends.layered import LayeredIsolator
-from gitpilot_jupyter.sandbox.backends.local import SubprocessSandbox
 from gitpilot_jupyter.sandbox.diagnostics import PASS
 from gitpilot_jupyter.sandbox.diagnostics.isolation import isolation_check
+from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
+from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gitpilot_jupyter.sandbox.backends.matrixlab import MatrixLabSandbox
+from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 from tests.support.standin_fixture import StandinRunner

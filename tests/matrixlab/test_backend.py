@@ -8,9 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gitpilot_jupyter.sandbox.backends.base import RunRequest
-from gitpilot_jupyter.sandbox.backends.matrixlab import MatrixLabSandbox
+from gitpilot_jupyter.sandbox.backend import RunRequest
 from gitpilot_jupyter.sandbox.errors import BackendFailure, BackendUnreachable, InvalidRequest
+from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from tests.matrixlab.conftest import backend_for, sent_requests
 from tests.support.live_server import free_port
 from tests.support.standin_fixture import StandinRunner, StartStandin

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gitpilot_jupyter.sandbox.errors import DockerUnavailable, LifecycleDisabled
-from gitpilot_jupyter.sandbox.lifecycle_config import LifecycleConfig
+from gitpilot_jupyter.sandbox.matrixlab.config import LifecycleConfig
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.unit.test_cli import cli
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from gitpilot_jupyter.sandbox.errors import InvalidSetting
-from gitpilot_jupyter.sandbox.matrixlab_probe import probe_runner
+from gitpilot_jupyter.sandbox.matrixlab.probe import probe_runner
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.support.live_server import free_port
 from tests.support.standin_fixture import StandinRunner, StartStandin

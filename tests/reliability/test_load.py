@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from gitpilot_jupyter.sandbox.backends.layered import _descendants
+from gitpilot_jupyter.sandbox.local.layered import _descendants
 
 from .conftest import Live
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gitpilot_jupyter.sandbox.backends.base import RunRequest
-from gitpilot_jupyter.sandbox.backends.isolation import Isolator
-from gitpilot_jupyter.sandbox.backends.local import NullSandbox, SubprocessSandbox
+from gitpilot_jupyter.sandbox.backend import RunRequest
 from gitpilot_jupyter.sandbox.languages import Interpreters
+from gitpilot_jupyter.sandbox.local.backends import NullSandbox, SubprocessSandbox
+from gitpilot_jupyter.sandbox.local.isolation import Isolator
 from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.support.system import require_system

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ssl
 
 from gitpilot_jupyter.kernel.rest import RestClient
-from gitpilot_jupyter.sandbox.backends.matrixlab import MatrixLabSandbox
+from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.tls import tls_context
 
 

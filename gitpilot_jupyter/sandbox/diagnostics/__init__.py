@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from ..backends.local import SubprocessSandbox
 from ..errors import BackendNotAllowed
+from ..local.backends import SubprocessSandbox
 from ..plans import PlanStore
 from ..service import SandboxService
 from .isolation import isolation_check, isolation_layers

@@ -15,8 +15,8 @@ import sys
 import tempfile
 from typing import Any
 
-from ..backends.layered import LayeredIsolator
-from ..backends.local import BASE_LAYERS, SubprocessSandbox
+from ..local.backends import BASE_LAYERS, SubprocessSandbox
+from ..local.layered import LayeredIsolator
 from ..service import SandboxService
 from .stage import FAIL, PASS, Stage
 

@@ -18,7 +18,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .backends.matrixlab import MatrixLabSandbox
+from ..errors import DockerUnavailable
+from .backend import MatrixLabSandbox
+from .config import (
+    TOKEN_ENV,
+    LifecycleConfig,
+    instructions,
+    lifecycle_enabled,
+    require_enabled,
+    run_command_line,
+)
 from .docker_steps import (
     StepFailed,
     Transcript,
@@ -28,15 +37,6 @@ from .docker_steps import (
     error_text,
     find_container,
     has_image,
-)
-from .errors import DockerUnavailable
-from .lifecycle_config import (
-    TOKEN_ENV,
-    LifecycleConfig,
-    instructions,
-    lifecycle_enabled,
-    require_enabled,
-    run_command_line,
 )
 
 #: Receives pull progress events: ``{"image", "status", "id"?, "current"?, "total"?}``.

@@ -20,13 +20,12 @@ from typing import Any, ClassVar
 import httpx
 
 from ...tls import tls_context
+from ..backend import OutputCallback, RunRequest, SandboxBackend
 from ..errors import BackendFailure, InvalidRequest
 from ..languages import Interpreters, canonical_language
 from ..output import DEFAULT_OUTPUT_CAP, cap_text
 from ..results import RunResult, new_run_id
-from ..workspace import zip_workspace
-from .base import OutputCallback, RunRequest, SandboxBackend
-from .runner_protocol import (
+from .protocol import (
     BANNER,
     IMAGE_ALIASES,
     TIMEOUT_MARK,
@@ -37,6 +36,7 @@ from .runner_protocol import (
     runner_error,
     unreachable,
 )
+from .workspace import zip_workspace
 
 #: Extra seconds the HTTP call waits beyond the run timeout (container start, transfer).
 HTTP_GRACE_SEC = 5.0

@@ -12,7 +12,7 @@ import os
 import zipfile
 from pathlib import Path
 
-from .errors import InvalidRequest
+from ..errors import InvalidRequest
 
 MAX_WORKSPACE_BYTES = 500 * 1024 * 1024
 

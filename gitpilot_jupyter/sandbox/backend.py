@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..results import RunResult, new_run_id
+from .results import RunResult, new_run_id
 
 #: Called with ``("stdout" | "stderr", text)`` as output is produced.
 OutputCallback = Callable[[str, str], Awaitable[None]]

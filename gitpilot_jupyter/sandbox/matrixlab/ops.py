@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from .settings import validate_setting
+from ..settings import validate_setting
 
 if TYPE_CHECKING:
-    from .lifecycle_config import LifecycleConfig
-    from .settings import SettingsStore
+    from ..settings import SettingsStore
+    from .config import LifecycleConfig
 
 
 class MatrixLabOperations:
@@ -34,7 +34,7 @@ class MatrixLabOperations:
 
         A bad Runner does not raise: the report says what failed, with a hint.
         """
-        from .matrixlab_probe import check_connection
+        from .probe import check_connection
 
         settings = self.settings.effective().settings
         target = str(validate_setting("matrixlab_url", url)) if url else None

@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..backend import ResourceLimits
 from . import cgroups, namespaces
-from .base import ResourceLimits
 from .isolation import ISOLATION_CHOICES, ISOLATION_ENV, Isolator, Launch
 from .rlimits import RlimitPlan, plan_rlimits, unavailable_reasons
 

@@ -15,7 +15,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from .base import ResourceLimits
+from ..backend import ResourceLimits
 
 if sys.platform != "win32":
     import resource

@@ -14,8 +14,8 @@ from urllib.parse import urlparse, urlunparse
 
 import httpx
 
-from ..tls import tls_context
-from .backends.runner_protocol import auth_headers, body_excerpt
+from ...tls import tls_context
+from .protocol import auth_headers, body_excerpt
 
 PROBE_TIMEOUT_SEC = 5.0
 #: The Runner's usual host port (Docker mapping) and its native / in-container port.

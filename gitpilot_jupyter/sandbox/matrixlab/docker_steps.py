@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .errors import DockerUnavailable
+from ..errors import DockerUnavailable
 
 PING_TIMEOUT_SEC = 5
 CALL_TIMEOUT_SEC = 120

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from .errors import InvalidSetting, LifecycleDisabled
+from ..errors import InvalidSetting, LifecycleDisabled
 
 LIFECYCLE_FLAG = "GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE"
 RUNNER_IMAGE = "ruslanmv/matrixlab-runner:latest"

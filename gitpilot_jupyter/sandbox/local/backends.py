@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
+from ..backend import OutputCallback, RunRequest, SandboxBackend
 from ..languages import Interpreters, snippet_filename
 from ..output import CappedText
 from ..results import RunResult
-from .base import OutputCallback, RunRequest, SandboxBackend
 from .isolation import Isolator, Launch, default_isolator
 
 _READ_SIZE = 65536

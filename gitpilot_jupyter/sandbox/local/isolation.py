@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import ResourceLimits
+from ..backend import ResourceLimits
 
 #: Caps the namespace tool: ``auto`` (bwrap, else unshare), ``bwrap``, ``unshare``, ``none``.
 ISOLATION_ENV = "GITPILOT_SANDBOX_ISOLATION"

@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .base import ResourceLimits
+from ..backend import ResourceLimits
 
 MIB = 1024 * 1024
 _KILL_ROUNDS = 20

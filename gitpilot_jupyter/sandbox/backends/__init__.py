@@ -1,1 +1,0 @@
-"""Sandbox backends: ``subprocess`` and ``off`` (local.py), ``matrixlab`` (matrixlab.py)."""

@@ -1,0 +1,1 @@
+"""Local backends: ``subprocess`` (OS isolation stack) and ``off`` (pass-through)."""

@@ -1,0 +1,1 @@
+"""The ``matrixlab`` backend: Runner protocol, backend, probe, lifecycle via Docker, config."""
