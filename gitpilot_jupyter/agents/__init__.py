@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from ..serverinfo import TOKEN_ENV, URL_ENV
+from ..client.server import TOKEN_ENV, URL_ENV
 from .approval import APPROVAL_ENV, APPROVAL_MODES
 from .render import render_result, shorten
 from .tools import AgentReply, AgentSandbox

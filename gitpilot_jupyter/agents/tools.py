@@ -15,16 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..client.agent_local import LocalAccess, PlanTicket, SandboxAccess
+from ..client.agent_rest import RemoteAccess
+from ..client.server import ServerInfo, discover_server
 from ..sandbox.errors import InvalidSetting, SandboxError
 from ..sandbox.plans import MAX_PENDING_PLANS
 from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
 from ..sandbox.sync import run_sync
-from ..serverinfo import ServerInfo, discover_server
 from . import render
-from .access import LocalAccess, PlanTicket, SandboxAccess
 from .approval import resolve_mode
-from .remote import RemoteAccess
 
 #: Seconds ``ask`` mode waits for a human inside the tool call before answering "pending".
 DEFAULT_APPROVAL_WAIT_SEC = 0.0

@@ -15,14 +15,14 @@ import os
 import sys
 from typing import Any
 
-from ..agents.access import AGENT_SOURCE
 from ..agents.approval import APPROVAL_MODES
-from ..agents.remote import RemoteAccess
 from ..agents.render import MODEL_OUTPUT_BYTES
+from ..client.agent_local import AGENT_SOURCE
+from ..client.agent_rest import RemoteAccess
+from ..client.server import TOKEN_ENV, URL_ENV, ServerInfo, discover_server
 from ..sandbox.errors import ServerUnreachable
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.sync import run_sync
-from ..serverinfo import TOKEN_ENV, URL_ENV, ServerInfo, discover_server
 from .render import print_plan
 
 #: Lines of a pending plan's code ``plans`` shows (``--json`` has all of it).

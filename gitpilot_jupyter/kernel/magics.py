@@ -29,14 +29,14 @@ from IPython.display import display as _display
 from traitlets import Bool, Unicode, observe
 
 from ..cli.render import print_status
+from ..client.local import LocalClient, SandboxClient
+from ..client.resolve import make_client
 from ..sandbox.errors import SandboxError
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
 from ..sandbox.settings import parse_setting
 from ..sandbox.sync import run_sync
-from .client import LocalClient, SandboxClient
-from .discovery import make_client
 from .display import CellEcho, SandboxBlocked, SandboxRunError, footer
 
 F = TypeVar("F", bound=Callable[..., Any])

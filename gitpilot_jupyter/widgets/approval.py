@@ -21,7 +21,7 @@ from typing import Any
 import ipywidgets as ipw
 from traitlets import Enum
 
-from ..kernel.client import SandboxClient
+from ..client.local import SandboxClient
 from ..kernel.display import failure_message, footer
 from ..sandbox.errors import SandboxError
 from ..sandbox.plans import ExecutionPlan

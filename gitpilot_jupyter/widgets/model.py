@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from traitlets import Bool, Dict, HasTraits, Int, Unicode
 
-from ..kernel.client import SandboxClient
+from ..client.local import SandboxClient
 from ..sandbox.errors import SandboxError
 from ..sandbox.sync import run_sync
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import ipywidgets as ipw
 
-from ..kernel.client import SandboxClient
+from ..client.local import SandboxClient
 from .model import SandboxSettingsModel
 
 BACKEND_OPTIONS = [("Local", "subprocess"), ("MatrixLab", "matrixlab"), ("Pass-through", "off")]

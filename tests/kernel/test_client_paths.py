@@ -17,9 +17,9 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from jupyter_client.blocking import BlockingKernelClient
 
-from gitpilot_jupyter.kernel.client import LocalClient, SandboxClient
-from gitpilot_jupyter.kernel.discovery import launching_server, make_client, server_answers
-from gitpilot_jupyter.kernel.rest import RestClient
+from gitpilot_jupyter.client.local import LocalClient, SandboxClient
+from gitpilot_jupyter.client.resolve import launching_server, make_client, server_answers
+from gitpilot_jupyter.client.rest import RestClient
 from gitpilot_jupyter.sandbox.errors import SandboxError
 from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.service import SandboxService

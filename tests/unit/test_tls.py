@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ssl
 
-from gitpilot_jupyter.kernel.rest import RestClient
+from gitpilot_jupyter.client.rest import RestClient
 from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.tls import tls_context
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gitpilot_jupyter.kernel.client import LocalClient
+from gitpilot_jupyter.client.local import LocalClient
 
 
 @pytest.fixture

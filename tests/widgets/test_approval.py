@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gitpilot_jupyter.kernel.client import LocalClient
+from gitpilot_jupyter.client.local import LocalClient
 from gitpilot_jupyter.sandbox.errors import PlanNotFound
 from gitpilot_jupyter.sandbox.plans import ExecutionPlan
 from gitpilot_jupyter.sandbox.results import RunResult

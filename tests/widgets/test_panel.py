@@ -10,7 +10,7 @@ from typing import Any
 import ipywidgets as ipw
 import pytest
 
-from gitpilot_jupyter.kernel.client import LocalClient
+from gitpilot_jupyter.client.local import LocalClient
 from gitpilot_jupyter.widgets.model import LIFECYCLE_FLAG, SandboxSettingsModel
 from gitpilot_jupyter.widgets.panel import SandboxSettingsPanel
 

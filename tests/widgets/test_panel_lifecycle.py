@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gitpilot_jupyter.kernel.client import LocalClient
-from gitpilot_jupyter.kernel.rest import RestClient
+from gitpilot_jupyter.client.local import LocalClient
+from gitpilot_jupyter.client.rest import RestClient
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.widgets.panel import SandboxSettingsPanel
 from tests.docker.conftest import docker_engine, lifecycle_service, test_images

@@ -1,8 +1,8 @@
 """Finding and calling a running Jupyter server with the sandbox extension.
 
 The one owner of server discovery for every face outside the server: agents and
-the CLI (:mod:`.agents.remote`) and the kernel (:mod:`.kernel.discovery`,
-:mod:`.kernel.rest`). A server is named by ``GITPILOT_JUPYTER_URL`` /
+the CLI (:mod:`.agent_rest`) and the kernel (:mod:`.resolve`,
+:mod:`.rest`). A server is named by ``GITPILOT_JUPYTER_URL`` /
 ``GITPILOT_JUPYTER_TOKEN`` or found from the ``jpserver-<pid>.json`` runtime
 files that running servers write. Transport failures become the core's one
 :class:`~.sandbox.errors.ServerUnreachable`; error answers become a
@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 
-from .sandbox.errors import SandboxError, ServerUnreachable
-from .tls import tls_context
+from ..sandbox.errors import SandboxError, ServerUnreachable
+from ..tls import tls_context
 
 URL_ENV = "GITPILOT_JUPYTER_URL"
 TOKEN_ENV = "GITPILOT_JUPYTER_TOKEN"

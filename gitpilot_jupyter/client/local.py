@@ -5,7 +5,7 @@ the kernel process) and :class:`~.rest.RestClient` (the REST API of a Jupyter
 server). Both give the same plans and envelopes and raise the same typed errors
 (:class:`~gitpilot_jupyter.sandbox.errors.SandboxError` with the core's ``code``),
 so the magic and the widgets never care which path runs;
-:func:`~.discovery.make_client` picks one.
+:func:`~.resolve.make_client` picks one.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Plans made here land in the server's one PlanStore, where JupyterLab, a
 notebook (``%sandbox plans``) or ``jupyter sandbox approve`` can approve them.
-Which server, and how calls to it fail, is :mod:`gitpilot_jupyter.serverinfo`'s.
+Which server, and how calls to it fail, is :mod:`.server`'s.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 from ..sandbox.claims import ClaimAnswer
 from ..sandbox.results import RunResult
-from ..serverinfo import ServerInfo, call_api
-from .access import PlanTicket
+from .agent_local import PlanTicket
+from .server import ServerInfo, call_api
 
 #: Seconds to wait for a server to answer a plan/approve/status call.
 REQUEST_TIMEOUT = 10.0

@@ -1,4 +1,4 @@
-"""serverinfo: the one place agents, the CLI and the kernel find a Jupyter server."""
+"""client.server: the one place agents, the CLI and the kernel find a Jupyter server."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from gitpilot_jupyter.sandbox.errors import ServerUnreachable
-from gitpilot_jupyter.serverinfo import (
+from gitpilot_jupyter.client.server import (
     TOKEN_ENV,
     URL_ENV,
     discover_server,
@@ -17,6 +16,7 @@ from gitpilot_jupyter.serverinfo import (
     runtime_servers,
     unreachable,
 )
+from gitpilot_jupyter.sandbox.errors import ServerUnreachable
 
 
 def write_runtime(folder: Path, pid: int, port: int) -> Path:

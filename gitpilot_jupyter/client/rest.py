@@ -16,9 +16,9 @@ from ..sandbox.backend import OutputCallback
 from ..sandbox.errors import SandboxError
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.results import RunResult
-from ..serverinfo import API, ServerInfo, auth_headers, call_api, error_from_answer, unreachable
 from ..tls import tls_context
-from .client import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
+from .local import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
+from .server import API, ServerInfo, auth_headers, call_api, error_from_answer, unreachable
 
 NDJSON = "application/x-ndjson"
 

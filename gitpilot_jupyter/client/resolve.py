@@ -1,6 +1,6 @@
 """Which client a kernel uses: `local`, a server URL, or `auto` (the server that launched it).
 
-Finding servers is :mod:`gitpilot_jupyter.serverinfo`'s job; this module only
+Finding servers is :mod:`.server`'s job; this module only
 picks, among them, the one that started this kernel.
 """
 
@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 
 from ..sandbox.errors import SandboxError
-from ..serverinfo import ServerInfo, default_runtime_dir, runtime_servers, server_answers
-from .client import LocalClient, SandboxClient
+from .local import LocalClient, SandboxClient
 from .rest import RestClient
+from .server import ServerInfo, default_runtime_dir, runtime_servers, server_answers
 
 
 def launching_server(
