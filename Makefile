@@ -10,6 +10,8 @@ PORT   ?= 8888
 LABEXT     := gitpilot_jupyter/labextension/package.json
 LABEXT_SRC := $(wildcard labextension/src/*.ts labextension/style/* labextension/schema/*) labextension/package.json
 JLPM       := PATH="$(abspath $(BIN)):$$PATH" $(abspath $(BIN))/jlpm
+# The lab extension's node packages (the build and the TypeScript linters need them).
+JSDEPS     := labextension/node_modules/.yarn-state.yml
 
 .PHONY: run test test-core test-js test-browser lab bench debug lint clean install
 
@@ -21,8 +23,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test,docker]"
 	touch $(STAMP)
 
-$(LABEXT): $(LABEXT_SRC) | $(STAMP)
-	cd labextension && $(JLPM) install && $(JLPM) build
+$(JSDEPS): labextension/package.json labextension/yarn.lock | $(STAMP)
+	cd labextension && $(JLPM) install
+	touch $@
+
+$(LABEXT): $(LABEXT_SRC) $(JSDEPS) | $(STAMP)
+	cd labextension && $(JLPM) build
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter labextension develop --overwrite .
 	touch $@
 
@@ -43,10 +49,11 @@ test-js: $(LABEXT) ## the lab extension's unit tests (jest)
 test-browser: $(STAMP) $(LABEXT) ## JupyterLab in a real browser, in its own pytest process
 	$(BIN)/python -m pytest tests/browser -m browser
 
-lint: $(STAMP)
+lint: $(STAMP) $(JSDEPS) ## ruff, mypy, and the lab extension's prettier + eslint (`cd labextension && jlpm lint` fixes)
 	$(BIN)/ruff check gitpilot_jupyter tests
 	$(BIN)/ruff format --check gitpilot_jupyter tests
 	$(BIN)/mypy
+	cd labextension && $(JLPM) lint:check
 
 bench: $(STAMP) ## measure what users feel; writes benchmarks/results/latest.{json,md}
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
