@@ -45,7 +45,10 @@ export function decorateCodeBlocks(
     const button = el('button', 'jp-gitpilot-run-button', '▶ Run');
     button.type = 'button';
     button.title = `Run this ${language} block in the sandbox (you approve the plan first)`;
-    button.setAttribute('aria-label', `Run ${language} code block in the sandbox`);
+    button.setAttribute(
+      'aria-label',
+      `Run ${language} code block in the sandbox`
+    );
     const outputHost = el('div', 'jp-gitpilot-codeblock-output');
     button.addEventListener('click', event => {
       // A click inside a rendered Markdown cell must not also select or edit the cell.
@@ -61,7 +64,8 @@ export function decorateCodeBlocks(
 
 /** The code block holding `node` (focus or selection), if any. */
 export function blockAround(node: Node | null): HTMLElement | null {
-  const element = node instanceof Element ? node : node?.parentElement ?? null;
+  const element =
+    node instanceof Element ? node : (node?.parentElement ?? null);
   const bar = element?.closest('.jp-gitpilot-codeblock-bar');
   if (bar) {
     return bar.querySelector('.jp-gitpilot-run-button');

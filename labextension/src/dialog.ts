@@ -16,7 +16,9 @@ export async function confirmPlan(plan: IPlan): Promise<boolean> {
     ariaLabel: 'Approve this plan and run it in the sandbox'
   });
   const dialog = new Dialog({
-    title: plan.blocked ? 'Blocked: this snippet cannot run' : 'Run in the sandbox?',
+    title: plan.blocked
+      ? 'Blocked: this snippet cannot run'
+      : 'Run in the sandbox?',
     body,
     buttons: [Dialog.cancelButton({ label: 'Cancel' }), approve],
     // Enter must never approve a blocked plan.
@@ -24,7 +26,8 @@ export async function confirmPlan(plan: IPlan): Promise<boolean> {
   });
   dialog.addClass('jp-gitpilot-plan-dialog');
   if (plan.blocked) {
-    const accept = dialog.node.querySelector<HTMLButtonElement>('.jp-mod-accept');
+    const accept =
+      dialog.node.querySelector<HTMLButtonElement>('.jp-mod-accept');
     if (accept) {
       accept.disabled = true;
       accept.title = plan.blocked_reason || 'A destructive pattern matched';

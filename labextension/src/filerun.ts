@@ -13,7 +13,9 @@ import { OutputView } from './render';
 import type { SandboxClient } from './request';
 
 /** The path of the file browser's selected runnable file, or null. */
-export function selectedRunnableFile(browsers: IFileBrowserFactory | null): string | null {
+export function selectedRunnableFile(
+  browsers: IFileBrowserFactory | null
+): string | null {
   const browser = browsers?.tracker.currentWidget;
   const item = browser?.selectedItems().next();
   if (!item || item.done || item.value.type === 'directory') {

@@ -43,10 +43,16 @@ const CATEGORY = 'Sandbox';
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
-  description: 'Sandbox settings panel, status bar item, and Run buttons for code blocks and files.',
+  description:
+    'Sandbox settings panel, status bar item, and Run buttons for code blocks and files.',
   autoStart: true,
   requires: [IRenderMimeRegistry],
-  optional: [ICommandPalette, IStatusBar, IFileBrowserFactory, ISettingRegistry],
+  optional: [
+    ICommandPalette,
+    IStatusBar,
+    IFileBrowserFactory,
+    ISettingRegistry
+  ],
   activate: (
     app: JupyterFrontEnd,
     rendermime: IRenderMimeRegistry,
@@ -55,7 +61,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     browsers: IFileBrowserFactory | null,
     settingRegistry: ISettingRegistry | null
   ) => {
-    const serverSettings = app.serviceManager.serverSettings ?? ServerConnection.makeSettings();
+    const serverSettings =
+      app.serviceManager.serverSettings ?? ServerConnection.makeSettings();
     const client = new SandboxClient(serverSettings.baseUrl, (url, init) =>
       ServerConnection.makeRequest(url, init, serverSettings)
     );
@@ -123,7 +130,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     app.commands.addCommand(CommandIDs.runCodeBlock, {
       label: 'Run Code Block in Sandbox',
-      caption: 'Plan and run the Markdown code block that has the focus or the selection',
+      caption:
+        'Plan and run the Markdown code block that has the focus or the selection',
       isEnabled: () => blockFocus.current() !== null,
       execute: () => blockFocus.current()?.click()
     });
@@ -147,7 +155,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
       palette.addItem({ command: CommandIDs.refresh, category: CATEGORY });
       palette.addItem({ command: CommandIDs.runCodeBlock, category: CATEGORY });
       for (const { name } of BACKENDS) {
-        palette.addItem({ command: CommandIDs.useBackend, category: CATEGORY, args: { backend: name } });
+        palette.addItem({
+          command: CommandIDs.useBackend,
+          category: CATEGORY,
+          args: { backend: name }
+        });
       }
     }
 
@@ -170,7 +182,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       settingRegistry
         .load(PLUGIN_ID)
         .then(settings => {
-          const apply = () => startPolling(Number(settings.get('refreshInterval').composite));
+          const apply = () =>
+            startPolling(Number(settings.get('refreshInterval').composite));
           apply();
           settings.changed.connect(apply);
         })

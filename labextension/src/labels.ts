@@ -5,7 +5,11 @@
 import type { IStatus } from './types';
 
 /** The three backends with the names users see. */
-export const BACKENDS: ReadonlyArray<{ name: string; label: string; help: string }> = [
+export const BACKENDS: ReadonlyArray<{
+  name: string;
+  label: string;
+  help: string;
+}> = [
   {
     name: 'subprocess',
     label: 'Local',
@@ -29,7 +33,10 @@ export function backendLabel(name: string | null | undefined): string {
 }
 
 /** The status bar text, e.g. "Sandbox: Local" or "Sandbox: MatrixLab — unreachable". */
-export function statusText(status: IStatus | null, fetchError: string | null): string {
+export function statusText(
+  status: IStatus | null,
+  fetchError: string | null
+): string {
   if (fetchError !== null || status === null) {
     return 'Sandbox: unavailable';
   }
@@ -52,7 +59,10 @@ export function waitingText(count: number): string {
 }
 
 /** The tooltip: the error in full, and the env var that overrides the saved choice. */
-export function statusTitle(status: IStatus | null, fetchError: string | null): string {
+export function statusTitle(
+  status: IStatus | null,
+  fetchError: string | null
+): string {
   if (fetchError !== null || status === null) {
     return `The sandbox API did not answer: ${fetchError ?? 'no status yet'}`;
   }
@@ -61,7 +71,9 @@ export function statusTitle(status: IStatus | null, fetchError: string | null): 
     lines.push(status.error);
   }
   if (status.env_override) {
-    lines.push(`Overridden by the environment variable ${status.env_override}.`);
+    lines.push(
+      `Overridden by the environment variable ${status.env_override}.`
+    );
   }
   lines.push('Click to open the sandbox settings.');
   return lines.join('\n');
@@ -101,5 +113,7 @@ export const FILE_LANGUAGES: Record<string, string> = {
 /** The runnable language of a file path, or null. */
 export function fileLanguage(path: string): string | null {
   const dot = path.lastIndexOf('.');
-  return dot < 0 ? null : FILE_LANGUAGES[path.slice(dot).toLowerCase()] ?? null;
+  return dot < 0
+    ? null
+    : (FILE_LANGUAGES[path.slice(dot).toLowerCase()] ?? null);
 }

@@ -4,10 +4,22 @@
 
 import { el } from './render';
 import type { SandboxClient } from './request';
-import type { ILifecycleStatus, ILifecycleStep, LifecycleAction } from './types';
+import type {
+  ILifecycleStatus,
+  ILifecycleStep,
+  LifecycleAction
+} from './types';
 
-const ACTIONS: ReadonlyArray<{ action: LifecycleAction; label: string; busy: string }> = [
-  { action: 'install', label: 'Install', busy: 'Pulling the Runner and sandbox images…' },
+const ACTIONS: ReadonlyArray<{
+  action: LifecycleAction;
+  label: string;
+  busy: string;
+}> = [
+  {
+    action: 'install',
+    label: 'Install',
+    busy: 'Pulling the Runner and sandbox images…'
+  },
   { action: 'start', label: 'Start', busy: 'Starting the Runner container…' },
   { action: 'stop', label: 'Stop', busy: 'Stopping the Runner container…' }
 ];
@@ -29,7 +41,11 @@ export function renderStep(step: ILifecycleStep): HTMLElement {
   const ok = step.exit_code === 0;
   details.open = !ok;
   details.appendChild(
-    el('summary', ok ? 'jp-mod-ok' : 'jp-mod-failed', `${ok ? '✓' : '✗'} ${step.cmd} (exit ${step.exit_code}, ${step.duration_ms} ms)`)
+    el(
+      'summary',
+      ok ? 'jp-mod-ok' : 'jp-mod-failed',
+      `${ok ? '✓' : '✗'} ${step.cmd} (exit ${step.exit_code}, ${step.duration_ms} ms)`
+    )
   );
   const text = [step.stdout, step.stderr].filter(Boolean).join('\n');
   details.appendChild(el('pre', '', text || '(no output)'));
@@ -50,7 +66,9 @@ export class LifecycleCard {
     private readonly client: SandboxClient,
     private readonly onChange: () => void
   ) {
-    this.node.appendChild(el('legend', '', 'MatrixLab Runner on this server (Docker)'));
+    this.node.appendChild(
+      el('legend', '', 'MatrixLab Runner on this server (Docker)')
+    );
     const bar = el('div', 'jp-gitpilot-buttons');
     for (const { action, label, busy } of ACTIONS) {
       const button = el('button', 'jp-mod-styled', label);
@@ -62,7 +80,14 @@ export class LifecycleCard {
     }
     this.progress.hidden = true;
     this.manual.hidden = true;
-    this.node.append(this.state, bar, this.reason, this.progress, this.transcript, this.manual);
+    this.node.append(
+      this.state,
+      bar,
+      this.reason,
+      this.progress,
+      this.transcript,
+      this.manual
+    );
   }
 
   /** Ask the server what is installed and running. */
@@ -71,17 +96,24 @@ export class LifecycleCard {
       this.show(await this.client.lifecycle());
     } catch (error) {
       this.state.textContent = '';
-      this.setEnabled(false, error instanceof Error ? error.message : String(error));
+      this.setEnabled(
+        false,
+        error instanceof Error ? error.message : String(error)
+      );
     }
   }
 
   private show(state: ILifecycleStatus): void {
-    const docker = state.docker_available ? 'Docker available' : 'Docker not available';
+    const docker = state.docker_available
+      ? 'Docker available'
+      : 'Docker not available';
     this.state.textContent = `${state.installed ? 'Installed' : 'Not installed'} · ${state.running ? 'Running' : 'Not running'} · ${docker}`;
     const blocker = lifecycleBlocker(state);
     this.setEnabled(blocker === null, blocker ?? '');
     // When the buttons are off, the same steps can still be run by hand.
-    const steps = Array.isArray(state.instructions) ? state.instructions.map(String) : [];
+    const steps = Array.isArray(state.instructions)
+      ? state.instructions.map(String)
+      : [];
     this.manual.hidden = blocker === null || steps.length === 0;
     this.manual.replaceChildren(
       el('summary', '', 'Run these commands yourself'),
@@ -106,7 +138,11 @@ export class LifecycleCard {
       const answer = await this.client.lifecycleAction(action);
       this.transcript.replaceChildren(...answer.steps.map(renderStep));
     } catch (error) {
-      const message = el('div', 'jp-gitpilot-error', error instanceof Error ? error.message : String(error));
+      const message = el(
+        'div',
+        'jp-gitpilot-error',
+        error instanceof Error ? error.message : String(error)
+      );
       message.setAttribute('role', 'alert');
       this.transcript.replaceChildren(message);
     } finally {

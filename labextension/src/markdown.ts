@@ -28,15 +28,23 @@ export function runCodeBlock(client: SandboxClient, block: ICodeBlock): void {
 }
 
 /** Replace the Markdown renderer (cells and Markdown files) by one that adds ▶ Run buttons. */
-export function addRunButtons(rendermime: IRenderMimeRegistry, client: SandboxClient): void {
+export function addRunButtons(
+  rendermime: IRenderMimeRegistry,
+  client: SandboxClient
+): void {
   class RunnableMarkdown extends RenderedMarkdown {
-    async render(model: Parameters<RenderedMarkdown['render']>[0]): Promise<void> {
+    async render(
+      model: Parameters<RenderedMarkdown['render']>[0]
+    ): Promise<void> {
       await super.render(model);
       decorateCodeBlocks(this.node, block => runCodeBlock(client, block));
     }
   }
   rendermime.addFactory(
-    { ...markdownRendererFactory, createRenderer: options => new RunnableMarkdown(options) },
+    {
+      ...markdownRendererFactory,
+      createRenderer: options => new RunnableMarkdown(options)
+    },
     markdownRendererFactory.defaultRank
   );
 }
@@ -53,9 +61,15 @@ export class CodeBlockFocus {
     const remember = (node: Node | null) => {
       this.last = blockAround(node) ?? this.last;
     };
-    document.addEventListener('focusin', event => remember(event.target as Node));
+    document.addEventListener('focusin', event =>
+      remember(event.target as Node)
+    );
     // Capture phase: a notebook cell may stop a click from selecting text in its Markdown.
-    document.addEventListener('pointerdown', event => remember(event.target as Node), true);
+    document.addEventListener(
+      'pointerdown',
+      event => remember(event.target as Node),
+      true
+    );
     document.addEventListener('selectionchange', () =>
       remember(window.getSelection()?.anchorNode ?? null)
     );

@@ -34,7 +34,13 @@ function input(type: string, name: string): HTMLInputElement {
 
 /** Describe a connection test for people: reachable, latency, version, Docker, hint. */
 export function describeReport(report: IConnectionReport): string {
-  const parts: string[] = [report.ok ? 'Connected' : report.reachable === false ? 'Not reachable' : 'Problem'];
+  const parts: string[] = [
+    report.ok
+      ? 'Connected'
+      : report.reachable === false
+        ? 'Not reachable'
+        : 'Problem'
+  ];
   if (typeof report.latency_ms === 'number') {
     parts.push(`${Math.round(report.latency_ms)} ms`);
   }
@@ -51,7 +57,10 @@ export function describeReport(report: IConnectionReport): string {
 
 /** The panel widget; `load()` fills the form from the server. */
 export class SandboxPanel extends Widget {
-  private readonly badge = el('span', 'jp-gitpilot-badge jp-gitpilot-badge-medium');
+  private readonly badge = el(
+    'span',
+    'jp-gitpilot-badge jp-gitpilot-badge-medium'
+  );
   private readonly health = el('div', 'jp-gitpilot-health');
   private readonly radios: HTMLInputElement[] = [];
   private readonly url = input('url', 'matrixlab_url');
@@ -72,13 +81,22 @@ export class SandboxPanel extends Widget {
     this.title.label = 'Sandbox Settings';
     this.title.closable = true;
     this.addClass('jp-gitpilot-panel');
-    this.lifecycle = new LifecycleCard(model.client, () => void model.refresh());
+    this.lifecycle = new LifecycleCard(
+      model.client,
+      () => void model.refresh()
+    );
 
     const header = el('div', 'jp-gitpilot-header');
     header.append(el('h2', '', 'Sandbox'), this.badge);
     const body = el('div', 'jp-gitpilot-panel-body');
     this.node.appendChild(body);
-    body.append(header, this.health, this.backendChoice(), this.matrixlabCard(), this.limits());
+    body.append(
+      header,
+      this.health,
+      this.backendChoice(),
+      this.matrixlabCard(),
+      this.limits()
+    );
 
     const actions = el('div', 'jp-gitpilot-buttons');
     const save = el('button', 'jp-mod-styled jp-mod-accept', 'Save');
@@ -100,7 +118,11 @@ export class SandboxPanel extends Widget {
       radio.classList.remove('jp-mod-styled');
       this.radios.push(radio);
       const option = el('label', 'jp-gitpilot-radio');
-      option.append(radio, el('strong', '', ` ${label}`), el('span', 'jp-gitpilot-muted', ` — ${help}`));
+      option.append(
+        radio,
+        el('strong', '', ` ${label}`),
+        el('span', 'jp-gitpilot-muted', ` — ${help}`)
+      );
       group.appendChild(option);
     }
     return group;
@@ -127,7 +149,11 @@ export class SandboxPanel extends Widget {
     this.report.setAttribute('aria-live', 'polite');
     card.append(
       field('Runner URL', this.url),
-      field('Bearer token', tokenRow, 'Write-only: a saved token is never shown again.'),
+      field(
+        'Bearer token',
+        tokenRow,
+        'Write-only: a saved token is never shown again.'
+      ),
       field('Default image', this.image),
       test,
       this.report
@@ -181,7 +207,11 @@ export class SandboxPanel extends Widget {
     const { status, error } = this.model;
     // A change made elsewhere (palette, another tab) moves the radio unless the user already did.
     const chosen = this.radios.find(r => r.checked)?.value ?? '';
-    if (status && status.settings.backend !== this.filledBackend && chosen === this.filledBackend) {
+    if (
+      status &&
+      status.settings.backend !== this.filledBackend &&
+      chosen === this.filledBackend
+    ) {
       this.checkBackend(status.settings.backend);
     }
     const text = statusText(status, error);
@@ -244,7 +274,11 @@ export class SandboxPanel extends Widget {
     }
     try {
       const report = await this.model.client.testConnection(options);
-      const line = el('div', report.ok ? 'jp-mod-ok' : 'jp-mod-failed', describeReport(report));
+      const line = el(
+        'div',
+        report.ok ? 'jp-mod-ok' : 'jp-mod-failed',
+        describeReport(report)
+      );
       this.report.replaceChildren(line);
       const hint = report.hint || (report.ok ? '' : report.error);
       if (hint) {
@@ -252,7 +286,11 @@ export class SandboxPanel extends Widget {
       }
     } catch (error) {
       this.report.replaceChildren(
-        el('div', 'jp-gitpilot-error', error instanceof Error ? error.message : String(error))
+        el(
+          'div',
+          'jp-gitpilot-error',
+          error instanceof Error ? error.message : String(error)
+        )
       );
     } finally {
       button.disabled = false;

@@ -46,8 +46,15 @@ export class PlanCard {
     const header = el('div', 'jp-gitpilot-pending-header');
     const goal = el('h3', 'jp-gitpilot-pending-goal', plan.goal || 'A plan');
     goal.id = titleId;
-    header.append(goal, badge(plan.source === AGENT_SOURCE ? 'agent' : plan.source, 'source'));
-    const meta = el('div', 'jp-gitpilot-muted jp-gitpilot-pending-meta', `Requested by ${plan.source} · ${plan.plan_id}`);
+    header.append(
+      goal,
+      badge(plan.source === AGENT_SOURCE ? 'agent' : plan.source, 'source')
+    );
+    const meta = el(
+      'div',
+      'jp-gitpilot-muted jp-gitpilot-pending-meta',
+      `Requested by ${plan.source} · ${plan.plan_id}`
+    );
 
     this.approveButton = el('button', 'jp-mod-styled jp-mod-accept', 'Approve');
     this.approveButton.type = 'button';
@@ -55,7 +62,8 @@ export class PlanCard {
     this.approveButton.addEventListener('click', () => void this.approve());
     if (plan.blocked) {
       this.approveButton.disabled = true;
-      this.approveButton.title = plan.blocked_reason || 'A destructive pattern matched';
+      this.approveButton.title =
+        plan.blocked_reason || 'A destructive pattern matched';
     }
     this.rejectButton = el('button', 'jp-mod-styled jp-mod-reject', 'Reject');
     this.rejectButton.type = 'button';
@@ -93,7 +101,8 @@ export class PlanCard {
     this.busy(false);
     this.state.className = 'jp-gitpilot-pending-state jp-gitpilot-error';
     this.state.setAttribute('role', 'alert');
-    this.state.textContent = error instanceof Error ? error.message : String(error);
+    this.state.textContent =
+      error instanceof Error ? error.message : String(error);
   }
 
   /** `POST approve`; the answer (with its token) is dropped unread. Nothing runs here. */
@@ -131,7 +140,11 @@ export class PlanCard {
 export class PendingPlansPanel extends Widget {
   private readonly list = el('div', 'jp-gitpilot-pending-list');
   private readonly message = el('div', 'jp-gitpilot-message');
-  private readonly empty = el('p', 'jp-gitpilot-muted', 'No plans are waiting for approval.');
+  private readonly empty = el(
+    'p',
+    'jp-gitpilot-muted',
+    'No plans are waiting for approval.'
+  );
   private readonly cards = new Map<string, PlanCard>();
   private timer: number | undefined;
 
@@ -176,7 +189,8 @@ export class PendingPlansPanel extends Widget {
     try {
       plans = await this.model.client.plans();
     } catch (error) {
-      this.message.textContent = error instanceof Error ? error.message : String(error);
+      this.message.textContent =
+        error instanceof Error ? error.message : String(error);
       this.message.className = 'jp-gitpilot-message jp-gitpilot-error';
       this.message.setAttribute('role', 'alert');
       return;
@@ -194,7 +208,11 @@ export class PendingPlansPanel extends Widget {
     }
     for (const plan of plans) {
       if (!this.cards.has(plan.plan_id)) {
-        const card = new PlanCard(plan, this.model, () => void this.refreshCount());
+        const card = new PlanCard(
+          plan,
+          this.model,
+          () => void this.refreshCount()
+        );
         card.node.setAttribute('role', 'listitem');
         this.cards.set(plan.plan_id, card);
         this.list.appendChild(card.node);

@@ -77,7 +77,9 @@ export function renderPlan(plan: IPlan): HTMLElement {
     warnings.appendChild(item);
   }
   if (!plan.warnings.length) {
-    warnings.appendChild(el('li', 'jp-gitpilot-muted', 'No warnings from the code scan.'));
+    warnings.appendChild(
+      el('li', 'jp-gitpilot-muted', 'No warnings from the code scan.')
+    );
   }
   root.appendChild(warnings);
 
@@ -91,10 +93,10 @@ export function renderPlan(plan: IPlan): HTMLElement {
 export function renderFooter(result: IRunResult): HTMLElement {
   const footer = el('div', 'jp-gitpilot-result-footer');
   const ok = result.exit_code === 0 && !result.timed_out;
+  footer.appendChild(badge(`exit ${result.exit_code}`, ok ? 'ok' : 'failed'));
   footer.appendChild(
-    badge(`exit ${result.exit_code}`, ok ? 'ok' : 'failed')
+    el('span', 'jp-gitpilot-duration', `${result.duration_ms} ms`)
   );
-  footer.appendChild(el('span', 'jp-gitpilot-duration', `${result.duration_ms} ms`));
   footer.appendChild(el('span', 'jp-gitpilot-backend', result.backend));
   if (result.timed_out) {
     footer.appendChild(badge('timed out', 'high'));

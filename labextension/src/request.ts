@@ -23,7 +23,10 @@ import type {
 } from './types';
 
 /** Sends one HTTP request (authenticated by the caller) and answers the raw response. */
-export type SendFunction = (url: string, init: RequestInit) => Promise<Response>;
+export type SendFunction = (
+  url: string,
+  init: RequestInit
+) => Promise<Response>;
 
 /** The media type of a streamed run. */
 export const NDJSON = 'application/x-ndjson';
@@ -101,7 +104,10 @@ export async function* readNdjson(
 }
 
 /** Receives output while a run streams it. */
-export type OutputCallback = (stream: 'stdout' | 'stderr', text: string) => void;
+export type OutputCallback = (
+  stream: 'stdout' | 'stderr',
+  text: string
+) => void;
 
 /** A typed client of the sandbox REST API. */
 export class SandboxClient {
@@ -183,14 +189,21 @@ export class SandboxClient {
    * `POST run` with `Accept: application/x-ndjson`: output goes to `onOutput` as it is
    * produced; answers the result envelope.
    */
-  async run(request: IRunRequest, onOutput: OutputCallback): Promise<IRunResult> {
+  async run(
+    request: IRunRequest,
+    onOutput: OutputCallback
+  ): Promise<IRunResult> {
     const response = await this.send(this.url('run'), {
       method: 'POST',
       body: JSON.stringify(request),
       headers: { 'Content-Type': 'application/json', Accept: NDJSON }
     });
     if (!response.ok) {
-      throw errorFromBody(response.status, response.statusText, await response.text());
+      throw errorFromBody(
+        response.status,
+        response.statusText,
+        await response.text()
+      );
     }
     const type = response.headers.get('Content-Type') ?? '';
     if (!type.includes(NDJSON) || !response.body) {
@@ -206,11 +219,16 @@ export class SandboxClient {
       } else if (line.type === 'error') {
         throw new ResponseError(line.message, 200, line.code, line.reason);
       } else if (line.type === 'result') {
+        // eslint-disable-next-line @typescript-eslint/no-unused-vars
         const { type: _type, ...result } = line;
         return result;
       }
     }
-    throw new ResponseError('the run stream ended without a result', 200, 'stream_ended');
+    throw new ResponseError(
+      'the run stream ended without a result',
+      200,
+      'stream_ended'
+    );
   }
 
   /** `POST matrixlab/test`, optionally with an unsaved URL and token. */

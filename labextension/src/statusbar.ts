@@ -46,7 +46,9 @@ export class SandboxStatusItem extends Widget {
     this.node.textContent = statusText(status, error);
     this.node.title = statusTitle(status, error);
     if (waiting > 0) {
-      this.node.appendChild(el('span', 'jp-gitpilot-status-waiting', waitingText(waiting)));
+      this.node.appendChild(
+        el('span', 'jp-gitpilot-status-waiting', waitingText(waiting))
+      );
       this.node.title = statusTitle(status, error).replace(
         'Click to open the sandbox settings.',
         `${waiting} agent ${waiting === 1 ? 'plan waits' : 'plans wait'} for approval. Click to review.`

@@ -41,7 +41,11 @@ function scripted(routes: Record<string, unknown>) {
   const client = new SandboxClient('/', async (url, init) => {
     const endpoint = url.replace('/api/sandbox/', '');
     const method = init.method ?? 'GET';
-    sent.push({ method, endpoint, body: init.body ? JSON.parse(String(init.body)) : null });
+    sent.push({
+      method,
+      endpoint,
+      body: init.body ? JSON.parse(String(init.body)) : null
+    });
     const answer = routes[`${method} ${endpoint}`];
     const [code, body] = Array.isArray(answer) ? answer : [200, answer];
     // jsdom has no fetch Response: the client only reads these members.
@@ -56,12 +60,16 @@ function scripted(routes: Record<string, unknown>) {
 }
 
 async function openPanel(routes: Record<string, unknown>) {
-  const { client, sent } = scripted({ 'GET matrixlab/lifecycle': LIFECYCLE_OFF, ...routes });
+  const { client, sent } = scripted({
+    'GET matrixlab/lifecycle': LIFECYCLE_OFF,
+    ...routes
+  });
   const model = new SandboxModel(client);
   const panel = new SandboxPanel(model);
   document.body.appendChild(panel.node);
   await panel.load();
-  const q = <T extends Element>(selector: string) => panel.node.querySelector(selector) as T;
+  const q = <T extends Element>(selector: string) =>
+    panel.node.querySelector(selector) as T;
   return { panel, model, sent, q };
 }
 
@@ -72,7 +80,9 @@ function click(button: HTMLElement | null) {
 const flush = () => new Promise(resolve => setTimeout(resolve, 0));
 
 function buttonNamed(root: HTMLElement, text: string): HTMLButtonElement {
-  return Array.from(root.querySelectorAll('button')).find(b => b.textContent === text)!;
+  return Array.from(root.querySelectorAll('button')).find(
+    b => b.textContent === text
+  )!;
 }
 
 describe('SandboxPanel', () => {
@@ -89,14 +99,22 @@ describe('SandboxPanel', () => {
 
   it('hides the badge without an override and checks the saved backend', async () => {
     const { q } = await openPanel({ 'GET status': status() });
-    expect(q<HTMLElement>('.jp-gitpilot-header .jp-gitpilot-badge').hidden).toBe(true);
+    expect(
+      q<HTMLElement>('.jp-gitpilot-header .jp-gitpilot-badge').hidden
+    ).toBe(true);
     expect(q<HTMLInputElement>('input[value="subprocess"]').checked).toBe(true);
   });
 
   it('follows a backend change made elsewhere unless the user picked another', async () => {
     const { model, q } = await openPanel({ 'GET status': status() });
-    const radio = (name: string) => q<HTMLInputElement>(`input[value="${name}"]`);
-    model.set(status({ backend: 'off', settings: { ...status().settings, backend: 'off' } }));
+    const radio = (name: string) =>
+      q<HTMLInputElement>(`input[value="${name}"]`);
+    model.set(
+      status({
+        backend: 'off',
+        settings: { ...status().settings, backend: 'off' }
+      })
+    );
     expect(radio('off').checked).toBe(true);
     radio('matrixlab').checked = true;
     model.set(status());
@@ -104,8 +122,14 @@ describe('SandboxPanel', () => {
   });
 
   it('shows a saved token as bullets and never sends it unless typed', async () => {
-    const saved = status({ has_token: true, settings: { ...status().settings, has_token: true } });
-    const { panel, sent, q } = await openPanel({ 'GET status': saved, 'PUT config': saved });
+    const saved = status({
+      has_token: true,
+      settings: { ...status().settings, has_token: true }
+    });
+    const { panel, sent, q } = await openPanel({
+      'GET status': saved,
+      'PUT config': saved
+    });
     const token = q<HTMLInputElement>('input[name="matrixlab_token"]');
     expect(token.value).toBe('');
     expect(token.placeholder).toBe('••••••••');
@@ -121,14 +145,24 @@ describe('SandboxPanel', () => {
     await flush();
     await flush();
     const put = sent.find(s => s.method === 'PUT');
-    expect(put?.body).toMatchObject({ matrixlab_token: 'new-token', backend: 'subprocess' });
+    expect(put?.body).toMatchObject({
+      matrixlab_token: 'new-token',
+      backend: 'subprocess'
+    });
     expect(token.value).toBe('');
   });
 
   it('shows a refused save as the server message', async () => {
     const { panel, q } = await openPanel({
       'GET status': status(),
-      'PUT config': [400, { message: 'timeout_sec must be within 1..600', reason: 'Bad Request', code: 'invalid_setting' }]
+      'PUT config': [
+        400,
+        {
+          message: 'timeout_sec must be within 1..600',
+          reason: 'Bad Request',
+          code: 'invalid_setting'
+        }
+      ]
     });
     click(buttonNamed(panel.node, 'Save'));
     await flush();
@@ -144,7 +178,9 @@ describe('SandboxPanel', () => {
     expect(install.disabled).toBe(true);
     expect(install.title).toContain('GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1');
     expect(q<HTMLElement>('.jp-gitpilot-manual').hidden).toBe(false);
-    expect(q<HTMLElement>('.jp-gitpilot-manual').textContent).toContain('docker pull runner');
+    expect(q<HTMLElement>('.jp-gitpilot-manual').textContent).toContain(
+      'docker pull runner'
+    );
   });
 
   it('runs a lifecycle action and shows its steps', async () => {
@@ -154,7 +190,15 @@ describe('SandboxPanel', () => {
       'GET matrixlab/lifecycle': on,
       'POST matrixlab/start': {
         ok: true,
-        steps: [{ cmd: 'docker run -d --name gitpilot-matrixlab x', exit_code: 0, stdout: 'abc', stderr: '', duration_ms: 9 }]
+        steps: [
+          {
+            cmd: 'docker run -d --name gitpilot-matrixlab x',
+            exit_code: 0,
+            stdout: 'abc',
+            stderr: '',
+            duration_ms: 9
+          }
+        ]
       }
     });
     const start = buttonNamed(panel.node, 'Start');
@@ -163,8 +207,12 @@ describe('SandboxPanel', () => {
     for (let i = 0; i < 5; i++) {
       await flush();
     }
-    expect(sent.some(s => s.method === 'POST' && s.endpoint === 'matrixlab/start')).toBe(true);
-    expect(q<HTMLElement>('.jp-gitpilot-transcript').textContent).toContain('✓ docker run -d --name gitpilot-matrixlab x');
+    expect(
+      sent.some(s => s.method === 'POST' && s.endpoint === 'matrixlab/start')
+    ).toBe(true);
+    expect(q<HTMLElement>('.jp-gitpilot-transcript').textContent).toContain(
+      '✓ docker run -d --name gitpilot-matrixlab x'
+    );
   });
 });
 
@@ -187,7 +235,9 @@ describe('SandboxModel', () => {
   });
 
   it('keeps the fetch error for the status bar to show', async () => {
-    const { client } = scripted({ 'GET status': [503, { message: 'server is shutting down' }] });
+    const { client } = scripted({
+      'GET status': [503, { message: 'server is shutting down' }]
+    });
     const model = new SandboxModel(client);
     await model.refresh();
     expect(model.error).toBe('server is shutting down');
@@ -196,7 +246,13 @@ describe('SandboxModel', () => {
 
 describe('SandboxStatusItem', () => {
   it('follows the model and opens the panel on click or Enter', async () => {
-    const { client } = scripted({ 'GET status': status({ backend: 'matrixlab', ok: false, error: 'cannot reach' }) });
+    const { client } = scripted({
+      'GET status': status({
+        backend: 'matrixlab',
+        ok: false,
+        error: 'cannot reach'
+      })
+    });
     const model = new SandboxModel(client);
     let opened = 0;
     const item = new SandboxStatusItem(model, () => (opened += 1));

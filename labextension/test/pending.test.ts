@@ -19,7 +19,9 @@ function plan(overrides: Partial<IPlan> = {}): IPlan {
     timeout_sec: 45,
     network: false,
     checks: [{ label: 'language is supported', ok: true }],
-    warnings: [{ severity: 'medium', label: 'reads files', detail: 'open() call' }],
+    warnings: [
+      { severity: 'medium', label: 'reads files', detail: 'open() call' }
+    ],
     blocked: false,
     blocked_reason: null,
     requires_approval: true,
@@ -90,8 +92,13 @@ function click(button: Element | null | undefined) {
   button?.dispatchEvent(new MouseEvent('click', { bubbles: true }));
 }
 
-function buttonNamed(root: Element, text: string): HTMLButtonElement | undefined {
-  return Array.from(root.querySelectorAll('button')).find(b => b.textContent === text);
+function buttonNamed(
+  root: Element,
+  text: string
+): HTMLButtonElement | undefined {
+  return Array.from(root.querySelectorAll('button')).find(
+    b => b.textContent === text
+  );
 }
 
 describe('PendingPlansPanel', () => {
@@ -115,13 +122,19 @@ describe('PendingPlansPanel', () => {
       expect(text).toContain(needle);
     }
     expect(cards[0].getAttribute('role')).toBe('listitem');
-    expect(panel.node.querySelector('.jp-gitpilot-muted[hidden]')?.textContent).toContain('No plans');
+    expect(
+      panel.node.querySelector('.jp-gitpilot-muted[hidden]')?.textContent
+    ).toContain('No plans');
   });
 
   it('says so when nothing waits', async () => {
     const { panel } = await openPanel({ 'GET plans': { plans: [] } });
-    expect(panel.node.querySelectorAll('.jp-gitpilot-pending-card')).toHaveLength(0);
-    expect(panel.node.textContent).toContain('No plans are waiting for approval.');
+    expect(
+      panel.node.querySelectorAll('.jp-gitpilot-pending-card')
+    ).toHaveLength(0);
+    expect(panel.node.textContent).toContain(
+      'No plans are waiting for approval.'
+    );
   });
 
   it('Approve only posts approve, drops the token, and says the agent will run it', async () => {
@@ -130,7 +143,11 @@ describe('PendingPlansPanel', () => {
       'GET plans': () => ({ plans: waiting }),
       'POST approve': () => {
         waiting = [];
-        return { approval_token: TOKEN, plan_id: 'plan_agent_1', expires_in: 300 };
+        return {
+          approval_token: TOKEN,
+          plan_id: 'plan_agent_1',
+          expires_in: 300
+        };
       }
     });
     expect(model.waiting).toBe(1);
@@ -146,16 +163,22 @@ describe('PendingPlansPanel', () => {
     expect(buttonNamed(card, 'Approve')).toBeUndefined();
     expect(buttonNamed(card, 'Reject')).toBeUndefined();
     expect(document.body.innerHTML).not.toContain(TOKEN);
-    const kept = panel.shown.flatMap(c => Object.values(c).filter(v => typeof v === 'string'));
+    const kept = panel.shown.flatMap(c =>
+      Object.values(c).filter(v => typeof v === 'string')
+    );
     expect(kept.join(' ')).not.toContain(TOKEN);
     expect(model.waiting).toBe(0);
 
     // The poll keeps the decided card so its outcome can be read; a manual Refresh clears it.
     await panel.refresh();
-    expect(panel.node.textContent).toContain('Approved — the agent will run it.');
+    expect(panel.node.textContent).toContain(
+      'Approved — the agent will run it.'
+    );
     click(buttonNamed(panel.node, 'Refresh'));
     await flush();
-    expect(panel.node.querySelectorAll('.jp-gitpilot-pending-card')).toHaveLength(0);
+    expect(
+      panel.node.querySelectorAll('.jp-gitpilot-pending-card')
+    ).toHaveLength(0);
   });
 
   it('Reject posts reject and says the plan will not run', async () => {
@@ -172,8 +195,14 @@ describe('PendingPlansPanel', () => {
   });
 
   it('a blocked plan cannot be approved, only rejected', async () => {
-    const blocked = plan({ blocked: true, blocked_reason: 'recursive delete of /', code: 'rm -rf /' });
-    const { panel, sent } = await openPanel({ 'GET plans': { plans: [blocked] } });
+    const blocked = plan({
+      blocked: true,
+      blocked_reason: 'recursive delete of /',
+      code: 'rm -rf /'
+    });
+    const { panel, sent } = await openPanel({
+      'GET plans': { plans: [blocked] }
+    });
     const approve = buttonNamed(panel.node, 'Approve')!;
     expect(approve.disabled).toBe(true);
     expect(panel.node.textContent).toContain('Blocked: recursive delete of /');
@@ -187,19 +216,28 @@ describe('PendingPlansPanel', () => {
       'GET plans': { plans: [plan()] },
       'POST approve': [
         404,
-        { message: "no pending plan 'plan_agent_1' (unknown, evicted or already approved)", code: 'plan_not_found' }
+        {
+          message:
+            "no pending plan 'plan_agent_1' (unknown, evicted or already approved)",
+          code: 'plan_not_found'
+        }
       ]
     });
     click(buttonNamed(panel.node, 'Approve'));
     await flush();
     const alert = panel.node.querySelector('[role="alert"]')!;
-    expect(alert.textContent).toBe("no pending plan 'plan_agent_1' (unknown, evicted or already approved)");
+    expect(alert.textContent).toBe(
+      "no pending plan 'plan_agent_1' (unknown, evicted or already approved)"
+    );
     expect(buttonNamed(panel.node, 'Approve')!.disabled).toBe(false);
   });
 
   it("shows the server's message when the list fails", async () => {
     const { panel } = await openPanel({
-      'GET plans': [403, { message: 'You are not allowed to list plans', code: 'forbidden' }]
+      'GET plans': [
+        403,
+        { message: 'You are not allowed to list plans', code: 'forbidden' }
+      ]
     });
     const alert = panel.node.querySelector('[role="alert"]')!;
     expect(alert.textContent).toBe('You are not allowed to list plans');
@@ -207,17 +245,21 @@ describe('PendingPlansPanel', () => {
 
   it('updates in place: existing cards keep their nodes (and focus), gone ones leave', async () => {
     let waiting = [plan(), plan({ plan_id: 'plan_agent_2', goal: 'Second' })];
-    const { panel } = await openPanel({ 'GET plans': () => ({ plans: waiting }) });
+    const { panel } = await openPanel({
+      'GET plans': () => ({ plans: waiting })
+    });
     const first = panel.node.querySelector('[data-plan-id="plan_agent_1"]');
     const reject = buttonNamed(first!, 'Reject')!;
     reject.focus();
     waiting = [plan(), plan({ plan_id: 'plan_agent_3', goal: 'Third' })];
     await panel.refresh();
-    const ids = Array.from(panel.node.querySelectorAll<HTMLElement>('.jp-gitpilot-pending-card')).map(
-      n => n.dataset.planId
-    );
+    const ids = Array.from(
+      panel.node.querySelectorAll<HTMLElement>('.jp-gitpilot-pending-card')
+    ).map(n => n.dataset.planId);
     expect(ids).toEqual(['plan_agent_1', 'plan_agent_3']);
-    expect(panel.node.querySelector('[data-plan-id="plan_agent_1"]')).toBe(first);
+    expect(panel.node.querySelector('[data-plan-id="plan_agent_1"]')).toBe(
+      first
+    );
     expect(document.activeElement).toBe(reject);
   });
 
@@ -245,7 +287,9 @@ describe('the status bar count of waiting agent plans', () => {
   it('shows "· 1 plan waiting" for agent plans only, and a click opens the plans', async () => {
     const { client } = scripted({
       'GET status': status(),
-      'GET plans': { plans: [plan(), plan({ plan_id: 'p_dialog', source: 'code_block' })] }
+      'GET plans': {
+        plans: [plan(), plan({ plan_id: 'p_dialog', source: 'code_block' })]
+      }
     });
     const model = new SandboxModel(client);
     const opened: string[] = [];
@@ -269,7 +313,10 @@ describe('the status bar count of waiting agent plans', () => {
   });
 
   it('keeps the plain text when the plans endpoint fails or answers nothing', async () => {
-    const { client } = scripted({ 'GET status': status(), 'GET plans': [500, { message: 'boom' }] });
+    const { client } = scripted({
+      'GET status': status(),
+      'GET plans': [500, { message: 'boom' }]
+    });
     const model = new SandboxModel(client);
     const item = new SandboxStatusItem(model, () => undefined);
     await model.refresh();

@@ -64,22 +64,36 @@ describe('renderPlan', () => {
 
   it('lists warnings with their severity', () => {
     const node = renderPlan(
-      plan({ warnings: [{ severity: 'high', label: 'os.system', detail: 'runs a shell command' }] })
+      plan({
+        warnings: [
+          {
+            severity: 'high',
+            label: 'os.system',
+            detail: 'runs a shell command'
+          }
+        ]
+      })
     );
     const item = node.querySelector('.jp-gitpilot-plan-warnings li');
-    expect(item?.querySelector('.jp-gitpilot-badge-high')?.textContent).toBe('high');
+    expect(item?.querySelector('.jp-gitpilot-badge-high')?.textContent).toBe(
+      'high'
+    );
     expect(item?.textContent).toContain('os.system — runs a shell command');
   });
 
   it('says a blocked plan cannot be approved, with the reason', () => {
-    const node = renderPlan(plan({ blocked: true, blocked_reason: "destructive pattern 'rm -rf /'" }));
+    const node = renderPlan(
+      plan({ blocked: true, blocked_reason: "destructive pattern 'rm -rf /'" })
+    );
     const banner = node.querySelector('[role="alert"]');
-    expect(banner?.textContent).toContain("rm -rf /");
+    expect(banner?.textContent).toContain('rm -rf /');
     expect(banner?.textContent).toContain('cannot be approved');
   });
 
   it('names the file of a file plan', () => {
-    expect(renderPlan(plan({ file: 'scripts/hello.py' })).textContent).toContain('scripts/hello.py');
+    expect(
+      renderPlan(plan({ file: 'scripts/hello.py' })).textContent
+    ).toContain('scripts/hello.py');
   });
 });
 
@@ -91,14 +105,17 @@ describe('OutputView', () => {
     view.append('stderr', 'E');
     view.append('stdout', 'c');
     expect(view.text).toBe('abEc');
-    expect(view.node.querySelector('.jp-gitpilot-stderr')?.textContent).toBe('E');
+    expect(view.node.querySelector('.jp-gitpilot-stderr')?.textContent).toBe(
+      'E'
+    );
     expect(view.node.textContent).toContain('Running…');
   });
 
   it('shows exit code, duration and backend when done', () => {
     const view = new OutputView();
     view.finish(result());
-    const footer = view.node.querySelector('.jp-gitpilot-result-footer')?.textContent ?? '';
+    const footer =
+      view.node.querySelector('.jp-gitpilot-result-footer')?.textContent ?? '';
     expect(footer).toContain('exit 0');
     expect(footer).toContain('15 ms');
     expect(footer).not.toContain('timed out');
@@ -109,7 +126,8 @@ describe('OutputView', () => {
   it('shows timed-out and truncated badges and marks the failure', () => {
     const view = new OutputView();
     view.finish(result({ exit_code: -1, timed_out: true, truncated: true }));
-    const footer = view.node.querySelector('.jp-gitpilot-result-footer')?.textContent ?? '';
+    const footer =
+      view.node.querySelector('.jp-gitpilot-result-footer')?.textContent ?? '';
     expect(footer).toContain('exit -1');
     expect(footer).toContain('timed out');
     expect(footer).toContain('truncated');
@@ -119,7 +137,9 @@ describe('OutputView', () => {
   it('shows an error message as an alert', () => {
     const view = new OutputView();
     view.fail('Runner unreachable');
-    expect(view.node.querySelector('[role="alert"]')?.textContent).toBe('Runner unreachable');
+    expect(view.node.querySelector('[role="alert"]')?.textContent).toBe(
+      'Runner unreachable'
+    );
   });
 });
 
@@ -148,7 +168,9 @@ describe('decorateCodeBlocks', () => {
       ['python', 'print(2+2)'],
       ['bash', 'echo hi']
     ]);
-    expect(runs[0].outputHost.previousElementSibling?.contains(buttons[0])).toBe(true);
+    expect(
+      runs[0].outputHost.previousElementSibling?.contains(buttons[0])
+    ).toBe(true);
   });
 });
 
@@ -168,24 +190,45 @@ describe('labels', () => {
   it('writes the status bar text from the status', () => {
     const status = { backend: 'matrixlab', ok: false } as IStatus;
     expect(statusText(status, null)).toBe('Sandbox: MatrixLab — unreachable');
-    expect(statusText({ ...status, backend: 'subprocess', ok: true }, null)).toBe('Sandbox: Local');
-    expect(statusText({ ...status, backend: 'off', ok: true }, null)).toBe('Sandbox: Pass-through');
+    expect(
+      statusText({ ...status, backend: 'subprocess', ok: true }, null)
+    ).toBe('Sandbox: Local');
+    expect(statusText({ ...status, backend: 'off', ok: true }, null)).toBe(
+      'Sandbox: Pass-through'
+    );
     expect(statusText(null, 'Network error')).toBe('Sandbox: unavailable');
   });
 });
 
 describe('lifecycle', () => {
   it('names the flag when the lifecycle is off', () => {
-    const state = { installed: false, running: false, docker_available: true, lifecycle_enabled: false };
-    expect(lifecycleBlocker(state)).toContain('GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1');
-    expect(lifecycleBlocker({ ...state, lifecycle_enabled: true, docker_available: false })).toContain(
-      'Docker'
+    const state = {
+      installed: false,
+      running: false,
+      docker_available: true,
+      lifecycle_enabled: false
+    };
+    expect(lifecycleBlocker(state)).toContain(
+      'GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1'
     );
+    expect(
+      lifecycleBlocker({
+        ...state,
+        lifecycle_enabled: true,
+        docker_available: false
+      })
+    ).toContain('Docker');
     expect(lifecycleBlocker({ ...state, lifecycle_enabled: true })).toBeNull();
   });
 
   it('renders a failed step open with its command and output', () => {
-    const step = renderStep({ cmd: 'docker pull x', exit_code: 1, stdout: '', stderr: 'denied', duration_ms: 5 });
+    const step = renderStep({
+      cmd: 'docker pull x',
+      exit_code: 1,
+      stdout: '',
+      stderr: 'denied',
+      duration_ms: 5
+    });
     expect((step as HTMLDetailsElement).open).toBe(true);
     expect(step.textContent).toContain('docker pull x');
     expect(step.textContent).toContain('denied');

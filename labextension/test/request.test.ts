@@ -3,7 +3,13 @@
  */
 // The request layer against real fetch `Response` objects (Node's), no server mock library.
 
-import { errorFromBody, NDJSON, readNdjson, ResponseError, SandboxClient } from '../src/request';
+import {
+  errorFromBody,
+  NDJSON,
+  readNdjson,
+  ResponseError,
+  SandboxClient
+} from '../src/request';
 import type { IRunResult } from '../src/types';
 
 const RESULT: IRunResult = {
@@ -61,7 +67,11 @@ describe('errorFromBody', () => {
     const error = errorFromBody(
       400,
       'Bad Request',
-      JSON.stringify({ message: "unknown sandbox backend 'x'", reason: 'Bad Request', code: 'unknown_backend' })
+      JSON.stringify({
+        message: "unknown sandbox backend 'x'",
+        reason: 'Bad Request',
+        code: 'unknown_backend'
+      })
     );
     expect(error).toBeInstanceOf(ResponseError);
     expect(error.message).toBe("unknown sandbox backend 'x'");
@@ -70,26 +80,40 @@ describe('errorFromBody', () => {
   });
 
   it('never shows an HTML page or raw text, only the status', () => {
-    const error = errorFromBody(502, 'Bad Gateway', '<html><body>nginx</body></html>');
+    const error = errorFromBody(
+      502,
+      'Bad Gateway',
+      '<html><body>nginx</body></html>'
+    );
     expect(error.message).toBe('502 Bad Gateway');
   });
 
   it('falls back to the status when the JSON has no message', () => {
-    expect(errorFromBody(403, 'Forbidden', '{"code": "x"}').message).toBe('403 Forbidden');
+    expect(errorFromBody(403, 'Forbidden', '{"code": "x"}').message).toBe(
+      '403 Forbidden'
+    );
   });
 });
 
 describe('SandboxClient', () => {
   it('builds URLs under the base URL', () => {
-    expect(new SandboxClient('/base', fetch).url('status')).toBe('/base/api/sandbox/status');
+    expect(new SandboxClient('/base', fetch).url('status')).toBe(
+      '/base/api/sandbox/status'
+    );
     expect(new SandboxClient('/base/', fetch).url('matrixlab/test')).toBe(
       '/base/api/sandbox/matrixlab/test'
     );
   });
 
   it('posts a plan as JSON and unwraps the plan', async () => {
-    const { client, calls } = clientAnswering(json({ plan: { plan_id: 'plan_1', blocked: false } }));
-    const plan = await client.plan({ language: 'py', code: 'print(2+2)', source: 'code_block' });
+    const { client, calls } = clientAnswering(
+      json({ plan: { plan_id: 'plan_1', blocked: false } })
+    );
+    const plan = await client.plan({
+      language: 'py',
+      code: 'print(2+2)',
+      source: 'code_block'
+    });
     expect(plan.plan_id).toBe('plan_1');
     expect(calls[0].url).toBe('/lab-base/api/sandbox/plan');
     expect(calls[0].init.method).toBe('POST');
@@ -101,15 +125,29 @@ describe('SandboxClient', () => {
   });
 
   it('rejects a declined plan by id', async () => {
-    const { client, calls } = clientAnswering(json({ plan_id: 'plan_1', rejected: true }));
-    expect(await client.reject('plan_1')).toEqual({ plan_id: 'plan_1', rejected: true });
+    const { client, calls } = clientAnswering(
+      json({ plan_id: 'plan_1', rejected: true })
+    );
+    expect(await client.reject('plan_1')).toEqual({
+      plan_id: 'plan_1',
+      rejected: true
+    });
     expect(calls[0].url).toBe('/lab-base/api/sandbox/reject');
-    expect(JSON.parse(String(calls[0].init.body))).toEqual({ plan_id: 'plan_1' });
+    expect(JSON.parse(String(calls[0].init.body))).toEqual({
+      plan_id: 'plan_1'
+    });
   });
 
   it('throws a ResponseError with the server message on an error answer', async () => {
     const { client } = clientAnswering(
-      json({ message: 'plan plan_x is not pending', reason: 'Not Found', code: 'plan_not_found' }, 404)
+      json(
+        {
+          message: 'plan plan_x is not pending',
+          reason: 'Not Found',
+          code: 'plan_not_found'
+        },
+        404
+      )
     );
     await expect(client.approve('plan_x')).rejects.toMatchObject({
       message: 'plan plan_x is not pending',
@@ -119,10 +157,14 @@ describe('SandboxClient', () => {
   });
 
   it('sends a config change with PUT, the token only when given', async () => {
-    const { client, calls } = clientAnswering(json({ backend: 'matrixlab', ok: false }));
+    const { client, calls } = clientAnswering(
+      json({ backend: 'matrixlab', ok: false })
+    );
     await client.configure({ backend: 'matrixlab' });
     expect(calls[0].init.method).toBe('PUT');
-    expect(JSON.parse(String(calls[0].init.body))).toEqual({ backend: 'matrixlab' });
+    expect(JSON.parse(String(calls[0].init.body))).toEqual({
+      backend: 'matrixlab'
+    });
   });
 
   it('streams NDJSON output in order and answers the result envelope', async () => {
@@ -136,7 +178,11 @@ describe('SandboxClient', () => {
     const text = lines.join('') + '';
     const cut1 = 7;
     const cut2 = lines[0].length + 3;
-    const body = chunked([text.slice(0, cut1), text.slice(cut1, cut2), text.slice(cut2)]);
+    const body = chunked([
+      text.slice(0, cut1),
+      text.slice(cut1, cut2),
+      text.slice(cut2)
+    ]);
     const { client, calls } = clientAnswering(
       new Response(body, { status: 200, headers: { 'Content-Type': NDJSON } })
     );
@@ -148,21 +194,32 @@ describe('SandboxClient', () => {
     expect(seen).toEqual(['stdout:hello ', 'stderr:warn\n', 'stdout:world\n']);
     expect(result.exit_code).toBe(0);
     expect(result).not.toHaveProperty('type');
-    expect((calls[0].init.headers as Record<string, string>).Accept).toBe(NDJSON);
+    expect((calls[0].init.headers as Record<string, string>).Accept).toBe(
+      NDJSON
+    );
   });
 
   it('turns an error line in the stream into a ResponseError', async () => {
     const body = chunked([
       JSON.stringify({ type: 'stdout', data: 'partial' }) + '\n',
-      JSON.stringify({ type: 'error', message: 'Runner unreachable', code: 'backend_unreachable' }) + '\n'
+      JSON.stringify({
+        type: 'error',
+        message: 'Runner unreachable',
+        code: 'backend_unreachable'
+      }) + '\n'
     ]);
     const { client } = clientAnswering(
       new Response(body, { status: 200, headers: { 'Content-Type': NDJSON } })
     );
     const seen: string[] = [];
     await expect(
-      client.run({ language: 'python', code: 'x', timeout_sec: 5 }, (_s, d) => seen.push(d))
-    ).rejects.toMatchObject({ message: 'Runner unreachable', code: 'backend_unreachable' });
+      client.run({ language: 'python', code: 'x', timeout_sec: 5 }, (_s, d) =>
+        seen.push(d)
+      )
+    ).rejects.toMatchObject({
+      message: 'Runner unreachable',
+      code: 'backend_unreachable'
+    });
     expect(seen).toEqual(['partial']);
   });
 
@@ -174,7 +231,10 @@ describe('SandboxClient', () => {
       })
     );
     await expect(
-      client.run({ language: 'python', code: 'x', timeout_sec: 5 }, () => undefined)
+      client.run(
+        { language: 'python', code: 'x', timeout_sec: 5 },
+        () => undefined
+      )
     ).rejects.toThrow('ended without a result');
   });
 
@@ -191,10 +251,20 @@ describe('SandboxClient', () => {
 
   it('refuses a run with the 403 message before any stream', async () => {
     const { client } = clientAnswering(
-      json({ message: 'this run needs an approval token', reason: 'Forbidden', code: 'approval_required' }, 403)
+      json(
+        {
+          message: 'this run needs an approval token',
+          reason: 'Forbidden',
+          code: 'approval_required'
+        },
+        403
+      )
     );
     await expect(
-      client.run({ language: 'python', code: 'x', timeout_sec: 5 }, () => undefined)
+      client.run(
+        { language: 'python', code: 'x', timeout_sec: 5 },
+        () => undefined
+      )
     ).rejects.toMatchObject({ status: 403, code: 'approval_required' });
   });
 });
