@@ -23,10 +23,7 @@ from ..client.server import TOKEN_ENV, URL_ENV, ServerInfo, discover_server
 from ..sandbox.errors import ServerUnreachable
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.sync import run_sync
-from .render import print_plan
-
-#: Lines of a pending plan's code ``plans`` shows (``--json`` has all of it).
-CODE_PREVIEW_LINES = 20
+from .render import print_plan, print_plan_code
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -113,11 +110,7 @@ def _print_pending(plan: dict[str, Any]) -> None:
     print_plan(ExecutionPlan.from_dict(plan))
     origin = "an agent" if plan.get("source") == AGENT_SOURCE else plan.get("source")
     print(f"  requested by {origin}")
-    lines = str(plan.get("code", "")).splitlines()
-    for line in lines[:CODE_PREVIEW_LINES]:
-        print(f"  | {line}")
-    if len(lines) > CODE_PREVIEW_LINES:
-        print(f"  | ... {len(lines) - CODE_PREVIEW_LINES} more lines (--json shows all)")
+    print_plan_code(ExecutionPlan.from_dict(plan), sys.stdout)
 
 
 def cmd_plans(args: argparse.Namespace) -> int:

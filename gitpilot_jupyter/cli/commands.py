@@ -15,7 +15,7 @@ from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
 from ..sandbox.settings import FIELD_NAMES, parse_setting
 from ..sandbox.sync import run_sync
-from .render import print_plan, print_result_footer, print_status
+from .render import print_plan, print_plan_code, print_result_footer, print_status
 
 EXIT_TIMEOUT = 124
 
@@ -171,6 +171,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _print_json(plan.to_dict())
     else:
         print_plan(plan)
+        print_plan_code(plan)
     return 2 if plan.blocked else 0
 
 
@@ -184,6 +185,7 @@ def _confirm(plan: ExecutionPlan, yes: bool) -> bool:
             file=sys.stderr,
         )
         return False
+    print_plan_code(plan, sys.stderr)
     answer = input("Approve and run? [y/N] ").strip().lower()
     return answer in ("y", "yes")
 

@@ -5,16 +5,17 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
+from ..sandbox.display import PREVIEW_LINES, code_preview, escape_text
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.results import RunResult, result_badges
 
-__all__ = ["print_plan", "print_result_footer", "print_status", "result_badges"]
+__all__ = ["print_plan", "print_plan_code", "print_result_footer", "print_status", "result_badges"]
 
 
 def print_plan(plan: ExecutionPlan, stream: TextIO = sys.stdout) -> None:
-    """The plan as a short block of text."""
+    """The plan as a short block of text (control and bidi characters shown as escapes)."""
     w = stream.write
-    w(f"Plan {plan.plan_id}: {plan.goal}\n")
+    w(f"Plan {plan.plan_id}: {escape_text(plan.goal)}\n")
     w(
         f"  language {plan.language} · backend {plan.backend} · timeout {plan.timeout_sec} s · "
         f"network {'on' if plan.network else 'off'}\n"
@@ -25,7 +26,21 @@ def print_plan(plan: ExecutionPlan, stream: TextIO = sys.stdout) -> None:
     for warning in plan.warnings:
         w(f"  warning ({warning['severity']}): {warning['label']}: {warning['detail']}\n")
     if plan.blocked:
-        w(f"  BLOCKED: {plan.blocked_reason}\n")
+        w(f"  BLOCKED: {escape_text(str(plan.blocked_reason))}\n")
+    w(f"  digest   {plan.digest}\n")
+
+
+def print_plan_code(
+    plan: ExecutionPlan, stream: TextIO = sys.stdout, *, max_lines: int = PREVIEW_LINES
+) -> None:
+    """The plan's code as an approver must see it: escaped, with every cut stated."""
+    preview = code_preview(plan.code, max_lines=max_lines)
+    for line in preview.lines:
+        stream.write(f"  | {line}\n")
+    for note in preview.notes:
+        stream.write(f"  ! {note}\n")
+    if preview.hidden_lines or preview.cut_lines:
+        stream.write("  ! --json prints the whole code\n")
 
 
 def print_result_footer(result: RunResult, stream: TextIO = sys.stderr) -> None:

@@ -8,6 +8,7 @@ advice for the human approving, not a security boundary.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from .policy import find_destructive
@@ -40,8 +41,34 @@ RULES: tuple[Rule, ...] = (
         "python",
         "high",
         "exec / eval",
-        r"(?<![\w.])(exec|eval|compile|__import__)\s*\(",
+        r"(?<![\w.])(exec|eval|compile)\b",
         "executes code built at run time",
+    ),
+    _rule(
+        "python",
+        "high",
+        "dynamic import",
+        r"(?<![\w.])__import__\b|\bimportlib\b|\bimport_module\b|\bsys\s*\.\s*modules\b"
+        r"|\b__builtins__\b|\bbuiltins\b|\b__loader__\b",
+        "imports or reaches a module by a name built at run time (importlib, __import__, "
+        "sys.modules, builtins): what it uses does not appear in the code",
+    ),
+    _rule(
+        "python",
+        "high",
+        "interpreter internals",
+        r"__(globals|subclasses|getattribute|code|closure|bases|base|mro)__"
+        r"|\b(globals|locals|vars)\s*\(\s*\)\s*\[",
+        "reaches functions through interpreter internals (__subclasses__, __globals__, "
+        "globals()[...]), a way around the other checks",
+    ),
+    _rule(
+        "python",
+        "medium",
+        "getattr / globals",
+        r"\b(getattr|setattr|delattr)\s*\(|\b(globals|locals|vars)\s*\(",
+        "looks up attributes or names that may be built at run time: "
+        "what it calls may not appear in the code",
     ),
     _rule(
         "python",
@@ -51,6 +78,14 @@ RULES: tuple[Rule, ...] = (
         "starts other programs",
     ),
     _rule("javascript", "high", "child_process", r"\bchild_process\b", "starts other programs"),
+    _rule(
+        "javascript",
+        "high",
+        "dynamic require",
+        r"\brequire\s*\((?!\s*(['\"`])[\w@./:-]*\1\s*\))|\bimport\s*\("
+        r"|\bprocess\s*\.\s*(binding|dlopen|mainModule)\b|\bmodule\s*\.\s*constructor\b",
+        "loads a module by a name built at run time: what it uses does not appear in the code",
+    ),
     _rule(
         "javascript",
         "high",
@@ -137,11 +172,22 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def _variants(code: str) -> tuple[str, ...]:
+    """``code`` as written and as the interpreter reads its names.
+
+    Python folds identifiers with NFKC (fullwidth ``exec`` is ``exec``) and joins lines ending
+    in a backslash; a rule must not be dodged by either.
+    """
+    folded = unicodedata.normalize("NFKC", code).replace("\\\r\n", "").replace("\\\n", "")
+    return (code,) if folded == code else (code, folded)
+
+
 def scan(language: str, code: str) -> list[dict[str, str]]:
     """Warnings for ``code``, most severe first; each rule is reported once."""
     found: list[dict[str, str]] = []
+    variants = _variants(code)
     for rule in RULES:
-        if language in rule.languages and rule.pattern.search(code):
+        if language in rule.languages and any(rule.pattern.search(v) for v in variants):
             found.append({"severity": rule.severity, "label": rule.label, "detail": rule.detail})
     if language != "bash":
         label = find_destructive(code)

@@ -23,18 +23,53 @@ from traitlets import Enum
 
 from ..client.local import SandboxClient
 from ..kernel.display import failure_message, footer
+from ..sandbox.display import (
+    SCROLLING_PREVIEW_LINE_CHARS,
+    SCROLLING_PREVIEW_LINES,
+    code_preview,
+    escape_text,
+)
 from ..sandbox.errors import SandboxError
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.results import RunResult
 from ..sandbox.sync import run_sync
 
 _SEVERITY_COLOURS = {"high": "#b71c1c", "medium": "#e65100", "low": "#455a64"}
-MAX_CODE_PREVIEW = 4000
+#: How escapes and cut markers stand out from the code around them.
+_MARK_STYLE = "color:#b71c1c;background:#ffebee;border-radius:2px"
+
+
+def code_html(code: str) -> str:
+    """The code as an approver must see it: escapes marked, cuts and digest-relevant notes said."""
+    preview = code_preview(
+        code, max_lines=SCROLLING_PREVIEW_LINES, max_line_chars=SCROLLING_PREVIEW_LINE_CHARS
+    )
+    lines = [
+        "".join(
+            f"<span class='gitpilot-escape' style='{_MARK_STYLE}'>{html.escape(piece)}</span>"
+            if marked
+            else html.escape(piece)
+            for piece, marked in line
+        )
+        for line in preview.segments
+    ]
+    block = (
+        "<pre style='max-height:12em;overflow:auto;white-space:pre-wrap;"
+        f"overflow-wrap:anywhere'>{chr(10).join(lines)}</pre>"
+    )
+    notes = "".join(
+        f"<div class='gitpilot-note' style='color:#e65100'>⚠ {html.escape(note)}</div>"
+        for note in preview.notes
+    )
+    return block + notes
 
 
 def plan_html(plan: ExecutionPlan) -> str:
     """The plan as a compact HTML block (everything user-supplied is escaped)."""
-    e = html.escape
+
+    def e(text: str) -> str:
+        return html.escape(escape_text(text))
+
     rows = [
         f"<b>{e(plan.goal)}</b> <code>{e(plan.plan_id)}</code>",
         f"source <b>{e(plan.source)}</b> · "
@@ -54,8 +89,8 @@ def plan_html(plan: ExecutionPlan) -> str:
             f"<div style='color:{colour}'>⚠ <b>{e(w['severity'])}</b>: "
             f"{e(w['label'])}: {e(w['detail'])}</div>"
         )
-    code = plan.code if len(plan.code) <= MAX_CODE_PREVIEW else plan.code[:MAX_CODE_PREVIEW] + "…"
-    rows.append(f"<pre style='max-height:12em;overflow:auto'>{e(code)}</pre>")
+    rows.append(code_html(plan.code))
+    rows.append(f"<span style='color:#616161'>digest <code>{e(plan.digest)}</code></span>")
     return "".join(f"<div>{row}</div>" for row in rows)
 
 

@@ -9,6 +9,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { AGENT_SOURCE, SandboxModel } from './model';
+import { escapeText } from './escape';
 import { badge, el, renderPlan } from './render';
 import type { IPlan } from './types';
 
@@ -44,7 +45,11 @@ export class PlanCard {
     this.node.setAttribute('aria-labelledby', titleId);
 
     const header = el('div', 'jp-gitpilot-pending-header');
-    const goal = el('h3', 'jp-gitpilot-pending-goal', plan.goal || 'A plan');
+    const goal = el(
+      'h3',
+      'jp-gitpilot-pending-goal',
+      escapeText(plan.goal || 'A plan')
+    );
     goal.id = titleId;
     header.append(
       goal,
@@ -58,7 +63,10 @@ export class PlanCard {
 
     this.approveButton = el('button', 'jp-mod-styled jp-mod-accept', 'Approve');
     this.approveButton.type = 'button';
-    this.approveButton.setAttribute('aria-label', `Approve: ${plan.goal}`);
+    this.approveButton.setAttribute(
+      'aria-label',
+      `Approve: ${escapeText(plan.goal)}`
+    );
     this.approveButton.addEventListener('click', () => void this.approve());
     if (plan.blocked) {
       this.approveButton.disabled = true;
@@ -67,7 +75,10 @@ export class PlanCard {
     }
     this.rejectButton = el('button', 'jp-mod-styled jp-mod-reject', 'Reject');
     this.rejectButton.type = 'button';
-    this.rejectButton.setAttribute('aria-label', `Reject: ${plan.goal}`);
+    this.rejectButton.setAttribute(
+      'aria-label',
+      `Reject: ${escapeText(plan.goal)}`
+    );
     this.rejectButton.addEventListener('click', () => void this.reject());
     this.buttons = el('div', 'jp-gitpilot-buttons');
     this.buttons.append(this.rejectButton, this.approveButton);

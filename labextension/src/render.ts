@@ -5,7 +5,13 @@
  * from JupyterLab's CSS variables (style/base.css), so it follows the light and dark themes.
  */
 
+import { codeLines, codePreview, escapeSegments, escapeText } from './escape';
 import type { IPlan, IRunResult } from './types';
+
+/** Lines of code the approval views (dialog, Pending Plans) show; the rest is counted. */
+export const PLAN_CODE_LINES = 500; // display.SCROLLING_PREVIEW_LINES
+/** Characters of one code line they show; the rest of the line is counted. */
+export const PLAN_LINE_CHARS = 1000; // display.SCROLLING_PREVIEW_LINE_CHARS
 
 /** Create an element with a class and optional text. */
 export function el<K extends keyof HTMLElementTagNameMap>(
@@ -44,7 +50,7 @@ export function renderPlan(plan: IPlan): HTMLElement {
   }
   const facts = el('dl', 'jp-gitpilot-plan-facts');
   if (plan.file) {
-    row(facts, 'File', plan.file);
+    row(facts, 'File', escapeText(plan.file));
   }
   row(facts, 'Language', plan.language);
   row(facts, 'Backend', plan.backend);
@@ -83,10 +89,59 @@ export function renderPlan(plan: IPlan): HTMLElement {
   }
   root.appendChild(warnings);
 
-  const code = el('pre', 'jp-gitpilot-plan-code', plan.code);
-  code.setAttribute('aria-label', 'Code to run');
-  root.appendChild(code);
+  root.appendChild(renderPlanCode(plan));
   return root;
+}
+
+/**
+ * The plan's code as an approver must see it: control and bidi characters as marked
+ * escapes, the lines and characters left out counted, and the digest the approval binds.
+ */
+export function renderPlanCode(plan: IPlan): HTMLElement {
+  const box = el('div', 'jp-gitpilot-plan-codebox');
+  const preview = codePreview(plan.code, PLAN_CODE_LINES, PLAN_LINE_CHARS);
+  const code = el('pre', 'jp-gitpilot-plan-code');
+  code.setAttribute('aria-label', 'Code to run');
+  codeLines(plan.code)
+    .slice(0, PLAN_CODE_LINES)
+    .forEach((line, index) => {
+      if (index > 0) {
+        code.appendChild(document.createTextNode('\n'));
+      }
+      const chars = Array.from(line);
+      for (const [piece, escaped] of escapeSegments(
+        chars.slice(0, PLAN_LINE_CHARS).join('')
+      )) {
+        code.appendChild(
+          escaped
+            ? el('span', 'jp-gitpilot-escape', piece)
+            : document.createTextNode(piece)
+        );
+      }
+      if (chars.length > PLAN_LINE_CHARS) {
+        const rest = chars.length - PLAN_LINE_CHARS;
+        code.appendChild(
+          el(
+            'span',
+            'jp-gitpilot-cut',
+            ` … [${rest} more character${rest !== 1 ? 's' : ''}]`
+          )
+        );
+      }
+    });
+  box.appendChild(code);
+  for (const note of preview.notes) {
+    box.appendChild(el('div', 'jp-gitpilot-plan-note', note));
+  }
+  const digest = el(
+    'div',
+    'jp-gitpilot-plan-digest jp-gitpilot-muted',
+    `Digest ${plan.digest}`
+  );
+  digest.title =
+    'The approval is bound to this digest of the code, language, stdin, timeout, network and backend.';
+  box.appendChild(digest);
+  return box;
 }
 
 /** "exit 0 · 12 ms · subprocess" and the truncated / timed-out badges. */

@@ -141,3 +141,26 @@ def test_cli_without_a_server_says_how_to_name_one() -> None:
 def test_unreachable_server_is_reported() -> None:
     reply = AgentSandbox(approval="auto", server="http://127.0.0.1:9").run_command("true")
     assert reply.status == "error" and reply.error_code == "server_unreachable"
+
+
+def test_plans_and_approve_print_hostile_code_escaped_and_counted(live: LiveServer) -> None:
+    """What a terminal gets from ``plans`` / ``approve`` cannot hide or reorder the code."""
+    code = (
+        "print('harmless')\x1b[2K\x1b[1Gprint('also harmless')\r\n"
+        "x = 1  # \u202eevil\u202c\n"
+        + "".join(f"print({i})\n" for i in range(45))
+        + "import importlib; importlib.import_module('o' + 's').system('id')\n"
+    )
+    with live.client() as http:
+        plan = http.post("/api/sandbox/plan", json={"language": "python", "code": code}).json()
+    plan_id = plan["plan"]["plan_id"]
+    for args in (("plans",), ("approve", plan_id)):
+        shown = cli(live, *args)
+        assert shown.returncode == 0, shown.stderr
+        out = shown.stdout
+        assert not any(c in out for c in ("\x1b", "\r", "\u202e", "\u202c")), out
+        assert "print('harmless')\\x1b[2K\\x1b[1Gprint('also harmless')\\x0d" in out
+        assert "8 more lines not shown (the code has 48)" in out
+        assert "5 control, format or bidi characters shown as escapes" in out
+        assert plan["plan"]["digest"] in out
+        assert "warning (high): dynamic import" in out
