@@ -16,7 +16,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gitpilot_jupyter.agents import AgentSandbox
-from gitpilot_jupyter.kernel import rest
+from gitpilot_jupyter.client import rest
 from gitpilot_jupyter.kernel.magics import NO_SERVER_NOTE, SandboxMagics
 from gitpilot_jupyter.widgets.approval import ApprovalCard
 from tests.support.live_server import LiveServer
