@@ -13,14 +13,16 @@ JLPM       := PATH="$(abspath $(BIN)):$$PATH" $(abspath $(BIN))/jlpm
 # The lab extension's node packages (the build and the TypeScript linters need them).
 JSDEPS     := labextension/node_modules/.yarn-state.yml
 
-.PHONY: run test test-core test-js test-browser lab bench debug lint clean install
+.PHONY: help run test test-core test-js test-browser lab bench debug lint docs clean install
+
+.DEFAULT_GOAL := help
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@# The wheel maps labextension/install.json itself: a stray copy in the build output would clash.
 	rm -f gitpilot_jupyter/labextension/install.json
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,docker]"
+	$(BIN)/python -m pip install --quiet -e ".[test,docker,docs]"
 	touch $(STAMP)
 
 $(JSDEPS): labextension/package.json labextension/yarn.lock | $(STAMP)
@@ -34,13 +36,13 @@ $(LABEXT): $(LABEXT_SRC) $(JSDEPS) | $(STAMP)
 
 install: $(STAMP) ## create .venv and install the package with its test tools
 
-run: $(STAMP) $(LABEXT) ## start JupyterLab with the sandbox extension on the getting-started notebook
+run: $(STAMP) $(LABEXT) ## start JupyterLab with the sandbox on the getting-started notebook (PORT=8888)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --port=$(PORT) \
 		--LabApp.default_url=/lab/tree/01-getting-started.ipynb $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-test: $(STAMP) lint test-core test-js test-browser ## lint, type-check and run the whole test suite
+test: $(STAMP) lint docs test-core test-js test-browser ## lint, type-check and run the whole test suite
 
-test-core: $(STAMP)
+test-core: $(STAMP) ## the Python tests without a browser (unit, server, kernel, widgets, docker, ...)
 	$(BIN)/python -m pytest tests -m "not browser"
 
 test-js: $(LABEXT) ## the lab extension's unit tests (jest)
@@ -50,8 +52,8 @@ test-browser: $(STAMP) $(LABEXT) ## JupyterLab in a real browser, in its own pyt
 	$(BIN)/python -m pytest tests/browser -m browser
 
 lint: $(STAMP) $(JSDEPS) ## ruff, mypy, and the lab extension's prettier + eslint (`cd labextension && jlpm lint` fixes)
-	$(BIN)/ruff check gitpilot_jupyter tests
-	$(BIN)/ruff format --check gitpilot_jupyter tests
+	$(BIN)/ruff check gitpilot_jupyter tests docs/conf.py
+	$(BIN)/ruff format --check gitpilot_jupyter tests docs/conf.py
 	$(BIN)/mypy
 	cd labextension && $(JLPM) lint:check
 
@@ -59,8 +61,15 @@ bench: $(STAMP) ## measure what users feel; writes benchmarks/results/latest.{js
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
+# Sphinx + MyST, offline; nitpicky (-n) and warnings as errors (-W), every problem listed (--keep-going).
+docs: $(STAMP) ## build the documentation site into docs/_build/html (warnings are errors)
+	$(BIN)/sphinx-build -b html -n -W --keep-going -q docs docs/_build/html
+
+help: ## list the targets with what they do
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
 debug: $(STAMP) ## walk the whole sandbox path and say what breaks
 	$(BIN)/jupyter-sandbox debug
 
-clean:
-	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache
+clean: ## remove .venv and every build, cache and docs output
+	rm -rf $(VENV) build dist docs/_build *.egg-info .mypy_cache .ruff_cache .pytest_cache

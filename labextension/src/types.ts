@@ -1,5 +1,5 @@
 /**
- * Shapes of the `/api/sandbox/*` answers (contract §6 and §7).
+ * Shapes of the `/api/sandbox/*` answers (docs/dev/contract.md §6 and §7).
  *
  * Only the fields the extension reads are typed; the server may send more.
  */

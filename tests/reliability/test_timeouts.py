@@ -54,5 +54,5 @@ def test_timeout_is_kept_despite_a_detached_grandchild(live: Live, backend: str)
     if backend == "subprocess":
         assert survivors == [], "a process of the run outlived it on the isolated backend"
     else:
-        # `off` has no isolation (contract §2): the escapee lives on, and is found here.
+        # `off` has no isolation (docs/dev/contract.md §2): the escapee lives on, found here.
         assert len(survivors) == 1

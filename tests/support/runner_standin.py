@@ -1,6 +1,6 @@
 """A stand-in for the MatrixLab Runner (protocol ``matrixlab.runner.v1``), for tests.
 
-It follows ``matrixlab-runner.md`` as the real Runner behaves, quirks included:
+It follows ``docs/dev/matrixlab-runner.md`` as the real Runner behaves, quirks included:
 the banner line on stdout, exit 124 with ``TIMEOUT`` at the end of stderr on
 timeout, a 500 instead when the snippet wrote to stderr before timing out,
 FastAPI-shaped errors (``{"detail": ...}``, 401 body, 422 lists), ``/health``
@@ -158,7 +158,7 @@ class Runner:
             out, err = proc.communicate()
         code = 124 if timed_out else proc.returncode
         if timed_out and err:
-            # The real Runner of this version fails this way: see matrixlab-runner.md.
+            # The real Runner of this version fails this way: see docs/dev/matrixlab-runner.md.
             raise Invalid([], f"run failed: command timed out after {timeout} s", status=500)
         if timed_out:
             err += b"TIMEOUT\n"

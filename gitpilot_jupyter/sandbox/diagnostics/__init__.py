@@ -1,7 +1,7 @@
 """``debug``: walk the whole sandbox path and say which stage breaks, and how to fix it.
 
-Stages (contract §10): settings, local hello-world per language, stdin, output
-kept across a timeout kill, the approval gate, the isolation layers (what is
+Stages (``docs/dev/contract.md`` §10): settings, local hello-world per language,
+stdin, output kept across a timeout kill, the approval gate, the isolation layers (what is
 available, and a probe that checks the claimed ones really hold), and with
 ``matrixlab`` the Runner (health, its Docker, capabilities, a snippet runs).
 

@@ -4,7 +4,7 @@ Snippets go to ``POST /code/run``, workspace commands (a file with its folder)
 to ``POST /run`` with a zip workspace, never to ``/repo/run``. The Runner's
 answers are made equal to the local backends' results: the banner line is
 stripped, exit 124 + ``TIMEOUT`` becomes ``timed_out`` with exit -1, and our
-output cap applies after the Runner's. See ``matrixlab-runner.md``.
+output cap applies after the Runner's. See ``docs/dev/matrixlab-runner.md``.
 """
 
 from __future__ import annotations

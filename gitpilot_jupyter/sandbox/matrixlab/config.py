@@ -1,7 +1,8 @@
-"""Configuration of the MatrixLab Runner lifecycle (contract §8) and its ``docker`` command lines.
+"""Configuration of the MatrixLab Runner lifecycle and its ``docker`` command lines.
 
-Defaults < server config (a :class:`LifecycleConfig` the server extension fills
-from traitlets) < environment (``GITPILOT_MATRIXLAB_*``, read at every call).
+The lifecycle is ``docs/dev/contract.md`` §8. Defaults < server config (a
+:class:`LifecycleConfig` the server extension fills from traitlets) < environment
+(``GITPILOT_MATRIXLAB_*``, read at every call).
 The mutating calls need ``GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1``.
 """
 

@@ -1,4 +1,6 @@
-"""MatrixLab operations of the service: Test connection and the Runner lifecycle (contract §7-§8).
+"""MatrixLab operations of the service: Test connection and the Runner lifecycle.
+
+See ``docs/dev/contract.md`` §7-§8.
 
 A mixin of :class:`~gitpilot_jupyter.sandbox.service.SandboxService`: it uses the
 service's settings, lifecycle config and audit hook, and keeps the Docker and

@@ -1,4 +1,6 @@
-"""What the MatrixLab Runner protocol says, as data and small functions (``matrixlab-runner.md``).
+"""What the MatrixLab Runner protocol says, as data and small functions.
+
+The protocol is written down in ``docs/dev/matrixlab-runner.md``.
 
 The banner and timeout marks to absorb, image aliases by language, the bearer
 header, and the typed errors for transport failures and Runner error answers.
