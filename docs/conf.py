@@ -8,6 +8,7 @@ from the docstrings (autodoc). The build is offline: no intersphinx, nothing fet
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import warnings
@@ -118,22 +119,26 @@ def _documented(env: Any, target: str) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def _exists_in_package(target: str) -> bool:
-    """Whether ``target`` names a real module or attribute somewhere under ``gitpilot_jupyter``."""
-    for module_name, module in list(sys.modules.items()):
-        if module is None or not module_name.startswith("gitpilot_jupyter"):
+def _importable(dotted: str) -> bool:
+    """Whether ``dotted`` is a module, or an attribute path inside one, that imports."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
             continue
-        full = f"{module_name}.{target}"
-        if full in sys.modules:
-            return True
-        obj: Any = module
-        for part in target.split("."):
+        for part in parts[cut:]:
             obj = getattr(obj, part, _MISSING)
             if obj is _MISSING:
-                break
-        else:
-            return True
+                return False
+        return True
     return False
+
+
+def _exists_in_package(target: str, module: str) -> bool:
+    """Whether ``target``, written relative to ``module`` or to one of its packages, is real."""
+    parts = module.split(".") if module.startswith("gitpilot_jupyter") else ["gitpilot_jupyter"]
+    return any(_importable(".".join([*parts[:cut], target])) for cut in range(len(parts), 0, -1))
 
 
 _MISSING = object()
@@ -157,7 +162,7 @@ def _resolve_short_names(app: Sphinx, env: Any, node: Any, contnode: Any) -> Any
         return make_refnode(
             app.builder, node["refdoc"], entry.docname, entry.node_id, contnode, full
         )
-    if target.startswith("gitpilot_jupyter.") or _exists_in_package(target):
+    if _importable(target) or _exists_in_package(target, node.get("py:module") or ""):
         return contnode
     return None
 

@@ -2,7 +2,7 @@
 
 :class:`LocalAccess` drives a :class:`SandboxService` in this process (the
 Jupyter server's own service when the agent lives in the server, e.g. Jupyter
-AI; else a private one). :class:`~.remote.RemoteAccess` goes through a Jupyter
+AI; else a private one). :class:`~.agent_rest.RemoteAccess` goes through a Jupyter
 server's REST API, so plans land where JupyterLab and notebooks can approve them.
 """
 
