@@ -180,8 +180,9 @@ class _NoEmptyGlobWarning(logging.Filter):
 
 
 def _install_filters(app: Sphinx) -> None:
+    # First in line: Sphinx's own filters count a warning (and fail -W) as they let it pass.
     for handler in logging.getLogger("sphinx").handlers:
-        handler.addFilter(_NoEmptyGlobWarning())
+        handler.filters.insert(0, _NoEmptyGlobWarning())
 
 
 def setup(app: Sphinx) -> None:
