@@ -14,7 +14,7 @@ from types import ModuleType
 
 from .._version import __version__
 from ..sandbox.errors import SandboxError
-from . import agents, commands, debug, matrixlab
+from . import agents, batch, commands, debug, matrixlab
 
 #: Exit status for a refused or invalid request (as argparse uses for usage errors).
 EXIT_USAGE = 2
@@ -22,7 +22,7 @@ EXIT_USAGE = 2
 EXIT_TIMEOUT = 124
 
 #: Modules that add subcommands, in the order ``--help`` lists them.
-COMMAND_MODULES: tuple[ModuleType, ...] = (commands, agents, matrixlab, debug)
+COMMAND_MODULES: tuple[ModuleType, ...] = (commands, batch, agents, matrixlab, debug)
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -134,3 +134,10 @@ class ServerUnreachable(SandboxError):
 
     code = "server_unreachable"
     status = 503
+
+
+class ClusterUnavailable(SandboxError):
+    """The Dask cluster of a batch cannot be reached or started (or dask is not installed)."""
+
+    code = "cluster_unavailable"
+    status = 503

@@ -156,6 +156,46 @@ class SandboxService(MatrixLabOperations):
         user: str | None = None,
     ) -> ExecutionPlan:
         """Describe what would run; keep it pending for approval."""
+        plan = self.describe(
+            language=language,
+            code=code,
+            file=file,
+            source=source,
+            timeout_sec=timeout_sec,
+            stdin=stdin,
+            session_id=session_id,
+            backend=backend,
+            allow_network=allow_network,
+        )
+        self.plans.add(plan)
+        self._emit(
+            "plan",
+            {
+                "user": user,
+                "plan_id": plan.plan_id,
+                "digest": plan.digest,
+                "language": plan.language,
+                "backend": plan.backend,
+                "blocked": plan.blocked,
+                "source": plan.source,
+            },
+        )
+        return plan
+
+    def describe(
+        self,
+        *,
+        language: str | None = None,
+        code: str | None = None,
+        file: str | None = None,
+        source: str = "api",
+        timeout_sec: int | None = None,
+        stdin: str | None = None,
+        session_id: str | None = None,
+        backend: str | None = None,
+        allow_network: bool | None = None,
+    ) -> ExecutionPlan:
+        """The plan :meth:`plan` would make, neither kept nor audited (a batch plans with it)."""
         if source not in SOURCES:
             raise InvalidRequest(f"unknown source {source!r}; expected one of {list(SOURCES)}")
         if file is not None:
@@ -192,7 +232,7 @@ class SandboxService(MatrixLabOperations):
             checks.insert(1, {"label": f"{command[0]} interpreter installed", "ok": found})
         lines = code.count("\n") + (0 if code.endswith("\n") else 1)
         goal = f"Run {file}" if file else f"Run a {lang} snippet ({lines} line{'s' * (lines != 1)})"
-        plan = ExecutionPlan(
+        return ExecutionPlan(
             plan_id=new_plan_id(),
             goal=goal,
             source="file_run" if file and source == "api" else source,
@@ -220,20 +260,6 @@ class SandboxService(MatrixLabOperations):
             file=file,
             session_id=session_id,
         )
-        self.plans.add(plan)
-        self._emit(
-            "plan",
-            {
-                "user": user,
-                "plan_id": plan.plan_id,
-                "digest": plan.digest,
-                "language": lang,
-                "backend": name,
-                "blocked": plan.blocked,
-                "source": plan.source,
-            },
-        )
-        return plan
 
     async def approve(
         self,
@@ -304,6 +330,53 @@ class SandboxService(MatrixLabOperations):
         if not isinstance(code, str) or not code.strip():
             raise EmptyCode("there is no code to run")
         timeout = self.policy.timeout(timeout_sec, settings.timeout_sec)
+        return await self._launch(
+            name, settings, lang, code, timeout, stdin, network, plan_id, digest, user, on_output
+        )
+
+    async def run_plan(
+        self,
+        plan: ExecutionPlan,
+        *,
+        user: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> RunResult:
+        """Run ``plan`` under the same policy as :meth:`run`, without asking for its token.
+
+        For the core's own callers that hold an approval covering the plan (a batch
+        approved as a whole); never for a face passing on a request.
+        """
+        name, effective = self.resolve(plan.backend)
+        settings = effective.settings
+        timeout = self.policy.timeout(plan.timeout_sec, settings.timeout_sec)
+        return await self._launch(
+            name,
+            settings,
+            canonical_language(plan.language),
+            plan.code,
+            timeout,
+            plan.stdin,
+            plan.network,
+            plan.plan_id,
+            plan.digest,
+            user,
+            on_output,
+        )
+
+    async def _launch(
+        self,
+        name: str,
+        settings: SandboxSettings,
+        lang: str,
+        code: str,
+        timeout: int,
+        stdin: str | None,
+        network: bool,
+        plan_id: str | None,
+        digest: str,
+        user: str | None,
+        on_output: OutputCallback | None,
+    ) -> RunResult:
         command = self._command(lang)
         self.policy.check_destructive(lang, code, command)
         request = RunRequest(

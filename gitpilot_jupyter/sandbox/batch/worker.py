@@ -1,0 +1,69 @@
+"""What runs on a Dask worker: one batch item, with the worker node's own local sandbox.
+
+The task function is imported by name on the worker (each worker node has this
+package installed). It builds the worker's :class:`SandboxService` once, from
+the worker node's settings, so the isolation a result reports is the node's.
+The batch's approval was checked where the batch was submitted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SandboxError
+from ..plans import ExecutionPlan
+
+if TYPE_CHECKING:
+    from ..service import SandboxService
+
+_lock = threading.Lock()
+_service: SandboxService | None = None
+
+
+def plan_payload(plan: ExecutionPlan, user: str | None) -> dict[str, Any]:
+    """What a task carries: the item's whole plan (code and stdin included) and the user."""
+    return {"plan": dataclasses.asdict(plan), "user": user}
+
+
+def where() -> str:
+    """This worker's address (``local`` outside Dask)."""
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):
+        return "local"
+
+
+def _worker_service() -> SandboxService:
+    global _service
+    with _lock:
+        if _service is None:
+            from ..service import SandboxService
+
+            _service = SandboxService()
+        return _service
+
+
+async def run_answer(
+    service: SandboxService, plan: ExecutionPlan, user: str | None, worker: str
+) -> dict[str, Any]:
+    """Run ``plan`` on ``service``: ``{result | error, code, worker, host}``."""
+    answer: dict[str, Any] = {"worker": worker, "host": socket.gethostname()}
+    try:
+        result = await service.run_plan(plan, user=user)
+    except SandboxError as exc:
+        answer.update(error=exc.message, code=exc.code)
+    else:
+        answer["result"] = result.to_dict()
+    return answer
+
+
+def run_item(payload: dict[str, Any]) -> dict[str, Any]:
+    """The Dask task: run one item on this worker with the node's own sandbox."""
+    plan = ExecutionPlan(**payload["plan"])
+    return asyncio.run(run_answer(_worker_service(), plan, payload.get("user"), where()))

@@ -1,0 +1,98 @@
+"""A Dask cluster as separate machines would have it: a scheduler and workers, each a process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+DASK = str(Path(sys.executable).parent / "dask")
+START_TIMEOUT_SEC = 60
+
+
+@dataclass
+class DaskProcesses:
+    """The scheduler's address and the worker processes by name."""
+
+    folder: Path
+    address: str = ""
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = (self.folder / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            [DASK, *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.procs[name] = proc
+        return proc
+
+    def start_worker(self, name: str, threads: int = 2) -> None:
+        self.start(
+            name, "worker", self.address, "--name", name, "--nthreads", str(threads),
+            "--no-nanny", "--no-dashboard", "--host", "127.0.0.1",
+        )  # fmt: skip
+
+    def workers(self) -> dict[str, str]:
+        """``{name: address}`` of the workers the scheduler knows now."""
+        info = json.loads((self.folder / "scheduler.json").read_text())
+        del info  # the file only names the scheduler; ask it
+        from distributed import Client
+
+        with Client(self.address, timeout=10) as client:
+            found = client.scheduler_info(n_workers=-1)["workers"]
+        return {w["name"]: addr for addr, w in found.items()}
+
+    def wait_for_workers(self, n: int) -> dict[str, str]:
+        deadline = time.monotonic() + START_TIMEOUT_SEC
+        while time.monotonic() < deadline:
+            found = self.workers()
+            if len(found) >= n:
+                return found
+            time.sleep(0.2)
+        raise AssertionError(f"{n} dask workers did not register; see {self.folder}/*.log")
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a process as a machine dying would (no goodbye to the scheduler)."""
+        proc = self.procs[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Kill every process this fixture started (they hold nothing worth a clean exit)."""
+        for name in self.procs:
+            self.kill(name)
+
+
+@pytest.fixture
+def dask_cluster(tmp_path: Path) -> Iterator[DaskProcesses]:
+    """``dask scheduler`` and two ``dask worker`` processes (w1, w2) on loopback."""
+    cluster = DaskProcesses(tmp_path)
+    file = tmp_path / "scheduler.json"
+    cluster.start(
+        "scheduler", "scheduler", "--host", "127.0.0.1", "--port", "0",
+        "--no-dashboard", "--scheduler-file", str(file),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_SEC
+        while not file.exists() or not file.read_text().strip():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the dask scheduler did not start; see {tmp_path}")
+            time.sleep(0.1)
+        time.sleep(0.1)
+        cluster.address = json.loads(file.read_text())["address"]
+        cluster.start_worker("w1")
+        cluster.start_worker("w2")
+        cluster.wait_for_workers(2)
+        yield cluster
+    finally:
+        cluster.stop()

@@ -1,0 +1,99 @@
+"""Batches on real Dask: a scheduler and two workers, each its own process, one killed mid-batch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from gitpilot_jupyter.sandbox.batch import (
+    BatchService,
+    DaskExecutor,
+    items_from_list,
+    read_results,
+    run_batch,
+)
+from gitpilot_jupyter.sandbox.errors import ClusterUnavailable
+from gitpilot_jupyter.sandbox.service import SandboxService
+
+from .conftest import DaskProcesses
+
+BIN = Path(sys.executable).parent / "jupyter-sandbox"
+ITEMS = 300
+
+
+def test_a_worker_killed_mid_batch_loses_nothing_and_duplicates_nothing(
+    dask_cluster: DaskProcesses, tmp_path: Path
+) -> None:
+    items = tmp_path / "items.jsonl"
+    lines = [
+        json.dumps({"id": f"n{i}", "language": "bash", "code": f"echo {i}; sleep 0.05"})
+        for i in range(ITEMS)
+    ]
+    lines.append(json.dumps({"id": "wipe", "language": "bash", "code": "rm -rf /"}))
+    items.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "results.jsonl"
+    workers = dask_cluster.workers()
+    command = [str(BIN), "batch", str(items), "--out", str(out), "--cluster", dask_cluster.address]
+    proc = subprocess.Popen(
+        [*command, "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out.exists() and len(out.read_text().splitlines()) >= ITEMS // 5:
+            break
+        time.sleep(0.05)
+    done_at_kill = len(out.read_text().splitlines())
+    dask_cluster.kill("w1")
+    _, stderr = proc.communicate(timeout=240)
+    assert done_at_kill < ITEMS // 2, "the batch ended before the kill: make the items longer"
+    assert proc.returncode == 1, stderr  # 1: the blocked item did not run
+    records = read_results(out)
+    counts = Counter(r["id"] for r in records)
+    assert set(counts) == {f"n{i}" for i in range(ITEMS)} | {"wipe"}
+    assert max(counts.values()) == 1, [k for k, v in counts.items() if v > 1]
+    by_id = {r["id"]: r for r in records}
+    assert by_id["wipe"]["status"] == "blocked" and "stdout" not in by_id["wipe"]
+    ran = [r for r in records if r["id"] != "wipe"]
+    assert all(r["status"] == "ok" and r["stdout"].startswith(r["id"][1:]) for r in ran)
+    where = Counter(r["worker"] for r in ran)
+    # Both workers ran items; the killed one only until it died, the other the rest.
+    assert set(where) == {workers["w1"], workers["w2"]}
+    assert where[workers["w2"]] > ITEMS - done_at_kill - 1
+    # Each result says how the worker node isolated it.
+    assert all("tempdir" in r["isolation"] and "env-scrub" in r["isolation"] for r in ran)
+    assert "300 ok" in stderr and "1 blocked" in stderr
+
+
+def test_a_local_cluster_runs_the_python_api(tmp_path: Path) -> None:
+    items = [{"id": i, "language": "python", "code": f"print({i} * {i})"} for i in range(12)]
+    out = tmp_path / "results.jsonl"
+    results = list(run_batch(items, out=out, cluster="local", workers=2))
+    assert sorted(int(r["stdout"]) for r in results) == [i * i for i in range(12)]
+    assert len({r["worker"] for r in results}) >= 1
+    assert all(r["worker"].startswith("tcp://127.0.0.1:") for r in results)
+    assert sorted(r["id"] for r in read_results(out)) == sorted(str(i) for i in range(12))
+
+
+def test_an_unreachable_scheduler_says_how_to_fix_it() -> None:
+    batches = BatchService(SandboxService(require_approval=False))
+    batch = batches.plan(items_from_list([{"id": 1, "language": "bash", "code": "echo 1"}]))
+    run = batches.start(
+        batches.claim(batch.batch_id, None),
+        executor=DaskExecutor("tcp://127.0.0.1:9", connect_timeout=1),
+    )
+
+    async def go() -> None:
+        async for _ in run.results():
+            pass
+
+    with pytest.raises(ClusterUnavailable) as failed:
+        asyncio.run(go())
+    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in failed.value.message
+    assert "dask scheduler" in failed.value.message and failed.value.status == 503
