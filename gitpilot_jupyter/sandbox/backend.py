@@ -51,6 +51,14 @@ class SandboxBackend(abc.ABC):
         """The isolation layers a run on this backend gets now."""
         return []
 
+    def display_command(self, language: str) -> list[str] | None:
+        """The command plans and results show when the backend names it (None: the default)."""
+        return None
+
+    def limit_notes(self, limits: ResourceLimits) -> list[str]:
+        """The limits this backend cannot enforce as asked, one sentence each (plans show them)."""
+        return []
+
     async def health(self) -> dict[str, Any]:
         """``{"ok": bool, "error": str | None, ...}`` for status."""
         return {"ok": True, "error": None}

@@ -17,7 +17,8 @@ class RunResult:
     """What happened to one snippet: the same fields on every backend.
 
     ``exit_code`` is -1 when the snippet timed out or could not be launched.
-    ``isolation`` lists only the layers that were really in force.
+    ``isolation`` lists only the layers that were really in force; ``notes`` says
+    which limits were not enforced as asked.
     """
 
     backend: str
@@ -33,6 +34,9 @@ class RunResult:
     run_id: str = field(default_factory=new_run_id)
     plan_id: str | None = None
     isolation: list[str] = field(default_factory=list)
+    #: What the backend did differently from what was asked (a resource limit it
+    #: raised or could not apply), one sentence each; empty when nothing differs.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

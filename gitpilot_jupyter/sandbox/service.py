@@ -135,6 +135,14 @@ class SandboxService(MatrixLabOperations):
     def _command(self, language: str) -> list[str]:
         return self.interpreters.display_command(language)
 
+    @staticmethod
+    def _limits(settings: SandboxSettings) -> ResourceLimits:
+        return ResourceLimits(
+            memory_mb=settings.memory_limit_mb,
+            max_processes=settings.max_processes,
+            max_file_size_mb=settings.max_file_size_mb,
+        )
+
     # -- plan -------------------------------------------------------------------------
 
     def read_file(self, file: str) -> str:
@@ -217,7 +225,8 @@ class SandboxService(MatrixLabOperations):
         settings = effective.settings
         timeout = self.policy.timeout(timeout_sec, settings.timeout_sec)
         network = settings.allow_network if allow_network is None else bool(allow_network)
-        command = self._command(lang)
+        runner = self.backend(name, settings)
+        command = runner.display_command(lang) or self._command(lang)
         blocked_label = find_destructive(" ".join(command))
         if lang == "bash" and blocked_label is None:
             blocked_label = find_destructive(code)
@@ -230,6 +239,9 @@ class SandboxService(MatrixLabOperations):
         if name in self._local:
             found = self.interpreters.resolve(lang) is not None
             checks.insert(1, {"label": f"{command[0]} interpreter installed", "ok": found})
+        checks += [
+            {"label": note, "ok": False} for note in runner.limit_notes(self._limits(settings))
+        ]
         lines = code.count("\n") + (0 if code.endswith("\n") else 1)
         goal = f"Run {file}" if file else f"Run a {lang} snippet ({lines} line{'s' * (lines != 1)})"
         return ExecutionPlan(
@@ -387,11 +399,7 @@ class SandboxService(MatrixLabOperations):
             allow_network=network,
             env=self.policy.scrub_env(os.environ, allow_network=network),
             max_output_bytes=self.policy.max_output_bytes,
-            limits=ResourceLimits(
-                memory_mb=settings.memory_limit_mb,
-                max_processes=settings.max_processes,
-                max_file_size_mb=settings.max_file_size_mb,
-            ),
+            limits=self._limits(settings),
             plan_id=plan_id,
         )
         result = await self.backend(name, settings).run(request, on_output)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import shutil
+import zipfile
 from pathlib import Path
 
 import httpx
@@ -11,6 +14,8 @@ import pytest
 from gitpilot_jupyter.sandbox.backend import RunRequest
 from gitpilot_jupyter.sandbox.errors import BackendFailure, BackendUnreachable, InvalidRequest
 from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
+from gitpilot_jupyter.sandbox.matrixlab.protocol import image_language, runner_error
+from gitpilot_jupyter.sandbox.matrixlab.wrapper import START_ALLOWANCE_SEC
 from tests.matrixlab.conftest import backend_for, sent_requests
 from tests.support.live_server import free_port
 from tests.support.standin_fixture import StandinRunner, StartStandin
@@ -47,21 +52,44 @@ async def test_a_line_that_is_not_the_banner_is_kept(start_standin: StartStandin
     assert result.stdout == "== Matrix Lab step: mine ==\n1\n"
 
 
-async def test_timeout_124_becomes_timed_out(runner_standin: StandinRunner) -> None:
-    request = snippet("import time; print('before', flush=True); time.sleep(30)")
-    request.timeout_sec = 2
-    result = await backend_for(runner_standin).run(request)
-    assert (result.timed_out, result.exit_code) == (True, -1)
-    assert (result.stdout, result.stderr) == ("before\n", "")
-
-
-async def test_the_runners_500_on_timeout_is_a_timed_out_result(
+async def test_a_timeout_keeps_the_output_even_after_stderr(
     runner_standin: StandinRunner,
 ) -> None:
-    request = snippet("import sys, time; sys.stderr.write('x'); sys.stderr.flush(); time.sleep(30)")
+    request = snippet(
+        "import sys, time; print('before', flush=True); sys.stderr.write('x'); "
+        "sys.stderr.flush(); time.sleep(30)"
+    )
     request.timeout_sec = 2
     result = await backend_for(runner_standin).run(request)
     assert (result.timed_out, result.exit_code) == (True, -1)
+    assert (result.stdout, result.stderr) == ("before\n", "x")
+    assert 2000 <= result.duration_ms < 3000
+
+
+@pytest.mark.parametrize("stderr", [False, True])
+async def test_a_container_start_longer_than_the_allowance_still_times_out(
+    start_standin: StartStandin, stderr: bool
+) -> None:
+    """The Runner's own budget ends the run: exit 124 + TIMEOUT, or its 500 after stderr."""
+    runner = start_standin(mode="slow-start", delay=START_ALLOWANCE_SEC + 0.5)
+    write = "sys.stderr.write('x'); sys.stderr.flush(); " if stderr else ""
+    request = snippet(f"import sys, time; print('before', flush=True); {write}time.sleep(30)")
+    request.timeout_sec = 1
+    result = await backend_for(runner).run(request)
+    assert (result.timed_out, result.exit_code, result.stderr) == (True, -1, "")
+    if stderr:
+        # Runner 0.1.0 drops the output of such a run: the result says so.
+        assert result.stdout == "" and "lost the output" in result.notes[-1]
+    else:
+        assert result.stdout == "before\n"
+
+
+async def test_a_500_before_the_budget_is_spent_is_a_backend_error(
+    start_standin: StartStandin,
+) -> None:
+    runner = start_standin(mode="error500-timeout")
+    with pytest.raises(BackendFailure, match="context deadline exceeded"):
+        await backend_for(runner).run(snippet("print(1)"))
 
 
 async def test_our_cap_applies_after_the_runners(runner_standin: StandinRunner) -> None:
@@ -71,23 +99,92 @@ async def test_our_cap_applies_after_the_runners(runner_standin: StandinRunner) 
     assert result.truncated and result.stdout == "é" * 500 and result.exit_code == 0
 
 
-async def test_stdin_is_sent_and_env_is_not(runner_standin: StandinRunner) -> None:
+def workspace_files(body: object) -> dict[str, str]:
+    """The files of the zip workspace a /run body carried."""
+    assert isinstance(body, dict)
+    data = base64.b64decode(body["workspace"]["zip_base64"])
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return {name: archive.read(name).decode() for name in archive.namelist()}
+
+
+async def test_a_snippet_goes_to_run_with_its_file_and_stdin_and_not_env(
+    runner_standin: StandinRunner,
+) -> None:
     request = snippet("print(input().upper())", stdin="abc\n", env={"HOST_SECRET_PATH": "/x"})
     result = await backend_for(runner_standin).run(request)
     assert result.stdout == "ABC\n"
-    body = sent_requests(runner_standin)[-1]["body"]
-    assert isinstance(body, dict) and "env" not in body and body["stdin"] == "abc\n"
-    assert body["timeout"] == 10 and body["allow_network"] is False
+    sent = sent_requests(runner_standin)[-1]
+    body = sent["body"]
+    assert sent["path"] == "/run" and isinstance(body, dict) and "env" not in body
+    assert workspace_files(body) == {"main.py": request.code, ".gitpilot-stdin": "abc\n"}
+    # The Runner gets the container's start on top of the snippet's own 10 s.
+    assert body["timeout"] == 10 + START_ALLOWANCE_SEC and body["allow_network"] is False
+    assert "timeout -s KILL 10 python" in body["cmd"] and body["image"] == "python"
 
 
 async def test_the_users_image_goes_only_with_its_language(runner_standin: StandinRunner) -> None:
-    backend = backend_for(runner_standin, image="ruslanmv/matrix-lab-sandbox-python:latest")
+    backend = backend_for(runner_standin, image="python:3.12-alpine")
     await backend.run(snippet("print(1)"))
     await backend.run(snippet("echo 1", "bash"))
     python_body, bash_body = (r["body"] for r in sent_requests(runner_standin)[-2:])
     assert isinstance(python_body, dict) and isinstance(bash_body, dict)
-    assert python_body["image"] == "ruslanmv/matrix-lab-sandbox-python:latest"
-    assert "image" not in bash_body and bash_body["language"] == "bash"
+    # The tag says alpine, the repository says python: a python image.
+    assert python_body["image"] == "python:3.12-alpine"
+    assert bash_body["image"] == "utils"
+
+
+@pytest.mark.parametrize(
+    ("image", "language"),
+    [
+        ("python:3.12-alpine", "python"),
+        ("ruslanmv/matrix-lab-sandbox-node:latest", "javascript"),
+        ("registry.example:5000/team/node:20@sha256:abc", "javascript"),
+        ("alpine:3.19", "bash"),
+        ("busybox", "bash"),
+        ("my/image:python3", "python"),
+    ],
+)
+def test_an_images_language_comes_from_its_repository_not_its_tag(
+    image: str, language: str
+) -> None:
+    assert image_language(image) == language
+
+
+async def test_an_image_the_runner_cannot_pull_is_a_backend_error(
+    runner_standin: StandinRunner,
+) -> None:
+    backend = backend_for(runner_standin, image="bash:5.2")
+    with pytest.raises(BackendFailure) as caught:
+        await backend.run(snippet("echo 1", "bash"))
+    assert caught.value.status == 502 and "(exit 125)" in caught.value.message
+    assert "Unable to find image 'bash:5.2' locally" in caught.value.message
+    assert "not the snippet's" in caught.value.message
+
+
+async def test_a_snippet_exiting_125_or_999_is_the_snippets_exit(
+    runner_standin: StandinRunner,
+) -> None:
+    for code in (125, 999 % 256):
+        result = await backend_for(runner_standin).run(
+            snippet(f"echo 'Runner error: mine' >&2; exit {code}", "bash")
+        )
+        assert (result.exit_code, result.stderr) == (code, "Runner error: mine\n")
+
+
+async def test_a_422_never_quotes_what_was_sent(runner_standin: StandinRunner) -> None:
+    secret_stdin = "my-private-input " * 70_000
+    response = httpx.post(
+        runner_standin.url + "/code/run",
+        json={"language": "python", "code": "print(1)", "stdin": secret_stdin},
+        headers={"Authorization": f"Bearer {runner_standin.token}"},
+        timeout=30,
+    )
+    assert response.status_code == 422 and "my-private-input" in response.text
+    error = runner_error(runner_standin.url, "/code/run", response)
+    assert error.status == 502 and "my-private-input" not in error.message
+    assert "stdin: String should have at most 1000000 characters (string_too_long)" in (
+        error.message
+    )
 
 
 async def test_a_wrong_token_is_a_backend_error_with_the_runners_body(
@@ -111,13 +208,13 @@ async def test_nothing_listening_is_unreachable() -> None:
     assert health["ok"] is False and "cannot reach" in health["error"]
 
 
-async def test_a_runner_slower_than_the_timeout_plus_grace_is_unreachable(
+async def test_a_runner_slower_than_its_budget_plus_grace_is_unreachable(
     start_standin: StartStandin,
 ) -> None:
-    runner = start_standin(mode="slow", delay=8)
+    runner = start_standin(mode="slow", delay=10)
     request = snippet("print(1)")
     request.timeout_sec = 1
-    with pytest.raises(BackendUnreachable, match="did not answer within 6 s"):
+    with pytest.raises(BackendUnreachable, match="did not answer within 9 s"):
         await backend_for(runner).run(request)
 
 
@@ -143,8 +240,8 @@ async def test_error_bodies_are_quoted_up_to_400_characters(start_standin: Start
     runner = start_standin(mode="error500")
     with pytest.raises(BackendFailure) as caught:
         await backend_for(runner).run(snippet("print(1)"))
-    body = httpx.post(runner.url + "/code/run", json={}, timeout=10).text
-    assert len(body) > 1000 and body[:400] in caught.value.message
+    detail = httpx.post(runner.url + "/run", json={}, timeout=10).json()["detail"]
+    assert len(detail) > 1000 and detail[:400] in caught.value.message
     assert "END-OF-BODY" not in caught.value.message
 
 
@@ -179,7 +276,8 @@ async def test_a_file_with_its_folder_runs_through_run_with_a_zip_workspace(
     paths = [r["path"] for r in sent_requests(runner_standin)]
     assert paths[-2:] == ["/run", "/run"] and "/repo/run" not in paths
     body = sent_requests(runner_standin)[-1]["body"]
-    assert isinstance(body, dict) and body["image"] == "bash" and body["cwd"] == "."
+    assert isinstance(body, dict) and body["image"] == "utils" and body["cwd"] == "."
+    assert result.command == ["python3", "/workspace/main.py"]
     in_pkg = await backend.run_workspace(
         ["ls"], tmp_path, language="bash", timeout_sec=10, cwd="pkg"
     )
@@ -195,4 +293,4 @@ async def test_javascript_runs_without_the_python_image(runner_standin: StandinR
     result = await backend.run(snippet("console.log(6 * 7)", "javascript"))
     assert result.stdout == "42\n"
     body = sent_requests(runner_standin)[-1]["body"]
-    assert isinstance(body, dict) and "image" not in body
+    assert isinstance(body, dict) and body["image"] == "node"

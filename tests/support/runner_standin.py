@@ -1,12 +1,29 @@
 """A stand-in for the MatrixLab Runner (protocol ``matrixlab.runner.v1``), for tests.
 
-It follows ``docs/dev/matrixlab-runner.md`` as the real Runner behaves, quirks included:
-the banner line on stdout, exit 124 with ``TIMEOUT`` at the end of stderr on
-timeout, a 500 instead when the snippet wrote to stderr before timing out,
-FastAPI-shaped errors (``{"detail": ...}``, 401 body, 422 lists), ``/health``
-with ``ok`` and ``docker``, ``/capabilities``, ``/run`` with a zip workspace,
-and ``/repo/run`` refusing anything without ``repo_url``. Snippets run as local
-child processes (the stand-in plays the container too).
+It follows ``docs/dev/matrixlab-runner.md`` as the real Runner 0.1.0 behaves, quirks
+included (section "Behaviour observed on the real Runner 0.1.0"), in every mode:
+
+* the banner line on stdout (the step script echoes it before the command);
+* the timeout counts the whole "container" (``slow-start`` adds its start time);
+  a run killed at it answers exit 124 with ``\nTIMEOUT`` appended to stderr, but
+  **500** ``{"detail": "can't concat str to bytes"}`` when it had written to stderr;
+* ``timed_out`` is true for any exit 124 or any ``TIMEOUT`` on stderr;
+* output that is not UTF-8 is exit **999** ``Runner error: ...``; an image that is
+  neither an alias nor known (``bash`` is not an alias) is exit **125** with
+  Docker's pull error, without the banner;
+* ``\r\n`` and lone ``\r`` become ``\n`` in captured output;
+* ``/code/run`` refuses stdin over 1,000,000 characters (422 ``string_too_long``,
+  whose ``input`` echoes the stdin, as FastAPI does), memory below 128 MB and pids
+  below 16; there is no file-size limit;
+* ``/health`` and ``/capabilities`` need no token;
+* with ``MATRIXLAB_LOCAL_JOBS_DIR`` set, each run leaves a ``job-*`` folder there
+  that is never deleted; ``--require-docker-socket`` exits at start without
+  ``/var/run/docker.sock`` (the real Runner's preflight), as in its image.
+
+FastAPI-shaped errors (``{"detail": ...}``, 401 body, 422 lists), ``/run`` with a
+zip workspace, and ``/repo/run`` refusing anything without ``repo_url``. Runs are
+local child processes (the stand-in plays the container too, in a temp folder
+instead of ``/workspace``).
 
 Standard library only: it also runs as a plain script inside a Docker image.
 
@@ -15,9 +32,10 @@ Standard library only: it also runs as a plain script inside a Docker image.
 ``GET /_standin/requests`` (not in the real Runner) lists the last POSTs it
 received, so tests can check what the client sent. ``--port 0`` picks a free
 port; the first stdout line is ``listening on URL``.
-Modes: ``ok``, ``down-docker`` (health ``ok: false``, runs fail), ``slow``
-(every answer waits ``--delay`` seconds), ``error500`` (every POST is a 500),
-``error500-timeout`` (every POST is at once a 500 that mentions a timeout),
+Modes: ``ok``, ``slow-start`` (each container takes ``--delay`` seconds to start,
+inside the run's timeout), ``down-docker`` (health ``ok: false``, runs fail),
+``slow`` (every answer waits ``--delay`` seconds), ``error500`` (every POST is a
+500), ``error500-timeout`` (every POST is at once a 500 that mentions a timeout),
 ``garbage`` (every POST answers 200 with invalid JSON), ``old`` (no ``/code/run``
 nor ``/run``: a Runner too old), ``no-banner`` (stdout without the banner).
 """
@@ -30,6 +48,7 @@ import contextlib
 import io
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -39,6 +58,7 @@ import threading
 import time
 import uuid
 import zipfile
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -46,8 +66,27 @@ VERSION = "0.1.0"
 PROTOCOL = "matrixlab.runner.v1"
 BANNER = "== Matrix Lab step: command ==\n"
 OUTPUT_CAP = 10 * 1024 * 1024
-MODES = ("ok", "down-docker", "slow", "error500", "error500-timeout", "garbage", "old", "no-banner")
-LANGUAGES = {"python": "main.py", "javascript": "main.js", "node": "main.js", "bash": "main.sh"}
+MODES = (
+    "ok",
+    "slow-start",
+    "down-docker",
+    "slow",
+    "error500",
+    "error500-timeout",
+    "garbage",
+    "old",
+    "no-banner",
+)
+LANGUAGES = {"python": "main.py", "javascript": "main.js", "node": "main.js", "bash": "script.sh"}
+#: The real Runner's image aliases; a name that is none of them is used as is.
+IMAGE_ALIASES = {
+    alias: f"matrix-lab-sandbox-{alias}:latest"
+    for alias in ("utils", "python", "node", "go", "rust", "build")
+}
+#: Repositories the stand-in's "Docker" can run; any other image fails to pull (exit 125).
+RUNNABLE_REPOSITORIES = ("python", "node", "debian", "ubuntu")
+DOCKER_SOCKET = "/var/run/docker.sock"
+STDIN_MAX = 1_000_000
 ENDPOINTS = [
     "/health",
     "/capabilities",
@@ -61,22 +100,42 @@ ENDPOINTS = [
 ]
 
 
-def _interpreter(language: str) -> list[str]:
-    if language == "python":
-        return [sys.executable or "python3"]
-    if language in ("javascript", "node"):
-        return ["node"]
-    return ["bash"]
-
-
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _decode(data: bytes) -> tuple[str, bool]:
-    truncated = len(data) > OUTPUT_CAP
-    return data[:OUTPUT_CAP].decode("utf-8", errors="replace"), truncated
+def _text(data: bytes) -> str:
+    """Decode as the Runner's ``subprocess.run(text=True)``: strict UTF-8, universal newlines."""
+    return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _cap(text: str) -> tuple[str, bool]:
+    data = text.encode("utf-8", errors="ignore")
+    if len(data) <= OUTPUT_CAP:
+        return text, False
+    return data[:OUTPUT_CAP].decode("utf-8", errors="ignore"), True
+
+
+def resolve_image(image: str | None) -> str:
+    """The image a request's ``image`` names: an alias, else the name as is."""
+    return IMAGE_ALIASES.get((image or "python").strip(), image or "python")
+
+
+def _runnable(image: str) -> bool:
+    repository = image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+    return repository.startswith("matrix-lab-sandbox-") or repository in RUNNABLE_REPOSITORIES
+
+
+def _pull_error(image: str) -> str:
+    reference = image if ":" in image.rsplit("/", 1)[-1] else f"{image}:latest"
+    repository = reference.rsplit(":", 1)[0]
+    return (
+        f"Unable to find image '{reference}' locally\n"
+        f"docker: Error response from daemon: pull access denied for {repository}, "
+        "repository does not exist or may require 'docker login': denied: requested "
+        "access to the resource is denied.\nSee 'docker run --help'.\n"
+    )
 
 
 class Invalid(Exception):
@@ -86,10 +145,27 @@ class Invalid(Exception):
         super().__init__(msg)
         self.loc, self.msg, self.status = loc, msg, status
 
+    #: FastAPI's error type and what it echoes back (``input``) for a 422.
+    kind = "value_error"
+    echoed: Any = None
+
     def body(self) -> dict[str, Any]:
         if self.status != 422:
             return {"detail": self.msg}
-        return {"detail": [{"type": "value_error", "loc": ["body", *self.loc], "msg": self.msg}]}
+        item = {"type": self.kind, "loc": ["body", *self.loc], "msg": self.msg}
+        if self.echoed is not None:
+            item["input"] = self.echoed
+        return {"detail": [item]}
+
+
+def _bounded(body: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value: int = _field(body, name, int, default)
+    if not low <= value <= high:
+        error = Invalid([name], f"Input should be between {low} and {high}")
+        error.kind = "greater_than_equal" if value < low else "less_than_equal"
+        error.echoed = value
+        raise error
+    return value
 
 
 def _field(body: dict[str, Any], name: str, kind: Any, default: Any = None) -> Any:
@@ -117,6 +193,11 @@ class Runner:
 
     def __init__(self, token: str, mode: str, delay: float) -> None:
         self.token, self.mode, self.delay = token, mode, delay
+        #: The limits the last run asked for, for tests at GET /_standin/requests.
+        self.last_limits: dict[str, Any] = {}
+        #: A folder with ``python`` -> this interpreter, first on the runs' PATH.
+        self.bin_dir = tempfile.mkdtemp(prefix="standin-bin-")
+        os.symlink(sys.executable or "/usr/bin/python3", os.path.join(self.bin_dir, "python"))
         self.uploads: dict[str, bytes] = {}
         self.events: dict[str, list[dict[str, Any]]] = {}
         #: The last POSTs (path, body), for tests at GET /_standin/requests.
@@ -125,52 +206,68 @@ class Runner:
 
     # -- execution ------------------------------------------------------------------
 
-    def execute(
-        self, argv: list[str], cwd: str, stdin: str | None, timeout: int, env: dict[str, Any]
-    ) -> dict[str, Any]:
-        child_env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": cwd,
-            "LANG": "C.UTF-8",
+    def execute(self, command: str, workspace: str, cwd: str, body: dict[str, Any]) -> dict:
+        """One step as the Runner runs it: ``docker run ... image bash -lc <step script>``."""
+        common = _common(body)
+        image = resolve_image(_field(body, "image", str))
+        env = {str(k): str(v) for k, v in common["env"].items()}
+        self.last_limits = {
+            key: body.get(key) for key in ("mem_limit_mb", "pids_limit", "cpu_limit")
         }
-        child_env.update({str(k): str(v) for k, v in env.items()})
         started = time.monotonic()
         sandbox_id = "sbx_" + uuid.uuid4().hex[:12]
+        if not _runnable(image):
+            return self._result(sandbox_id, 125, "", _pull_error(image), started)
+        exports = " ".join(f"{shlex.quote(k)}={shlex.quote(v)}" for k, v in env.items())
+        script = "\n".join(
+            [
+                "set -euo pipefail",
+                f"export HOME={shlex.quote(workspace)}",
+                f"export {exports}" if exports else "",
+                "" if self.mode == "no-banner" else 'echo "== Matrix Lab step: command =="',
+                f"cd {shlex.quote(cwd)}",
+                command,
+            ]
+        )
+        child_env = {
+            "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "LANG": "C.UTF-8",
+        }
+        timeout = common["timeout"]
+        if self.mode == "slow-start":
+            # The container's start counts in the Runner's timeout.
+            time.sleep(self.delay)
+        proc = subprocess.Popen(
+            ["bash", "-c", script],
+            cwd=workspace,
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         try:
-            proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=child_env,
-                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            return self._result(sandbox_id, 127, b"", str(exc).encode(), started, False)
-        data = stdin.encode("utf-8") if stdin is not None else None
-        timed_out = False
-        try:
-            out, err = proc.communicate(data, timeout=timeout)
+            out, err = proc.communicate(timeout=max(0.01, timeout - (time.monotonic() - started)))
         except subprocess.TimeoutExpired:
-            timed_out = True
             _kill_group(proc)
             out, err = proc.communicate()
-        code = 124 if timed_out else proc.returncode
-        if timed_out and err:
-            # The real Runner of this version fails this way: see docs/dev/matrixlab-runner.md.
-            raise Invalid([], f"run failed: command timed out after {timeout} s", status=500)
-        if timed_out:
-            err += b"TIMEOUT\n"
-        return self._result(sandbox_id, code, out, err, started, timed_out)
+            if err:
+                # The real Runner adds str to the bytes TimeoutExpired carries (its 500 bug).
+                raise Invalid([], "can't concat str to bytes", status=500) from None
+            return self._result(
+                sandbox_id, 124, out.decode("utf-8", "replace"), "\nTIMEOUT", started
+            )
+        try:
+            stdout, stderr = _text(out), _text(err)
+        except UnicodeDecodeError as exc:
+            return self._result(sandbox_id, 999, "", f"Runner error: {exc}", started)
+        return self._result(sandbox_id, proc.returncode, stdout, stderr, started)
 
     def _result(
-        self, sandbox_id: str, code: int, out: bytes, err: bytes, started: float, timed_out: bool
+        self, sandbox_id: str, code: int, stdout: str, stderr: str, started: float
     ) -> dict[str, Any]:
-        stdout, cut_out = _decode(out)
-        stderr, cut_err = _decode(err)
-        if self.mode != "no-banner":
-            stdout = BANNER + stdout
+        stdout, cut_out = _cap(stdout)
+        stderr, cut_err = _cap(stderr)
         with self.lock:
             self.events[sandbox_id] = [
                 {"type": "stdout", "data": stdout},
@@ -183,10 +280,29 @@ class Runner:
             "stdout": stdout,
             "stderr": stderr,
             "duration_ms": int((time.monotonic() - started) * 1000),
-            "timed_out": timed_out,
+            # The real Runner's rule, which a snippet can trigger on its own.
+            "timed_out": code == 124 or "TIMEOUT" in stderr,
             "truncated": cut_out or cut_err,
             "artifacts": [],
         }
+
+    @contextlib.contextmanager
+    def job_folder(self) -> Iterator[str]:
+        """The run's workspace: kept under MATRIXLAB_LOCAL_JOBS_DIR (never deleted), else temp."""
+        jobs = os.environ.get("MATRIXLAB_LOCAL_JOBS_DIR")
+        if jobs:
+            os.makedirs(jobs, exist_ok=True)
+            job = tempfile.mkdtemp(prefix=f"job-{uuid.uuid4()}-", dir=jobs)
+            os.makedirs(os.path.join(job, "out"))
+            workspace = os.path.join(job, "ws")
+            os.makedirs(workspace)
+            yield workspace
+            return
+        folder = tempfile.mkdtemp(prefix="standin-ws-")
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def code_run(self, body: dict[str, Any]) -> dict[str, Any]:
         language = _field(body, "language", str, "python")
@@ -196,19 +312,27 @@ class Runner:
         if not isinstance(code, str) or not 1 <= len(code) <= 1_000_000:
             raise Invalid(["code"], "Field required" if code is None else "Invalid code")
         stdin = _field(body, "stdin", str)
+        if stdin is not None and len(stdin) > STDIN_MAX:
+            error = Invalid(["stdin"], f"String should have at most {STDIN_MAX} characters")
+            error.kind, error.echoed = "string_too_long", stdin
+            raise error
+        _bounded(body, "mem_limit_mb", 1024, 128, 32768)
+        _bounded(body, "pids_limit", 256, 16, 4096)
         packages = _field(body, "packages", list, [])
-        common = _common(body)
-        if packages and not common["allow_network"]:
+        if packages and not _field(body, "allow_network", bool, False):
             raise Invalid(["packages"], "packages need allow_network: true", status=400)
-        folder = tempfile.mkdtemp(prefix="standin-")
-        try:
-            filename = LANGUAGES[language]
-            with open(os.path.join(folder, filename), "w", encoding="utf-8") as fh:
+        filename = LANGUAGES[language]
+        interpreter = {"python": "python", "bash": "bash"}.get(language, "node")
+        command = f"{interpreter} {filename}" + (" < stdin.txt" if stdin is not None else "")
+        default_image = {"python": "python", "bash": "utils"}.get(language, "node")
+        run_body = {**body, "image": body.get("image") or default_image}
+        with self.job_folder() as workspace:
+            with open(os.path.join(workspace, filename), "w", encoding="utf-8") as fh:
                 fh.write(code)
-            argv = [*_interpreter(language), filename]
-            result = self.execute(argv, folder, stdin, common["timeout"], common["env"])
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            if stdin is not None:
+                with open(os.path.join(workspace, "stdin.txt"), "w", encoding="utf-8") as fh:
+                    fh.write(stdin)
+            result = self.execute(command, workspace, ".", run_body)
         result["language"] = language
         result["console"] = []
         return result
@@ -219,11 +343,11 @@ class Runner:
             raise Invalid(["cmd"], "Field required")
         cwd = _field(body, "cwd", str, ".")
         if cwd.startswith("/") or ".." in cwd.split("/"):
-            raise Invalid(["cwd"], "cwd must be relative and must not contain '..'")
+            raise Invalid([], "cwd must be a relative path inside the workspace", status=500)
         workspace = body.get("workspace")
         if not isinstance(workspace, dict) or workspace.get("type") != "zip":
             raise Invalid(["workspace"], "Field required")
-        common = _common(body)
+        _common(body)
         if "upload_id" in workspace:
             data = self.uploads.get(str(workspace["upload_id"]))
             if data is None:
@@ -233,21 +357,13 @@ class Runner:
                 data = base64.b64decode(str(workspace.get("zip_base64", "")), validate=True)
             except ValueError:
                 raise Invalid(["workspace", "zip_base64"], "invalid base64") from None
-        folder = tempfile.mkdtemp(prefix="standin-ws-")
-        try:
+        with self.job_folder() as folder:
             try:
                 with zipfile.ZipFile(io.BytesIO(data)) as archive:
                     archive.extractall(folder)
             except zipfile.BadZipFile:
-                raise Invalid([], "workspace is not a zip file", status=400) from None
-            workdir = os.path.join(folder, cwd)
-            if not os.path.isdir(workdir):
-                raise Invalid([], f"cwd {cwd!r} is not a folder of the workspace", status=400)
-            return self.execute(
-                ["bash", "-c", cmd], workdir, None, common["timeout"], common["env"]
-            )
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+                raise Invalid([], "File is not a zip file", status=500) from None
+            return self.execute(cmd, folder, cwd, body)
 
     # -- routes ---------------------------------------------------------------------
 
@@ -400,7 +516,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--mode", choices=MODES, default="ok")
     parser.add_argument("--delay", type=float, default=3.0, help="seconds of delay in slow mode")
+    parser.add_argument(
+        "--require-docker-socket",
+        action="store_true",
+        help=f"exit at start when {DOCKER_SOCKET} is missing, as the real Runner's preflight",
+    )
     args = parser.parse_args(argv)
+    if args.require_docker_socket and not os.path.exists(DOCKER_SOCKET):
+        print(
+            f"RuntimeError: Runner cannot see {DOCKER_SOCKET}. Mount it into the runner "
+            f"container:\n  - {DOCKER_SOCKET}:{DOCKER_SOCKET}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 3
     Handler.runner = Runner(args.token, args.mode, args.delay)
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True

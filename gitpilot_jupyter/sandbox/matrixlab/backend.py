@@ -1,18 +1,24 @@
 """The ``matrixlab`` backend: a MatrixLab Runner runs each snippet in its own container.
 
-Snippets go to ``POST /code/run``, workspace commands (a file with its folder)
-to ``POST /run`` with a zip workspace, never to ``/repo/run``. The Runner's
-answers are made equal to the local backends' results: the banner line is
-stripped, exit 124 + ``TIMEOUT`` becomes ``timed_out`` with exit -1, and our
-output cap applies after the Runner's. See ``docs/dev/matrixlab-runner.md``.
+Snippets and files go to ``POST /run`` with a zip workspace (never ``/repo/run``):
+the snippet's file (``main.py``, ``main.js``, ``main.sh``) and its stdin, or the
+file's folder. The command is our wrapper (:mod:`.wrapper`), which enforces the
+snippet's own timeout inside the container and reports its exit status, so the
+answer is the local backends' envelope: the banner line is stripped, a timeout is
+``timed_out`` with exit -1 and the output kept, a snippet exiting 124 or writing
+``TIMEOUT`` is not timed out, the Runner's own failures (exit 999, Docker's 125,
+its 500s) are 502 ``backend_error`` naming its message, and our output cap applies
+after the Runner's. Limits the Runner cannot honour are said in ``notes``. See
+``docs/admin/matrixlab.md`` for what still differs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import shlex
+import io
 import time
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,27 +26,60 @@ from typing import Any, ClassVar
 import httpx
 
 from ...tls import tls_context
-from ..backend import OutputCallback, RunRequest, SandboxBackend
+from ..backend import OutputCallback, ResourceLimits, RunRequest, SandboxBackend
 from ..errors import BackendFailure, InvalidRequest
-from ..languages import Interpreters, canonical_language
+from ..languages import canonical_language
 from ..output import DEFAULT_OUTPUT_CAP, cap_text
 from ..results import RunResult, new_run_id
 from .protocol import (
     BANNER,
+    DOCKER_RUN_FAILED_EXIT,
     IMAGE_ALIASES,
+    INTERPRETERS,
+    MAX_MEMORY_MB,
+    MAX_PIDS,
+    MAX_RUNNER_TIMEOUT_SEC,
+    MIN_MEMORY_MB,
+    MIN_PIDS,
+    RUNNER_ERROR_EXIT,
+    RUNNER_TIMEOUT_EXIT,
+    SNIPPET_FILES,
+    TIMEOUT_500,
     TIMEOUT_MARK,
-    TIMEOUT_WORDS,
+    WORKSPACE_DIR,
     auth_headers,
     body_excerpt,
     image_language,
+    runner_command,
     runner_error,
+    runner_failure,
+    token_answer,
     unreachable,
 )
 from .workspace import zip_workspace
+from .wrapper import START_ALLOWANCE_SEC, STDIN_FILE, new_marker, read_report, wrapped_command
 
-#: Extra seconds the HTTP call waits beyond the run timeout (container start, transfer).
+#: Extra seconds the HTTP call waits beyond the Runner's budget (transfer, a busy Runner).
 HTTP_GRACE_SEC = 5.0
 HEALTH_TIMEOUT_SEC = 5.0
+#: Processes of our wrapper in the container besides the snippet: docker-init, bash, timeout.
+WRAPPER_PROCESSES = 3
+
+
+def limit_notes(limits: ResourceLimits) -> list[str]:
+    """What the Runner enforces differently from ``limits``, one sentence each."""
+    notes = []
+    if limits.memory_mb < MIN_MEMORY_MB:
+        notes.append(
+            f"memory limit {MIN_MEMORY_MB} MB, not {limits.memory_mb} MB: the Runner's minimum"
+        )
+    if limits.max_processes < MIN_PIDS:
+        notes.append(f"process limit {MIN_PIDS}, not {limits.max_processes}: the Runner's minimum")
+    notes.append(
+        f"no file-size limit ({limits.max_file_size_mb} MB asked): the Runner has none "
+        "(its /tmp is a 256 MB tmpfs)"
+    )
+    return notes
 
 
 class MatrixLabSandbox(SandboxBackend):
@@ -66,65 +105,80 @@ class MatrixLabSandbox(SandboxBackend):
             transport=self._transport, headers=auth_headers(self.token), verify=tls_context()
         )
 
-    def image_for(self, language: str) -> str | None:
-        """The user's image when it serves ``language``; None lets the Runner choose."""
-        if self.image and image_language(self.image) == canonical_language(language):
+    def image_for(self, language: str) -> str:
+        """The user's image when it serves ``language``, else the Runner's alias for it."""
+        language = canonical_language(language)
+        if self.image and image_language(self.image) == language:
             return self.image
-        return None
+        return IMAGE_ALIASES[language]
 
     def isolation(self) -> list[str]:
         """Each run gets its own container on the Runner's Docker engine."""
         return ["runner-container"]
 
+    def display_command(self, language: str) -> list[str]:
+        """The command plans and results show: what the container's tracebacks name."""
+        return runner_command(canonical_language(language))
+
+    def limit_notes(self, limits: ResourceLimits) -> list[str]:
+        """Limits the Runner cannot honour as asked (plans show them, results carry them)."""
+        return limit_notes(limits)
+
     # -- HTTP ---------------------------------------------------------------------------
 
-    async def _post(
-        self, path: str, body: dict[str, Any], run_timeout: int
-    ) -> dict[str, Any] | None:
-        """POST to the Runner; the JSON answer, or None for its 500-on-timeout answer."""
-        timeout = run_timeout + HTTP_GRACE_SEC
+    async def _post_run(self, body: dict[str, Any], budget: int) -> tuple[dict[str, Any], float]:
+        """``POST /run``: the run result and the seconds it took by our clock.
+
+        Raises :class:`_RunnerTimeout` for this Runner version's 500 after its budget.
+        """
+        timeout = budget + HTTP_GRACE_SEC
         started = time.monotonic()
         try:
             async with self._client() as client:
                 response = await client.post(
-                    self.url + path,
+                    self.url + "/run",
                     json=body,
                     timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
                 )
         except httpx.HTTPError as exc:
             raise unreachable(self.url, exc, timeout) from None
+        elapsed = time.monotonic() - started
         if (
             response.status_code == 500
-            and TIMEOUT_WORDS.search(response.text)
-            and time.monotonic() - started >= run_timeout
+            and elapsed >= budget
+            and TIMEOUT_500.search(response.text) is not None
         ):
-            # This Runner version fails a run that wrote to stderr before timing out; a 500
-            # that mentions a timeout before the run's own could be up is a real error.
-            return None
+            # Runner 0.1.0 fails a run that wrote to stderr before its timeout this way
+            # ("can't concat str to bytes"). By our clock the budget is spent: it timed out.
+            raise _RunnerTimeout
         if not response.is_success:
-            raise runner_error(self.url, path, response)
+            raise runner_error(self.url, "/run", response)
         try:
             payload = response.json()
         except ValueError:
             payload = None
         if not isinstance(payload, dict) or not isinstance(payload.get("exit_code"), int):
             raise BackendFailure(
-                f"the MatrixLab Runner at {self.url} answered {path} with something that is not "
+                f"the MatrixLab Runner at {self.url} answered /run with something that is not "
                 f"a run result: {body_excerpt(response)}"
             )
-        return payload
+        return payload, elapsed
 
     async def health(self) -> dict[str, Any]:
-        """``{"ok", "error", "remote"}`` from ``GET /health``; never raises."""
+        """``{"ok", "error", "remote", "token"}``: ``/health``, then the token; never raises.
+
+        ``/health`` needs no token, so a Runner that refuses ours would look fine there:
+        the token is checked on a protected route that runs nothing.
+        """
         try:
             async with self._client() as client:
                 response = await client.get(self.url + "/health", timeout=HEALTH_TIMEOUT_SEC)
+                remote = self._health_document(response)
+                token = None
+                if isinstance(remote, dict) and remote.get("ok") is not False:
+                    token = await token_answer(client, self.url, self.token)
         except httpx.HTTPError as exc:
             return {"ok": False, "error": unreachable(self.url, exc).message, "remote": None}
-        try:
-            remote = response.json() if response.is_success else None
-        except ValueError:
-            remote = None
         if not isinstance(remote, dict):
             return {
                 "ok": False,
@@ -138,100 +192,151 @@ class MatrixLabSandbox(SandboxBackend):
                 "but its Docker daemon is unavailable"
             )
             return {"ok": False, "error": error, "remote": remote}
-        return {"ok": True, "error": None, "remote": remote}
+        assert token is not None
+        if token.status_code == 401:
+            state = "rejected" if self.token else "required"
+            error = (
+                f"the MatrixLab Runner at {self.url} is healthy but {state} the token "
+                f"(401): set matrixlab_token to its MATRIXLAB_BEARER_TOKEN"
+                if self.token
+                else f"the MatrixLab Runner at {self.url} requires a bearer token (401): "
+                "set matrixlab_token to its MATRIXLAB_BEARER_TOKEN"
+            )
+            return {"ok": False, "error": error, "remote": remote, "token": state}
+        state = "accepted" if self.token else "not required"
+        return {"ok": True, "error": None, "remote": remote, "token": state}
 
-    # -- results ------------------------------------------------------------------------
+    @staticmethod
+    def _health_document(response: httpx.Response) -> Any:
+        try:
+            return response.json() if response.is_success else None
+        except ValueError:
+            return None
 
-    def _envelope(
+    # -- runs ---------------------------------------------------------------------------
+
+    async def _execute(
         self,
-        payload: dict[str, Any] | None,
         *,
         language: str,
+        argv: list[str],
+        cwd: str = ".",
         command: list[str],
+        workspace: bytes,
+        timeout_sec: int,
+        allow_network: bool,
+        stdin: bool,
+        limits: ResourceLimits,
         cap: int,
         run_id: str,
         plan_id: str | None,
-        started: float,
+        on_output: OutputCallback | None,
     ) -> RunResult:
-        """The local backends' envelope from a Runner answer (None = timed out with a 500)."""
+        marker = new_marker()
+        budget = min(timeout_sec + START_ALLOWANCE_SEC, MAX_RUNNER_TIMEOUT_SEC)
+        body: dict[str, Any] = {
+            "cmd": wrapped_command(argv, timeout_sec, marker, stdin=stdin, cwd=cwd),
+            "cwd": ".",
+            "workspace": {"type": "zip", "zip_base64": base64.b64encode(workspace).decode()},
+            "timeout": budget,
+            "image": self.image_for(language),
+            "allow_network": allow_network,
+            "metadata": {"client": "gitpilot-jupyter", "run_id": run_id},
+            "mem_limit_mb": min(max(limits.memory_mb, MIN_MEMORY_MB), MAX_MEMORY_MB),
+            "pids_limit": min(max(limits.max_processes, MIN_PIDS), MAX_PIDS) + WRAPPER_PROCESSES,
+        }
         result = RunResult(
             backend=self.name,
             language=language,
             command=command,
             exit_code=-1,
-            timed_out=payload is None,
             run_id=run_id,
             plan_id=plan_id,
             isolation=self.isolation(),
+            notes=limit_notes(limits),
         )
-        result.duration_ms = int((time.monotonic() - started) * 1000)
-        if payload is None:
+        started = time.monotonic()
+        try:
+            payload, elapsed = await self._post_run(body, budget)
+        except _RunnerTimeout:
+            # The Runner's budget ran out and it dropped the output: timed out, nothing kept.
+            result.timed_out = True
+            result.duration_ms = int((time.monotonic() - started) * 1000)
+            result.notes.append(
+                "the Runner's own timeout (container start included) ended the run and "
+                "its answer lost the output"
+            )
             return result
-        exit_code = payload["exit_code"]
-        stdout = BANNER.sub("", str(payload.get("stdout") or ""), count=1)
-        stderr = str(payload.get("stderr") or "")
-        timed_out = payload.get("timed_out") is True or (
-            exit_code == 124 and TIMEOUT_MARK.search(stderr) is not None
-        )
-        if timed_out:
-            stderr = TIMEOUT_MARK.sub("", stderr)
-        result.stdout, cut_out = cap_text(stdout, cap)
-        result.stderr, cut_err = cap_text(stderr, cap)
-        result.truncated = bool(payload.get("truncated")) or cut_out or cut_err
-        result.timed_out = timed_out
-        result.exit_code = -1 if timed_out else exit_code
-        result.sandbox_id = str(payload["sandbox_id"]) if payload.get("sandbox_id") else None
-        if isinstance(payload.get("duration_ms"), int):
-            result.duration_ms = payload["duration_ms"]
+        self._fill(result, payload, marker, timeout_sec, budget, elapsed, cap)
+        if on_output is not None:
+            # The Runner answers once at the end: the output comes in one piece per stream.
+            if result.stdout:
+                await on_output("stdout", result.stdout)
+            if result.stderr:
+                await on_output("stderr", result.stderr)
         return result
 
-    @staticmethod
-    async def _deliver(result: RunResult, on_output: OutputCallback | None) -> None:
-        # The Runner answers once at the end: hand the output over in one piece per stream.
-        if on_output is None:
-            return
-        if result.stdout:
-            await on_output("stdout", result.stdout)
-        if result.stderr:
-            await on_output("stderr", result.stderr)
-
-    # -- runs ---------------------------------------------------------------------------
-
-    def _limits(self, request: RunRequest) -> dict[str, Any]:
-        return {
-            "mem_limit_mb": min(max(request.limits.memory_mb, 128), 32768),
-            "pids_limit": min(max(request.limits.max_processes, 16), 4096),
-        }
+    def _fill(
+        self,
+        result: RunResult,
+        payload: dict[str, Any],
+        marker: str,
+        timeout_sec: int,
+        budget: int,
+        elapsed: float,
+        cap: int,
+    ) -> None:
+        """The envelope from a Runner answer; the Runner's own failures raise 502."""
+        exit_code: int = payload["exit_code"]
+        raw_stdout = str(payload.get("stdout") or "")
+        stdout = BANNER.sub("", raw_stdout, count=1)
+        stderr, report = read_report(str(payload.get("stderr") or ""), marker)
+        runner_cut = bool(payload.get("truncated"))
+        duration_ms = payload.get("duration_ms")
+        if report is not None:
+            timed_out = report.timed_out(timeout_sec)
+            exit_code = -1 if timed_out else report.exit_code
+            duration_ms = report.elapsed_us // 1000
+        elif exit_code == RUNNER_TIMEOUT_EXIT and elapsed >= budget and TIMEOUT_MARK.search(stderr):
+            # The Runner's budget ran out before our wrapper could report (a slow start).
+            timed_out, exit_code = True, -1
+            stderr = TIMEOUT_MARK.sub("", stderr)
+        elif runner_cut and exit_code not in (RUNNER_ERROR_EXIT, DOCKER_RUN_FAILED_EXIT):
+            # Our report was past the Runner's 10 MiB cap: its exit code is the snippet's.
+            timed_out = False
+        else:
+            # No report: the wrapper never finished, so the Runner or Docker failed the run.
+            raise runner_failure(self.url, exit_code, stderr or raw_stdout)
+        result.stdout, cut_out = cap_text(stdout, cap)
+        result.stderr, cut_err = cap_text(stderr, cap)
+        result.truncated = runner_cut or cut_out or cut_err
+        result.timed_out = timed_out
+        result.exit_code = exit_code
+        result.sandbox_id = str(payload["sandbox_id"]) if payload.get("sandbox_id") else None
+        result.duration_ms = duration_ms if isinstance(duration_ms, int) else int(elapsed * 1000)
 
     async def run(self, request: RunRequest, on_output: OutputCallback | None = None) -> RunResult:
-        """Run one snippet with ``POST /code/run``."""
+        """Run one snippet: its file (and stdin) zipped, under our wrapper, with ``POST /run``."""
         language = canonical_language(request.language)
-        body: dict[str, Any] = {
-            "language": language,
-            "code": request.code,
-            "timeout": request.timeout_sec,
-            "allow_network": request.allow_network,
-            "metadata": {"client": "gitpilot-jupyter", "run_id": request.run_id},
-            **self._limits(request),
-        }
+        filename = SNIPPET_FILES[language]
+        files = {filename: request.code}
         if request.stdin is not None:
-            body["stdin"] = request.stdin
-        image = self.image_for(language)
-        if image:
-            body["image"] = image
-        started = time.monotonic()
-        payload = await self._post("/code/run", body, request.timeout_sec)
-        result = self._envelope(
-            payload,
+            files[STDIN_FILE] = request.stdin
+        workspace = await asyncio.to_thread(_zip_texts, files)
+        return await self._execute(
             language=language,
-            command=Interpreters().display_command(language),
+            argv=[INTERPRETERS[language], f"$PWD/{filename}"],
+            command=runner_command(language),
+            workspace=workspace,
+            timeout_sec=request.timeout_sec,
+            allow_network=request.allow_network,
+            stdin=request.stdin is not None,
+            limits=request.limits,
             cap=request.max_output_bytes,
             run_id=request.run_id,
             plan_id=request.plan_id,
-            started=started,
+            on_output=on_output,
         )
-        await self._deliver(result, on_output)
-        return result
 
     async def run_workspace(
         self,
@@ -241,7 +346,9 @@ class MatrixLabSandbox(SandboxBackend):
         language: str,
         timeout_sec: int,
         cwd: str = ".",
+        stdin: str | None = None,
         allow_network: bool = False,
+        limits: ResourceLimits | None = None,
         max_output_bytes: int = DEFAULT_OUTPUT_CAP,
         run_id: str | None = None,
         plan_id: str | None = None,
@@ -250,32 +357,46 @@ class MatrixLabSandbox(SandboxBackend):
         """Run ``argv`` in ``folder`` (zipped and sent along) with ``POST /run``.
 
         For "a file with its folder": ``argv`` is e.g. ``["python", "main.py"]``
-        and ``cwd`` is relative to ``folder``. Skipped content: see :mod:`..workspace`.
+        and ``cwd`` is relative to ``folder``. Skipped content: see :mod:`.workspace`.
         """
         language = canonical_language(language)
-        if cwd.startswith("/") or ".." in cwd.replace("\\", "/").split("/"):
+        parts = cwd.replace("\\", "/").split("/")
+        if cwd.startswith("/") or ".." in parts:
             raise InvalidRequest(f"cwd must be relative to the workspace, without '..': {cwd!r}")
-        archive = await asyncio.to_thread(zip_workspace, folder)
-        run_id = run_id or new_run_id()
-        body: dict[str, Any] = {
-            "cmd": shlex.join(argv),
-            "cwd": cwd,
-            "workspace": {"type": "zip", "zip_base64": base64.b64encode(archive).decode("ascii")},
-            "timeout": timeout_sec,
-            "image": self.image_for(language) or IMAGE_ALIASES[language],
-            "allow_network": allow_network,
-            "metadata": {"client": "gitpilot-jupyter", "run_id": run_id},
-        }
-        started = time.monotonic()
-        payload = await self._post("/run", body, timeout_sec)
-        result = self._envelope(
-            payload,
+        extra = {STDIN_FILE: stdin} if stdin is not None else {}
+        archive = await asyncio.to_thread(zip_workspace, folder, extra=extra)
+        here = Path(folder) / cwd
+        command = [
+            f"{WORKSPACE_DIR}/{Path(cwd, a).as_posix().removeprefix('./')}"
+            if i and not a.startswith("/") and (here / a).is_file()
+            else a
+            for i, a in enumerate(argv)
+        ]
+        return await self._execute(
             language=language,
-            command=list(argv),
+            argv=list(argv),
+            cwd=cwd,
+            command=command,
+            workspace=archive,
+            timeout_sec=timeout_sec,
+            allow_network=allow_network,
+            stdin=stdin is not None,
+            limits=limits or ResourceLimits(),
             cap=max_output_bytes,
-            run_id=run_id,
+            run_id=run_id or new_run_id(),
             plan_id=plan_id,
-            started=started,
+            on_output=on_output,
         )
-        await self._deliver(result, on_output)
-        return result
+
+
+class _RunnerTimeout(Exception):
+    """The Runner's 500 for a run that wrote to stderr and hit its timeout."""
+
+
+def _zip_texts(files: dict[str, str]) -> bytes:
+    """A zip of text files at the workspace root (blocking)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, text in files.items():
+            archive.writestr(name, text.encode("utf-8"))
+    return buffer.getvalue()

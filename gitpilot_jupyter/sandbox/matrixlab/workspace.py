@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import InvalidRequest
@@ -43,9 +44,15 @@ def _skip_dir(path: Path) -> bool:
     return path.name in SKIPPED_DIRS or path.is_symlink() or (path / "pyvenv.cfg").exists()
 
 
-def zip_workspace(folder: str | Path, max_bytes: int = MAX_WORKSPACE_BYTES) -> bytes:
+def zip_workspace(
+    folder: str | Path,
+    max_bytes: int = MAX_WORKSPACE_BYTES,
+    *,
+    extra: Mapping[str, str] | None = None,
+) -> bytes:
     """The zip archive of ``folder`` (blocking: call it in a thread from async code).
 
+    ``extra`` adds text files at the root (name -> text), over any of the same name.
     Raises :class:`InvalidRequest` when the folder is missing or the files kept
     add up to more than ``max_bytes``.
     """
@@ -68,5 +75,9 @@ def zip_workspace(folder: str | Path, max_bytes: int = MAX_WORKSPACE_BYTES) -> b
                         f"the workspace {str(folder)!r} is larger than {max_bytes} bytes; "
                         "the Runner refuses it"
                     )
-                archive.write(path, path.relative_to(root).as_posix())
+                name = path.relative_to(root).as_posix()
+                if extra is None or name not in extra:
+                    archive.write(path, name)
+        for name, text in (extra or {}).items():
+            archive.writestr(name, text.encode("utf-8"))
     return buffer.getvalue()

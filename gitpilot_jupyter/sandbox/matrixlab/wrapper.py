@@ -1,0 +1,92 @@
+"""Our own clock inside the Runner's container: the command every run is sent as.
+
+The Runner's timeout also counts starting and stopping the container (0.3-0.8 s
+measured), its ``timed_out`` flag is set by any exit 124 or any ``TIMEOUT`` on
+stderr, and when a run that wrote to stderr hits it the Runner answers 500 and
+drops all output. So the backend gives the Runner a larger budget and runs the
+snippet under ``timeout -s KILL <its own seconds>`` inside the container, as the
+local backend kills the process group at its deadline. After the snippet, the
+wrapper writes one line to stderr with a per-run random marker, the exit status
+and the microseconds the snippet itself ran; :func:`read_report` takes it off.
+A run that timed out is one that was killed (137) or reported 124 by ``timeout``
+*and* ran its whole time: a snippet exiting 124 early, or writing ``TIMEOUT``,
+did not time out.
+
+The wrapper needs bash 5 (``$EPOCHREALTIME``) and coreutils ``timeout``, as the
+Runner's sandbox images (Debian bookworm) have.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shlex
+from dataclasses import dataclass
+
+#: Seconds the Runner gets beyond the snippet's own timeout: container start and stop.
+START_ALLOWANCE_SEC = 3
+#: Exit statuses of a command ``timeout -s KILL`` ended: its own 124, or 137 (KILL).
+TIMEOUT_EXITS = (124, 137)
+#: Where a run's stdin is written in the workspace; removed before the snippet starts.
+STDIN_FILE = ".gitpilot-stdin"
+
+
+def new_marker() -> str:
+    """A marker no snippet can guess: ``gitpilot-`` and 24 hex characters."""
+    return "gitpilot-" + secrets.token_hex(12)
+
+
+def wrapped_command(
+    argv: list[str], timeout_sec: int, marker: str, *, stdin: bool, cwd: str = "."
+) -> str:
+    """The shell text for the Runner's ``cmd``: ``argv`` under our timeout, then our report.
+
+    The Runner runs it in ``bash -lc`` with ``set -euo pipefail`` in the workspace
+    root; ``argv`` runs in ``cwd`` (relative to it). An argument that starts with
+    ``$PWD/`` names a file of the workspace by its absolute path in the container.
+    """
+    words = [
+        f'"$PWD"/{shlex.quote(a[len("$PWD/") :])}' if a.startswith("$PWD/") else shlex.quote(a)
+        for a in argv
+    ]
+    # The snippet writes to the real stderr (fd 4) while the shell's own stderr is
+    # /dev/null: bash would otherwise add "Killed ..." when our timeout kills the group.
+    run = f"timeout -s KILL {int(timeout_sec)} {' '.join(words)} 2>&4 4>&-"
+    if cwd not in ("", "."):
+        run = f"cd {shlex.quote(cwd)} 2>&4 && {run}"
+    if stdin:
+        # Opened before the snippet starts, then unlinked: the snippet sees a clean folder.
+        run = f"rm -f {STDIN_FILE}; {run}"
+    source = STDIN_FILE if stdin else "/dev/null"
+    now = "${EPOCHREALTIME//[.,]/}"
+    return "\n".join(
+        [
+            "command -v timeout >/dev/null || "
+            "{ echo 'gitpilot: this image has no timeout command (coreutils)' >&2; exit 126; }",
+            f"__gp_t0={now}; __gp_rc=0",
+            f"{{ {run} || __gp_rc=$?; }} < {source} 4>&2 2>/dev/null",
+            f"__gp_t1={now}",
+            f'printf \'\\n%s %d %d\\n\' {marker} "$__gp_rc" "$((__gp_t1 - __gp_t0))" >&2',
+            'exit "$__gp_rc"',
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the wrapper said about one run."""
+
+    exit_code: int
+    elapsed_us: int
+
+    def timed_out(self, timeout_sec: int) -> bool:
+        """Killed by our ``timeout`` at the snippet's own deadline."""
+        return self.exit_code in TIMEOUT_EXITS and self.elapsed_us >= timeout_sec * 1_000_000
+
+
+def read_report(stderr: str, marker: str) -> tuple[str, Report | None]:
+    """``stderr`` without the wrapper's line, and that line's report (None when absent)."""
+    found = re.search(rf"\n?{re.escape(marker)} (-?\d+) (-?\d+)\n?\Z", stderr)
+    if found is None:
+        return stderr, None
+    return stderr[: found.start()], Report(int(found.group(1)), int(found.group(2)))
