@@ -62,11 +62,11 @@ FAULTS: list[Fault] = [
     ("down", _closed_port, {}, 503, "backend_unreachable", "cannot reach"),
     (
         "slow",
-        lambda start: start(mode="slow", delay=8.0).url,
+        lambda start: start(mode="slow", delay=10.0).url,
         {"timeout_sec": 1},
         503,
         "backend_unreachable",
-        "did not answer within 6 s",
+        "did not answer within 9 s",
     ),
     ("error500", lambda start: start(mode="error500").url, {}, 502, "backend_error", "500"),
     (
