@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -35,6 +36,7 @@ from .settings import (
     SettingsStore,
     check_backend,
 )
+from .text import check_text
 
 REQUIRE_APPROVAL_ENV = "GITPILOT_SANDBOX_REQUIRE_APPROVAL"
 MAX_CODE_CHARS = 1_000_000
@@ -164,7 +166,13 @@ class SandboxService(MatrixLabOperations):
         user: str | None = None,
     ) -> ExecutionPlan:
         """Describe what would run; keep it pending for approval."""
+        file_text = None
+        if file is not None and code is None:
+            # Off the event loop: a file plan must never stall the server (the file is
+            # stat-ed, then at most the limit is read).
+            file_text = await asyncio.to_thread(self.read_file, file)
         plan = self.describe(
+            file_text=file_text,
             language=language,
             code=code,
             file=file,
@@ -202,14 +210,18 @@ class SandboxService(MatrixLabOperations):
         session_id: str | None = None,
         backend: str | None = None,
         allow_network: bool | None = None,
+        file_text: str | None = None,
     ) -> ExecutionPlan:
-        """The plan :meth:`plan` would make, neither kept nor audited (a batch plans with it)."""
+        """The plan :meth:`plan` would make, neither kept nor audited (a batch plans with it).
+
+        ``file_text`` is ``file``'s content when the caller has read it already.
+        """
         if source not in SOURCES:
             raise InvalidRequest(f"unknown source {source!r}; expected one of {list(SOURCES)}")
         if file is not None:
             if code is not None:
                 raise InvalidRequest("give either code or file, not both")
-            code = self.read_file(file)
+            code = self.read_file(file) if file_text is None else file_text
             lang = canonical_language(language) if language else language_for_path(file)
         else:
             if language is None:
@@ -217,6 +229,9 @@ class SandboxService(MatrixLabOperations):
             lang = canonical_language(language)
             if code is None:
                 raise InvalidRequest("code is required", code="missing_field")
+        check_text("code", code)
+        if stdin is not None:
+            check_text("stdin", stdin)
         if not code.strip():
             raise EmptyCode("there is no code to run")
         if len(code) > MAX_CODE_CHARS:
@@ -316,6 +331,9 @@ class SandboxService(MatrixLabOperations):
         on_output: OutputCallback | None = None,
     ) -> RunResult:
         """Run an approved snippet. Order of checks: approval, language, code, policy."""
+        for name_, text in (("code", code), ("stdin", stdin)):
+            if isinstance(text, str):
+                check_text(name_, text)  # a lone surrogate is bad input, never a 500
         name, effective = self.resolve(backend)
         settings = effective.settings
         network = settings.allow_network if allow_network is None else bool(allow_network)

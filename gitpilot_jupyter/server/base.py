@@ -6,6 +6,7 @@ Every error leaves as ``tornado.web.HTTPError`` and is written as JSON
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable
 from http.client import responses
@@ -19,10 +20,14 @@ from jupyter_server.auth.identity import (
 )
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
+from tornado.http1connection import HTTP1Connection
 
-from ..sandbox.errors import SandboxError
+from ..sandbox.errors import InvalidRequest, SandboxError
 from ..sandbox.service import SandboxService
-from .schemas import parse_body
+from .schemas import MAX_BODY_BYTES, parse_body
+
+#: The most of a body read from a client that is not authenticated (then a 403).
+UNAUTHENTICATED_BODY_BYTES = 64 * 1024
 
 #: Where the app keeps its service in the web app's settings (other extensions may use it).
 SERVICE_KEY = "gitpilot_sandbox_service"
@@ -87,10 +92,91 @@ def error_body(status_code: int, exc: BaseException | None) -> dict[str, str]:
     return {"message": message, "reason": reason, "code": code}
 
 
+def _raise_deferred_first(method: F) -> F:
+    """Wrap a handler method so a refusal found before the body came is answered first."""
+
+    @functools.wraps(method)
+    async def wrapper(self: SandboxHandler, *args: Any, **kwargs: Any) -> None:
+        if self._deferred is not None:
+            raise self._deferred
+        await method(self, *args, **kwargs)
+
+    return cast(F, wrapper)
+
+
+def body_too_large() -> SandboxHTTPError:
+    """The answer to a body over :data:`MAX_BODY_BYTES`, given before it is read."""
+    return http_error(
+        InvalidRequest(
+            f"the request body is larger than {MAX_BODY_BYTES} bytes", code="body_too_large"
+        )
+    )
+
+
+@web.stream_request_body
 class SandboxHandler(APIHandler):
-    """Base of every sandbox route: resource ``sandbox``, the service, the user, the body."""
+    """Base of every sandbox route: resource ``sandbox``, the service, the user, the body.
+
+    The body is streamed, not buffered by the server: ``prepare`` refuses an
+    unauthenticated request with a body over :data:`UNAUTHENTICATED_BODY_BYTES` (or
+    of unknown length), then a ``Content-Length`` over :data:`MAX_BODY_BYTES`, before
+    a byte of the body is read (jupyter_server alone would buffer up to 512 MiB
+    first), and :meth:`data_received` keeps at most that many bytes of a body sent
+    without a length.
+    """
 
     auth_resource = "sandbox"
+    _body_chunks: bytearray | None = None
+
+    _deferred: web.HTTPError | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in ("get", "put", "post", "delete", "patch"):
+            method = cls.__dict__.get(name)
+            if method is not None:
+                setattr(cls, name, _raise_deferred_first(method))
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        """Authentication first, then the body's announced size; then the body may come."""
+        raw_length = self.request.headers.get("Content-Length", "").strip()
+        length = int(raw_length) if raw_length.isdigit() else None
+        try:
+            await super().prepare()
+        except web.HTTPError as exc:
+            # jupyter_server's own refusals (a missing XSRF token): a small body is read
+            # first, so the client gets the answer instead of a reset connection.
+            if length is None or length > UNAUTHENTICATED_BODY_BYTES:
+                raise
+            self._deferred = exc
+        self._body_chunks = bytearray()
+        limit = MAX_BODY_BYTES
+        if self.current_user is None:
+            # Refused before its body is read, unless the body is small enough to read and
+            # drop (closing on an unread body can reset the connection before the client
+            # reads the 403); the method's @web.authenticated then answers the 403.
+            chunked = "chunked" in self.request.headers.get("Transfer-Encoding", "").lower()
+            if chunked or (length or 0) > UNAUTHENTICATED_BODY_BYTES:
+                raise web.HTTPError(403)
+            limit = UNAUTHENTICATED_BODY_BYTES
+        elif length is not None and length > MAX_BODY_BYTES:
+            raise body_too_large()
+        connection = self.request.connection
+        if isinstance(connection, HTTP1Connection):
+            # A body without a length (chunked) is answered by data_received past the
+            # limit; one that declares an absurd chunk is cut off by the connection itself.
+            connection.set_max_body_size(2 * limit)
+
+    def data_received(self, chunk: bytes) -> None:
+        """Keep the body's bytes up to the limit; past it, answer the error and stop reading."""
+        if self._body_chunks is None or self._finished:
+            return
+        if len(self._body_chunks) + len(chunk) > MAX_BODY_BYTES:
+            self._body_chunks = None
+            error = body_too_large()
+            self.send_error(error.status_code, exc_info=(type(error), error, None))
+            return
+        self._body_chunks += chunk
 
     @property
     def service(self) -> SandboxService:
@@ -116,8 +202,10 @@ class SandboxHandler(APIHandler):
 
     def body(self, schema_name: str) -> dict[str, Any]:
         """The request body, parsed and checked against ``schema_name`` of rest-api.yml."""
+        if self._body_chunks is None:
+            raise body_too_large()
         try:
-            return parse_body(self.request.body or b"", schema_name)
+            return parse_body(bytes(self._body_chunks), schema_name)
         except SandboxError as exc:
             raise http_error(exc) from None
 

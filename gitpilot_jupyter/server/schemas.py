@@ -16,6 +16,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from ..sandbox.errors import InvalidRequest
+from ..sandbox.text import check_all_text
 
 #: Bodies larger than this are refused before parsing.
 MAX_BODY_BYTES = 2 * 1024 * 1024
@@ -71,7 +72,8 @@ def parse_body(raw: bytes, schema_name: str) -> dict[str, Any]:
     """Decode a JSON request body and check it against ``schema_name``.
 
     An empty body counts as ``{}``. Raises :class:`InvalidRequest` (400) with
-    ``body_too_large``, ``malformed_json``, ``invalid_body`` or a field code.
+    ``body_too_large``, ``malformed_json``, ``invalid_body``, ``invalid_unicode`` (a lone
+    surrogate anywhere) or a field code.
     """
     if len(raw) > MAX_BODY_BYTES:
         raise InvalidRequest(
@@ -89,6 +91,7 @@ def parse_body(raw: bytes, schema_name: str) -> dict[str, Any]:
         body = {}
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_body")
+    check_all_text(body)
     # The shallowest error first: an unknown field says more than a nested type.
     errors = sorted(
         _validator(schema_name).iter_errors(body),
