@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
+from gitpilot_jupyter.sandbox.matrixlab.config import JOBS_MAX_AGE_SEC
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.docker.conftest import BASE_IMAGE, RUNNER_IMAGE
+from tests.support.live_server import free_port
 from tests.unit.test_cli import cli
 
 pytestmark = pytest.mark.docker
@@ -75,7 +79,8 @@ async def test_start_run_stop_start_again(lifecycle_service: SandboxService) -> 
     stopped = await service.lifecycle_stop()
     assert stopped["ok"] is True and stopped["running"] is False
     assert stopped["container"]["state"] == "exited"
-    assert commands(stopped) == [f"docker stop {before['container_name']}"]
+    assert commands(stopped)[0] == f"docker stop {before['container_name']}"
+    assert commands(stopped)[1].startswith("find ") and "-name 'job-*'" in commands(stopped)[1]
 
     restarted = await service.lifecycle_start()
     assert restarted["ok"] is True and restarted["running"] is True
@@ -118,3 +123,86 @@ def test_cli_install_lists_its_steps(lifecycle_service: SandboxService) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"$ docker image inspect {RUNNER_IMAGE}" in done.stdout
     assert "install: OK" in done.stdout and "already present" in done.stderr
+
+
+def job_folders(service: SandboxService) -> list[Path]:
+    jobs = Path(service._lifecycle().jobs_dir)
+    return sorted(jobs.glob("job-*")) if jobs.is_dir() else []
+
+
+async def test_old_job_folders_are_pruned_and_new_ones_kept(
+    lifecycle_service: SandboxService,
+) -> None:
+    jobs = Path(lifecycle_service._lifecycle().jobs_dir)
+    old, recent = jobs / "job-old-run", jobs / "job-recent-run"
+    for folder in (old, recent):
+        (folder / "ws").mkdir(parents=True)
+        (folder / "ws" / "main.py").write_text("print(1)\n")
+    two_hours_ago = time.time() - 2 * JOBS_MAX_AGE_SEC
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    started = await lifecycle_service.lifecycle_start()
+    assert started["ok"] is True, started
+    prune = started["steps"][-1]
+    assert prune["cmd"].startswith(f"find {jobs} ") and prune["stdout"] == "removed 1 job folder"
+    assert not old.exists() and recent.exists()
+    # The Runner leaves a job folder per run: the lifecycle is what keeps them in check.
+    await lifecycle_service.run_approved_here(
+        language="python", code="print(1)", backend="matrixlab"
+    )
+    assert len(job_folders(lifecycle_service)) == 2
+
+
+async def test_a_non_default_socket_is_mounted_where_the_runner_looks(
+    lifecycle_service: SandboxService,
+    docker_engine: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    socket = tmp_path / "engine.sock"
+    socket.symlink_to("/var/run/docker.sock")
+    monkeypatch.setenv("GITPILOT_MATRIXLAB_DOCKER_SOCKET", str(socket))
+    started = await lifecycle_service.lifecycle_start()
+    # The stand-in image, like the real Runner, will not start without /var/run/docker.sock.
+    assert started["ok"] is True and started["running"] is True, started
+    assert f"-v {socket}:/var/run/docker.sock" in commands(started)[0]
+    mounts = docker_engine.containers.get(started["container_name"]).attrs["Mounts"]
+    sources = {m["Source"] for m in mounts if m["Destination"] == "/var/run/docker.sock"}
+    assert sources & {str(socket), "/var/run/docker.sock", os.path.realpath(socket)}
+
+
+async def test_a_missing_socket_is_refused_before_any_container(
+    lifecycle_service: SandboxService, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GITPILOT_MATRIXLAB_DOCKER_SOCKET", str(tmp_path / "nothing.sock"))
+    answer = await lifecycle_service.lifecycle_start()
+    assert answer["ok"] is False and "GITPILOT_MATRIXLAB_DOCKER_SOCKET" in answer["error"]
+    assert answer["container"] is None
+
+
+async def test_a_runner_that_crashes_at_start_is_removed_not_left_restarting(
+    lifecycle_service: SandboxService, docker_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The base image's command exits at once: a crash loop under --restart unless-stopped.
+    monkeypatch.setenv("GITPILOT_MATRIXLAB_RUNNER_IMAGE", BASE_IMAGE)
+    began = time.monotonic()
+    answer = await lifecycle_service.lifecycle_start()
+    assert answer["ok"] is False and "did not become healthy" in answer["error"]
+    assert time.monotonic() - began < 20, "it waited for a container that had crashed"
+    assert commands(answer)[-1] == f"docker rm -f {answer['container_name']}"
+    assert answer["container"] is None
+    import docker.errors
+
+    with pytest.raises(docker.errors.NotFound):
+        docker_engine.containers.get(answer["container_name"])
+
+
+async def test_start_waits_on_the_published_port_and_says_the_url_differs(
+    lifecycle_service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = free_port()
+    monkeypatch.setenv("GITPILOT_MATRIXLAB_PORT", str(port))
+    started = await lifecycle_service.lifecycle_start()
+    assert started["ok"] is True, started
+    health = next(s for s in started["steps"] if s["cmd"].startswith("curl "))
+    assert health["cmd"] == f"curl -fsS http://127.0.0.1:{port}/health"
+    assert f"set matrixlab_url to http://127.0.0.1:{port}" in started["warning"]

@@ -36,6 +36,11 @@ ENV_VARS = {
     "GITPILOT_MATRIXLAB_RESTART": "restart_policy",
 }
 TOKEN_ENV = "MATRIXLAB_BEARER_TOKEN"
+#: Where the Runner looks for the Docker socket inside its container, whatever the host path.
+RUNNER_DOCKER_SOCKET = "/var/run/docker.sock"
+#: Job folders (one per run, never deleted by the Runner) older than this are pruned by
+#: ``start`` and ``stop``; a run lasts at most the Runner's 900 s.
+JOBS_MAX_AGE_SEC = 3600
 
 
 def lifecycle_enabled(environ: Mapping[str, str]) -> bool:
@@ -96,6 +101,15 @@ class LifecycleConfig:
         parsed = urlparse(url)
         return parsed.port or (443 if parsed.scheme == "https" else 80)
 
+    def published_url(self, url: str) -> str:
+        """Where the container's Runner answers on this host: the bind address and host port."""
+        host = self.bind_address
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port_for(url)}"
+
     def jobs_path(self, config_dir: Path) -> str:
         """The absolute jobs folder."""
         return str(Path(self.jobs_dir or config_dir / "matrixlab-jobs").expanduser().resolve())
@@ -114,7 +128,7 @@ def run_command_line(config: LifecycleConfig, url: str, jobs: str, with_token: b
     args = ["docker", "run", "-d", "--name", config.container_name]
     args += ["--restart", config.restart_policy]
     args += ["-p", f"{config.bind_address}:{config.port_for(url)}:{config.container_port}"]
-    args += ["-v", f"{config.docker_socket}:{config.docker_socket}", "-v", f"{jobs}:{jobs}"]
+    args += ["-v", f"{config.docker_socket}:{RUNNER_DOCKER_SOCKET}", "-v", f"{jobs}:{jobs}"]
     args += ["-e", f"MATRIXLAB_LOCAL_JOBS_DIR={jobs}", "-e", f"MATRIXLAB_HOST_JOBS_DIR={jobs}"]
     if with_token:
         args += ["-e", f"{TOKEN_ENV}=***"]

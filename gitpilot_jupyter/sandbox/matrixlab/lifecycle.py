@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import shlex
+import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -21,6 +22,8 @@ from typing import Any
 from ..errors import DockerUnavailable
 from .backend import MatrixLabSandbox
 from .config import (
+    JOBS_MAX_AGE_SEC,
+    RUNNER_DOCKER_SOCKET,
     TOKEN_ENV,
     LifecycleConfig,
     instructions,
@@ -45,6 +48,37 @@ _END = object()
 _HEALTH_POLL_SEC = 0.3
 
 
+def _crashed(container: Any) -> bool:
+    """Exited, dead, or restarting after an exit: it will not answer by itself."""
+    restarts = (container.attrs or {}).get("RestartCount") or 0
+    return container.status in ("exited", "dead", "restarting") or restarts > 0
+
+
+def prune_job_folders(
+    jobs_dir: str, max_age_sec: float = JOBS_MAX_AGE_SEC
+) -> tuple[int, list[str]]:
+    """Remove ``job-*`` folders older than ``max_age_sec`` (blocking): (count, failures)."""
+    removed, failed = 0, []
+    cutoff = time.time() - max_age_sec
+    try:
+        entries = list(os.scandir(jobs_dir))
+    except FileNotFoundError:
+        return 0, []
+    except OSError as exc:
+        return 0, [f"{jobs_dir}: {exc.strerror or exc}"]
+    for entry in entries:
+        if not entry.name.startswith("job-") or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime >= cutoff:
+                continue
+            shutil.rmtree(entry.path)
+            removed += 1
+        except OSError as exc:
+            failed.append(f"{entry.path}: {exc.strerror or exc}")
+    return removed, failed
+
+
 class MatrixLabLifecycle:
     """The Runner container's lifecycle for one configuration and one Runner URL."""
 
@@ -62,6 +96,8 @@ class MatrixLabLifecycle:
         self.token = token
         self.environ = os.environ if environ is None else environ
         self.jobs_dir = config.jobs_path(config_dir or Path.home() / ".gitpilot")
+        #: Something the user should fix although the action succeeded.
+        self.warning: str | None = None
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -130,6 +166,8 @@ class MatrixLabLifecycle:
             await asyncio.to_thread(client.close)
         answer = await self.status()
         answer.update(action=action, ok=error is None, error=error, steps=transcript.steps)
+        if self.warning:
+            answer["warning"] = self.warning
         return answer
 
     async def install(self, progress: ProgressCallback | None = None) -> dict[str, Any]:
@@ -195,11 +233,19 @@ class MatrixLabLifecycle:
         async def body(client: Any, transcript: Transcript) -> None:
             name = self.config.container_name
             container = await asyncio.to_thread(find_container, client, name)
+            created = container is None
             if container is None:
                 if not await asyncio.to_thread(has_image, client, self.config.runner_image):
                     cmd = f"docker image inspect {shlex.quote(self.config.runner_image)}"
                     transcript.add(cmd, 1, stderr="the runner image is not installed")
                     raise StepFailed("the runner image is not installed: run install first")
+                socket = self.config.docker_socket
+                if not os.path.exists(socket):
+                    transcript.add(f"test -S {shlex.quote(socket)}", 1, stderr="no such file")
+                    raise StepFailed(
+                        f"the Docker socket {socket} does not exist; the Runner needs it: "
+                        "set GITPILOT_MATRIXLAB_DOCKER_SOCKET to the engine's socket"
+                    )
                 cmd = run_command_line(self.config, self.url, self.jobs_dir, bool(self.token))
                 container = await transcript.call(
                     cmd, self._run_container, client, describe=lambda c: str(c.id)
@@ -210,7 +256,12 @@ class MatrixLabLifecycle:
                 await transcript.call(
                     f"docker start {shlex.quote(name)}", container.start, describe=lambda _: name
                 )
-            await self._wait_healthy(client, name, transcript)
+            try:
+                await self._wait_healthy(client, name, transcript)
+            except StepFailed:
+                await self._give_up(client, name, transcript, remove=created)
+                raise
+            await self._prune_jobs(transcript)
 
         return await self._act("start", body)
 
@@ -218,9 +269,11 @@ class MatrixLabLifecycle:
         """``docker run -d ...`` (blocking); a container left in "created" is removed."""
         config, jobs = self.config, self.jobs_dir
         os.makedirs(jobs, exist_ok=True)
-        volumes = {jobs: {"bind": jobs, "mode": "rw"}}
-        if os.path.exists(config.docker_socket):
-            volumes[config.docker_socket] = {"bind": config.docker_socket, "mode": "rw"}
+        volumes = {
+            jobs: {"bind": jobs, "mode": "rw"},
+            # The Runner only looks at /var/run/docker.sock inside, whatever the host path.
+            config.docker_socket: {"bind": RUNNER_DOCKER_SOCKET, "mode": "rw"},
+        }
         environment = {"MATRIXLAB_LOCAL_JOBS_DIR": jobs, "MATRIXLAB_HOST_JOBS_DIR": jobs}
         if self.token:
             environment[TOKEN_ENV] = self.token
@@ -244,23 +297,65 @@ class MatrixLabLifecycle:
             raise
 
     async def _wait_healthy(self, client: Any, name: str, transcript: Transcript) -> None:
+        """Wait for ``/health`` (and the token) where the container was published.
+
+        Gives up at once when the container exits or restarts (a crash loop).
+        """
         started = time.monotonic()
-        backend = MatrixLabSandbox(url=self.url, token=self.token)
+        url = self.config.published_url(self.url)
+        backend = MatrixLabSandbox(url=url, token=self.token)
         deadline = started + self.config.start_wait_sec
         health = await backend.health()
         while not health["ok"] and time.monotonic() < deadline:
             container = await asyncio.to_thread(find_container, client, name)
-            if container is None or container.status in ("exited", "dead"):
+            if container is None or _crashed(container):
                 break
             await asyncio.sleep(_HEALTH_POLL_SEC)
             health = await backend.health()
-        cmd = f"curl -fsS {shlex.quote(self.url + '/health')}"
+        cmd = f"curl -fsS {shlex.quote(url + '/health')}"
         if health["ok"]:
             transcript.add(cmd, 0, json.dumps(health["remote"]), ms=elapsed_ms(started))
+            if url.rstrip("/") != self.url:
+                self.warning = (
+                    f"the Runner answers at {url}, but matrixlab_url is {self.url}: "
+                    f"set matrixlab_url to {url}"
+                )
             return
         logs = await asyncio.to_thread(container_logs, client, name)
         transcript.add(cmd, 1, logs, str(health["error"]), elapsed_ms(started))
-        raise StepFailed(f"the Runner did not become healthy: {health['error']}")
+        raise StepFailed(f"the Runner did not become healthy at {url}: {health['error']}")
+
+    async def _give_up(
+        self, client: Any, name: str, transcript: Transcript, *, remove: bool
+    ) -> None:
+        """Leave no container restarting: remove the one we created, stop one that was there."""
+        container = await asyncio.to_thread(find_container, client, name)
+        if container is None:
+            return
+        if remove:
+            await transcript.call(
+                f"docker rm -f {shlex.quote(name)}",
+                lambda: container.remove(force=True),
+                describe=lambda _: name,
+            )
+        else:
+            await transcript.call(
+                f"docker stop {shlex.quote(name)}",
+                lambda: container.stop(timeout=10),
+                describe=lambda _: name,
+            )
+
+    async def _prune_jobs(self, transcript: Transcript) -> None:
+        """Remove the Runner's job folders older than :data:`JOBS_MAX_AGE_SEC`."""
+        started = time.monotonic()
+        removed, failed = await asyncio.to_thread(prune_job_folders, self.jobs_dir)
+        minutes = JOBS_MAX_AGE_SEC // 60
+        cmd = (
+            f"find {shlex.quote(self.jobs_dir)} -maxdepth 1 -name 'job-*' -mmin +{minutes} "
+            "-exec rm -rf {} +"
+        )
+        out = f"removed {removed} job folder{'s' * (removed != 1)}"
+        transcript.add(cmd, 1 if failed else 0, out, "\n".join(failed), elapsed_ms(started))
 
     async def stop(self) -> dict[str, Any]:
         """Stop the Runner container (nothing to do when it is not running)."""
@@ -277,5 +372,6 @@ class MatrixLabLifecycle:
                 await transcript.call(
                     cmd, lambda: container.stop(timeout=10), describe=lambda _: name
                 )
+            await self._prune_jobs(transcript)
 
         return await self._act("stop", body)
