@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -151,8 +152,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
     )
 
     async def go() -> None:
-        async for _ in run.results():
-            pass
+        async with contextlib.aclosing(run.results()) as records:
+            async for _ in records:
+                pass
 
     try:
         run_sync(go())

@@ -58,7 +58,7 @@ display: Callable[..., None] = _display
 
 LINE_USAGE = (
     "%sandbox status | settings | config [KEY=VALUE ...] | debug [--matrixlab] | last"
-    " | plans | approve PLAN_ID | reject PLAN_ID"
+    " | plans | approve PLAN_ID | reject PLAN_ID | batch SOURCE [options]"
 )
 
 
@@ -234,6 +234,12 @@ class SandboxMagics(Magics):
             raise UsageError(f"sandbox: unknown subcommand {command!r}; usage: {LINE_USAGE}")
         with usage_errors():
             return handler(rest)
+
+    def _line_batch(self, rest: list[str]) -> Any:
+        """Many snippets under one approval, with a progress bar; answers the results table."""
+        from .batch import batch_line
+
+        return batch_line(self.user_ns, rest)
 
     def _line_status(self, rest: list[str]) -> None:
         status = run_sync(self.client.status())

@@ -19,7 +19,7 @@ from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
 from ..sandbox.policy import SandboxPolicy
 from ..sandbox.service import SandboxService
 from ..sandbox.settings import BACKENDS, MAX_TIMEOUT_SEC, SettingsStore
-from . import handlers, matrixlab, run
+from . import batch, handlers, matrixlab, run
 from .agents import agent_handlers
 from .audit import make_audit_hook
 from .base import SERVICE_KEY
@@ -202,6 +202,9 @@ class SandboxApp(ExtensionApp):
                 (f"{API}/approve", handlers.ApproveHandler),
                 *agent_handlers(API),
                 (f"{API}/run", run.RunHandler),
+                (f"{API}/batch/plan", batch.BatchPlanHandler),
+                (f"{API}/batch/approve", batch.BatchApproveHandler),
+                (f"{API}/batch", batch.BatchRunHandler),
                 (f"{API}/matrixlab/test", matrixlab.ConnectionTestHandler),
                 (f"{API}/matrixlab/lifecycle", matrixlab.LifecycleStatusHandler),
                 (f"{API}/matrixlab/(install|start|stop)", matrixlab.LifecycleActionHandler),

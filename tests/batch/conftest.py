@@ -15,6 +15,13 @@ from pathlib import Path
 
 import pytest
 
+# The magic tests: an IPython shell, and a real ipykernel.
+from tests.kernel.conftest import shell, venv_kernelspec  # noqa: F401
+from tests.kernel.test_in_kernel import kernel  # noqa: F401
+
+# The REST tests use the server tests' fixtures: a real server held to rest-api.yml.
+from tests.server.conftest import api, jp_server_config, openapi  # noqa: F401
+
 DASK = str(Path(sys.executable).parent / "dask")
 START_TIMEOUT_SEC = 60
 

@@ -7,9 +7,10 @@ the whole manifest approved once, blocked items reported and never run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ async def arun_batch(
     service: SandboxService | None = None,
     on_progress: Callable[[BatchProgress], None] | None = None,
     on_start: Callable[[BatchRun], None] | None = None,
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any], None]:
     """Plan, approve (the caller is the approver) and run; yield records as items finish."""
     batches = BatchService(service or SandboxService(root_dir=Path.cwd()))
     if isinstance(items, BatchPlan):
@@ -67,8 +68,9 @@ async def arun_batch(
     )
     if on_start is not None:
         on_start(run)
-    async for record in run.results():
-        yield record
+    async with contextlib.aclosing(run.results()) as records:
+        async for record in records:
+            yield record
 
 
 def run_batch(

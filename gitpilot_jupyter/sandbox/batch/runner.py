@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,7 +132,7 @@ class BatchRun:
             self.log.append(record)
         self._tick()
 
-    async def results(self) -> AsyncIterator[dict[str, Any]]:
+    async def results(self) -> AsyncGenerator[dict[str, Any], None]:
         """Yield each item's record as it finishes (blocked ones first, skipped ones never)."""
         batch = self.batch
         done = self.log.open({i: p.digest for i, p in batch.items.items()}) if self.log else {}

@@ -1,0 +1,129 @@
+"""``%sandbox batch SOURCE``: many snippets under one approval, from a notebook.
+
+SOURCE is a variable holding a list of items (dicts with ``id``, ``language``,
+``code``...) or the path of a JSONL file or a folder. The batch runs with the
+core in the kernel process (on this machine, or on Dask with ``--cluster``),
+shows a progress bar, and answers the results as a table: a pandas DataFrame
+when pandas is installed, else a list of dicts. Executing the cell approves the
+batch unless an item has a high-severity warning (then ``--yes`` is needed, as
+after a look at the items with ``--show ID``). Interrupting the kernel stops
+the batch and keeps what finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.display import display as _display
+
+from ..sandbox.batch import BatchService, as_items, items_from_list
+from ..sandbox.batch.render import batch_plan_text, item_text, report_text
+from ..sandbox.service import SandboxService
+from ..sandbox.sync import run_sync
+
+display: Callable[..., None] = _display
+
+USAGE = (
+    "%sandbox batch SOURCE [--each CMD] [--out FILE] [--workers N] [--cluster ADDRESS|local] "
+    "[--timeout N] [--deadline SEC] [--backend B] [--network] [--yes] [--plan] [--show ID]"
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would exit the kernel
+        raise UsageError(f"sandbox batch: {message}; usage: {USAGE}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="%sandbox batch", add_help=False)
+    p.add_argument("source")
+    p.add_argument("--each")
+    p.add_argument("--out")
+    p.add_argument("--workers", type=int)
+    p.add_argument("--cluster")
+    p.add_argument("--timeout", type=int)
+    p.add_argument("--deadline", type=int)
+    p.add_argument("--backend")
+    p.add_argument("--network", dest="network", action="store_const", const=True, default=None)
+    p.add_argument("--no-network", dest="network", action="store_const", const=False)
+    p.add_argument("--yes", action="store_true")
+    p.add_argument("--plan", action="store_true")
+    p.add_argument("--show", action="append")
+    return p
+
+
+def as_table(records: list[dict[str, Any]]) -> Any:
+    """A pandas DataFrame of the records when pandas is installed, else the list itself."""
+    try:
+        import pandas as pd
+    except ImportError:
+        return records
+    return pd.DataFrame.from_records(records)
+
+
+def batch_line(user_ns: dict[str, Any], rest: list[str]) -> Any:
+    """Run ``%sandbox batch``; the results table (``None`` for ``--plan`` / ``--show``)."""
+    args = _parser().parse_args(rest)
+    source = user_ns.get(args.source) if args.source.isidentifier() else None
+    if source is not None and not isinstance(source, (str, Path)):
+        items = items_from_list(source)
+    else:
+        items = as_items(source if source is not None else args.source, args.each)
+    batches = BatchService(SandboxService(root_dir=Path.cwd()))
+    batch = batches.plan(
+        items,
+        timeout_sec=args.timeout,
+        backend=args.backend,
+        allow_network=args.network,
+        deadline_sec=args.deadline,
+        user="kernel",
+    )
+    if args.show:
+        for item_id in args.show:
+            print(item_text(batch, item_id))
+        return None
+    print(batch_plan_text(batch))
+    if args.plan:
+        return None
+    high = batch.summary()["high_risk"]
+    if high and not args.yes:
+        raise UsageError(
+            f"sandbox batch: {len(high)} item(s) have high-severity warnings ({', '.join(high[:5])}"
+            f"{'...' if len(high) > 5 else ''}); look at them with --show ID, then run with --yes"
+        )
+    token = None
+    if batch.requires_approval:
+        token = batches.approve(batch.batch_id, user="kernel")["approval_token"]
+    from ..widgets.batch import BatchProgressBar
+
+    bar = BatchProgressBar(batch.count)
+    display(bar)
+    run = batches.start(
+        batches.claim(batch.batch_id, token, user="kernel"),
+        out=args.out,
+        workers=args.workers,
+        cluster=args.cluster,
+        on_progress=bar.update,
+        user="kernel",
+    )
+    records: list[dict[str, Any]] = []
+
+    async def go() -> None:
+        async with contextlib.aclosing(run.results()) as results:
+            async for record in results:
+                records.append(record)
+
+    try:
+        run_sync(go())
+    except KeyboardInterrupt:
+        run.stopped = "cancelled"
+    report = run.report()
+    if report["stopped"]:
+        bar.stopped(report["stopped"])
+    print(report_text(report))
+    return as_table(records)

@@ -1,0 +1,110 @@
+"""``POST /api/sandbox/batch/plan``, ``/batch/approve`` and ``/batch``: batches over REST.
+
+The same flow as a single snippet: plan (every item planned, the scan summed
+up, blocked items named), approve once (one token for the whole manifest), run.
+The run streams NDJSON when asked: an ``item`` line per finished item and a
+``progress`` line after it, then ``{"type": "result", ...report}``. A client that
+goes away stops the batch (the rest is cancelled; what finished was sent).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from tornado import web
+
+from ..sandbox.batch import BatchService, items_from_list
+from .base import SandboxHandler, authorized_execute
+from .handlers import PlanHandler
+from .stream import LineSink, StreamingHandler
+
+#: Where the server keeps its batch service, beside the sandbox service.
+BATCH_SERVICE_KEY = "gitpilot_sandbox_batches"
+
+
+def batch_service(handler: SandboxHandler) -> BatchService:
+    """The server's one batch service, made on first use around its sandbox service."""
+    batches = handler.settings.get(BATCH_SERVICE_KEY)
+    if batches is None:
+        batches = handler.settings[BATCH_SERVICE_KEY] = BatchService(handler.service)
+    assert isinstance(batches, BatchService)
+    return batches
+
+
+class BatchPlanHandler(PlanHandler):
+    """Plan a batch and keep it pending for one approval."""
+
+    @web.authenticated
+    @authorized_execute
+    async def post(self) -> None:
+        """``{"batch": plan}`` with the summary and every item's plan (the approver opens any)."""
+        body = self.body("BatchPlanRequest")
+        for item in body["items"]:
+            self.check_not_hidden(item.get("file") if isinstance(item, dict) else None)
+
+        async def plan() -> dict[str, Any]:
+            items = items_from_list(body.pop("items"))
+            batch = batch_service(self).plan(items, **body, user=self.username)
+            return {"batch": batch.to_dict()}
+
+        self.write_json(await self.call(plan()))
+
+
+class BatchApproveHandler(SandboxHandler):
+    """Approve a pending batch: one single-use token for its whole manifest."""
+
+    @web.authenticated
+    @authorized_execute
+    async def post(self) -> None:
+        """``{approval_token, batch_id, expires_in}``."""
+        body = self.body("BatchApproveRequest")
+
+        async def approve() -> dict[str, Any]:
+            return batch_service(self).approve(
+                body["batch_id"], session_id=body.get("session_id"), user=self.username
+            )
+
+        self.write_json(await self.call(approve()))
+
+
+class BatchRunHandler(StreamingHandler):
+    """Run an approved batch on the server's machine; stream each result as it finishes."""
+
+    @web.authenticated
+    @authorized_execute
+    async def post(self) -> None:
+        """Spend the token (items sent again must match the manifest), then run."""
+        body = self.body("BatchRunRequest")
+        batches = batch_service(self)
+        workers = body.pop("workers", None)
+        items = body.pop("items", None)
+
+        async def claim() -> Any:
+            return batches.claim(
+                body.pop("batch_id"),
+                body.pop("approval_token", None),
+                items=items_from_list(items) if items is not None else None,
+                **body,
+                user=self.username,
+            )
+
+        batch = await self.call(claim())
+        run = batches.start(batch, workers=workers, user=self.username)
+
+        async def work(sink: LineSink | None) -> dict[str, Any]:
+            results = []
+            async with contextlib.aclosing(run.results()) as records:
+                async for record in records:
+                    if sink is None:
+                        results.append(record)
+                        continue
+                    await sink({"type": "item", **record})
+                    await sink({"type": "progress", **run.progress.to_dict()})
+                    if self._client_gone:
+                        run.stopped = "cancelled"
+                        break  # Stop: leaving the loop cancels the rest
+            report = run.report()
+            return report if sink is not None else {"results": results, "report": report}
+
+        await self.answer(work)

@@ -1,0 +1,74 @@
+"""``%sandbox batch`` in a real ipykernel: a progress bar, then a DataFrame (or a list of dicts)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from tests.kernel.test_in_kernel import run
+
+SETUP = """
+items = [{"id": f"n{i}", "language": "python", "code": f"print({i} * 3)"} for i in range(6)]
+items.append({"id": "wipe", "language": "bash", "code": "rm -rf /"})
+"""
+
+
+def test_in_a_kernel_it_shows_a_progress_bar_then_a_dataframe(kernel: Any, tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    run(kernel, SETUP)
+    messages = run(kernel, f"df = %sandbox batch items --out {out} --workers 2\ndf")
+    widgets = [
+        m
+        for m in messages
+        if m["msg_type"] == "comm_open"
+        and m["content"]["data"]["state"].get("_model_name") == "IntProgressModel"
+    ]
+    assert len(widgets) == 1, "no progress bar was shown"
+    bar = widgets[0]["content"]["comm_id"]
+    updates = [
+        m["content"]["data"]["state"]["value"]
+        for m in messages
+        if m["msg_type"] == "comm_msg"
+        and m["content"]["comm_id"] == bar
+        and "value" in m["content"]["data"].get("state", {})
+    ]
+    assert max(updates) == 7
+    [table] = [m["content"]["data"] for m in messages if m["msg_type"] == "execute_result"]
+    assert "text/html" in table and "dataframe" in table["text/html"]
+    check = run(kernel, "print(sorted(df['id'])); print(df.set_index('id').loc['n4', 'stdout'])")
+    text = "".join(m["content"]["text"] for m in check if m["msg_type"] == "stream")
+    assert "['n0', 'n1', 'n2', 'n3', 'n4', 'n5', 'wipe']" in text and "12" in text
+    assert sorted(json.loads(line)["id"] for line in out.read_text().splitlines())[-1] == "wipe"
+
+
+def test_without_pandas_the_results_are_a_list_of_dicts(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pandas", None)  # as if pandas were not installed
+    shell.run_cell(SETUP)
+    results = shell.run_line_magic("sandbox", "batch items")
+    assert isinstance(results, list) and len(results) == 7
+    by_id = {r["id"]: r for r in results}
+    assert by_id["n2"]["stdout"] == "6\n" and by_id["wipe"]["status"] == "blocked"
+
+
+def test_high_risk_items_need_yes_and_can_be_opened(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell.run_cell(
+        'risky = [{"id": "r", "language": "python", "code": "import os; os.system(\'true\')"}]'
+    )
+    with pytest.raises(UsageError, match=r"high-severity warnings .*--yes"):
+        shell.run_line_magic("sandbox", "batch risky")
+    shell.run_line_magic("sandbox", "batch risky --show r")
+    assert "os.system('true')" in capsys.readouterr().out
+    assert list(shell.run_line_magic("sandbox", "batch risky --yes")["status"]) == ["ok"]
+    with pytest.raises(UsageError, match="usage"):
+        shell.run_line_magic("sandbox", "batch")

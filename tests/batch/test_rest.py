@@ -1,0 +1,131 @@
+"""``POST /api/sandbox/batch/plan``, ``/batch/approve``, ``/batch`` on a real Jupyter server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from traitlets.config import Config
+
+from tests.server.helpers import NDJSON, Api, check_stream_line
+
+ITEMS = [
+    {"id": "a", "language": "python", "code": "print('a')"},
+    {"id": "b", "language": "bash", "code": "echo b; exit 4"},
+    {"id": "c", "language": "py", "code": "import os\nos.system('true')\nprint('c')"},
+    {"id": "wipe", "language": "bash", "code": "rm -rf /"},
+]
+
+
+async def plan_batch(api: Api, items: list[dict[str, Any]] = ITEMS, **extra: Any) -> dict[str, Any]:
+    answer = await api("POST", "api/sandbox/batch/plan", {"items": items, **extra})
+    assert answer.code == 200, answer.text
+    batch: dict[str, Any] = answer.body["batch"]
+    return batch
+
+
+async def approve(api: Api, batch_id: str) -> str:
+    answer = await api("POST", "api/sandbox/batch/approve", {"batch_id": batch_id})
+    assert answer.code == 200, answer.text
+    assert answer.body["batch_id"] == batch_id
+    token: str = answer.body["approval_token"]
+    return token
+
+
+async def test_plan_approve_run_with_one_token(api: Api) -> None:
+    batch = await plan_batch(api)
+    assert (batch["count"], batch["runnable"]) == (4, 3)
+    assert batch["languages"] == {"python": 2, "bash": 2}
+    assert batch["blocked"] == [{"id": "wipe", "reason": "destructive pattern 'rm -rf /'"}]
+    assert batch["high_risk"] == ["c"]
+    assert [item["id"] for item in batch["items"]] == ["a", "b", "c", "wipe"]
+    assert batch["items"][2]["code"].startswith("import os")  # the approver can open any item
+    token = await approve(api, batch["batch_id"])
+    answer = await api(
+        "POST", "api/sandbox/batch", {"batch_id": batch["batch_id"], "approval_token": token}
+    )
+    assert answer.code == 200, answer.text
+    records = {r["id"]: r for r in answer.body["results"]}
+    assert records["a"]["stdout"] == "a\n" and records["a"]["status"] == "ok"
+    assert records["b"]["status"] == "failed" and records["b"]["exit_code"] == 4
+    assert records["wipe"]["status"] == "blocked" and "exit_code" not in records["wipe"]
+    report = answer.body["report"]
+    assert (report["ok"], report["failed"], report["blocked"], report["total"]) == (2, 1, 1, 4)
+    again = await api(
+        "POST", "api/sandbox/batch", {"batch_id": batch["batch_id"], "approval_token": token}
+    )
+    assert (again.code, again.body["code"]) == (403, "approval_used")
+
+
+async def test_changing_one_item_refuses_the_token(api: Api) -> None:
+    batch = await plan_batch(api)
+    token = await approve(api, batch["batch_id"])
+    changed = [dict(item) for item in ITEMS]
+    changed[0]["code"] = "print('A')"
+    body = {"batch_id": batch["batch_id"], "approval_token": token, "items": changed}
+    refused = await api("POST", "api/sandbox/batch", body)
+    assert (refused.code, refused.body["code"]) == (403, "approval_mismatch")
+    body["items"] = ITEMS  # the token was not spent
+    ran = await api("POST", "api/sandbox/batch", body)
+    assert ran.code == 200 and ran.body["report"]["ok"] == 2
+
+
+async def test_the_run_streams_items_and_progress_as_ndjson(api: Api) -> None:
+    items = [{"id": str(i), "language": "bash", "code": f"echo {i}"} for i in range(5)]
+    batch = await plan_batch(api, items)
+    token = await approve(api, batch["batch_id"])
+    answer = await api(
+        "POST",
+        "api/sandbox/batch",
+        {"batch_id": batch["batch_id"], "approval_token": token, "workers": 2},
+        headers={"Accept": NDJSON},
+    )
+    assert answer.code == 200 and answer.headers["Content-Type"].startswith(NDJSON)
+    lines = [json.loads(text) for text in answer.text.splitlines()]
+    for line in lines:
+        check_stream_line(line, "BatchReport")
+    kinds = [line["type"] for line in lines]
+    assert kinds == ["item", "progress"] * 5 + ["result"]
+    assert sorted(line["stdout"] for line in lines if line["type"] == "item") == [
+        f"{i}\n" for i in range(5)
+    ]
+    assert [line["finished"] for line in lines if line["type"] == "progress"] == [1, 2, 3, 4, 5]
+    assert lines[-1]["ok"] == 5 and lines[-1]["stopped"] is None
+
+
+async def test_refusals_are_plain_json_errors(api: Api) -> None:
+    bad_item = await api(
+        "POST", "api/sandbox/batch/plan", {"items": [{"id": 1, "language": "cobol", "code": "x"}]}
+    )
+    assert (bad_item.code, bad_item.body["code"]) == (400, "unknown_language")
+    assert "item '1'" in bad_item.body["message"]
+    twice = await api(
+        "POST",
+        "api/sandbox/batch/plan",
+        {"items": [{"id": 1, "code": "1"}, {"id": 1, "code": "2"}]},
+    )
+    assert (twice.code, twice.body["code"]) == (400, "invalid_request")
+    hidden = await api("POST", "api/sandbox/batch/plan", {"items": [{"id": 1, "file": ".env"}]})
+    assert hidden.code == 400
+    unknown = await api("POST", "api/sandbox/batch/approve", {"batch_id": "batch_0000000000000000"})
+    assert (unknown.code, unknown.body["code"]) == (404, "plan_not_found")
+    batch = await plan_batch(api)
+    unapproved = await api("POST", "api/sandbox/batch", {"batch_id": batch["batch_id"]})
+    assert (unapproved.code, unapproved.body["code"]) == (403, "approval_required")
+    odd = await api("POST", "api/sandbox/batch/plan", {"items": ITEMS, "deadline_sec": 0})
+    assert odd.code == 400 and "deadline_sec" in odd.body["message"]
+
+
+@pytest.mark.parametrize(
+    "jp_server_config",
+    [Config({"ServerApp": {"jpserver_extensions": {"gitpilot_jupyter": True}}})],
+    indirect=True,
+)
+async def test_every_batch_route_needs_authentication(jp_fetch: Any) -> None:
+    for path in ("batch/plan", "batch/approve", "batch"):
+        answer = await jp_fetch(
+            "api", "sandbox", *path.split("/"), method="POST", body=json.dumps({"items": ITEMS}),
+            headers={"Authorization": ""}, raise_error=False,
+        )  # fmt: skip
+        assert answer.code == 403
