@@ -101,7 +101,7 @@ def test_debug_matrixlab_fails_with_a_hint_on_a_closed_port() -> None:
     health = found["runner health"]
     assert health["status"] == "FAIL" and url in health["detail"]
     assert "start" in health["fix"]
-    assert found["runner snippet"]["status"] == "SKIP"
+    assert found["runner snippet"]["status"] == found["runner timeout"]["status"] == "SKIP"
     assert "GITPILOT_MATRIXLAB_URL" in found["settings"]["detail"]
 
 
@@ -110,8 +110,10 @@ def test_debug_matrixlab_passes_against_a_runner(runner_standin: StandinRunner) 
     env["GITPILOT_MATRIXLAB_TOKEN"] = runner_standin.token
     proc = debug("--matrixlab", "--json", env=env)
     found = stages(proc)
-    for name in ("runner health", "runner docker", "runner capabilities", "runner snippet"):
+    names = ("runner health", "runner docker", "runner capabilities", "runner snippet")
+    for name in (*names, "runner timeout"):
         assert found[name]["status"] == "PASS", found[name]
+    assert "output kept" in found["runner timeout"]["detail"]
 
 
 def test_debug_names_a_rejected_token(runner_standin: StandinRunner) -> None:
@@ -120,3 +122,4 @@ def test_debug_names_a_rejected_token(runner_standin: StandinRunner) -> None:
     assert proc.returncode == 1
     snippet = stages(proc)["runner snippet"]
     assert snippet["status"] == "FAIL" and "matrixlab_token" in snippet["fix"]
+    assert stages(proc)["runner timeout"]["status"] == "SKIP"

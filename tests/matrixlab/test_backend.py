@@ -16,6 +16,7 @@ from gitpilot_jupyter.sandbox.errors import BackendFailure, BackendUnreachable, 
 from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.sandbox.matrixlab.protocol import image_language, runner_error
 from gitpilot_jupyter.sandbox.matrixlab.wrapper import START_ALLOWANCE_SEC
+from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.matrixlab.conftest import backend_for, sent_requests
 from tests.support.live_server import free_port
 from tests.support.standin_fixture import StandinRunner, StartStandin
@@ -294,3 +295,18 @@ async def test_javascript_runs_without_the_python_image(runner_standin: StandinR
     assert result.stdout == "42\n"
     body = sent_requests(runner_standin)[-1]["body"]
     assert isinstance(body, dict) and body["image"] == "node"
+
+
+async def test_status_checks_the_token_not_only_health(
+    service: SandboxService, runner_standin: StandinRunner
+) -> None:
+    """``/health`` needs no token: status must not say ok for a Runner that refuses ours."""
+    service.settings.update({"backend": "matrixlab", "matrixlab_url": runner_standin.url})
+    for token, state in (("wrong", "rejected"), ("", "requires")):
+        service.settings.update({"matrixlab_token": token})
+        status = await service.status()
+        assert status["ok"] is False and "401" in status["error"], status
+        assert state in status["error"] and "MATRIXLAB_BEARER_TOKEN" in status["error"]
+    service.settings.update({"matrixlab_token": runner_standin.token})
+    status = await service.status()
+    assert status["ok"] is True and status["error"] is None

@@ -1,4 +1,4 @@
-"""The Runner stages of ``debug --matrixlab``: health, its Docker, capabilities, a snippet."""
+"""The Runner stages of ``debug --matrixlab``: health, Docker, capabilities, snippet, timeout."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from ..errors import SandboxError
 from ..service import SandboxService
 from .local import HELLO, outcome
 from .stage import FAIL, PASS, SKIP, Stage
+
+#: The timeout of the Runner timeout check, in seconds.
+TIMEOUT_CHECK_SEC = 2
 
 
 async def runner_stages(service: SandboxService, probe: SandboxService) -> list[Stage]:
@@ -19,7 +22,7 @@ async def runner_stages(service: SandboxService, probe: SandboxService) -> list[
         stages.append(Stage("runner health", FAIL, report["error"] or "unreachable", hint))
         return stages + [
             Stage(n, SKIP, "the Runner is not reachable")
-            for n in ("runner docker", "runner capabilities", "runner snippet")
+            for n in ("runner docker", "runner capabilities", "runner snippet", "runner timeout")
         ]
     stages.append(
         Stage(
@@ -39,7 +42,12 @@ async def runner_stages(service: SandboxService, probe: SandboxService) -> list[
         stages.append(
             Stage("runner capabilities", FAIL, f"endpoints: {offered}", report.get("hint"))
         )
-    stages.append(await _runner_snippet(probe, report))
+    snippet = await _runner_snippet(probe, report)
+    stages.append(snippet)
+    if snippet.status == PASS:
+        stages.append(await _runner_timeout(probe))
+    else:
+        stages.append(Stage("runner timeout", SKIP, "the snippet did not run on the Runner"))
     return stages
 
 
@@ -58,3 +66,35 @@ async def _runner_snippet(probe: SandboxService, report: dict[str, Any]) -> Stag
     if result.ok and result.stdout.strip() == "4":
         return Stage(name, PASS, f"print(2 + 2) -> 4 in {result.duration_ms} ms")
     return Stage(name, FAIL, outcome(result), "docker logs gitpilot-matrixlab")
+
+
+async def _runner_timeout(probe: SandboxService) -> Stage:
+    """A snippet killed at its own timeout on the Runner: timed out, output kept, on time.
+
+    The Runner's timeout counts its container's start and its own flag believes any
+    exit 124: this is the check that the backend's own clock decides, as locally.
+    """
+    name = "runner timeout"
+    code = "import sys, time\nprint('before the kill', flush=True)\nsys.stderr.write('err')\n"
+    code += "sys.stderr.flush()\ntime.sleep(60)"
+    try:
+        _, result = await probe.run_approved_here(
+            language="python", code=code, backend="matrixlab", timeout_sec=TIMEOUT_CHECK_SEC
+        )
+    except SandboxError as exc:
+        return Stage(name, FAIL, exc.message, "docker logs gitpilot-matrixlab")
+    on_time = TIMEOUT_CHECK_SEC * 1000 <= result.duration_ms < (TIMEOUT_CHECK_SEC + 2) * 1000
+    if (
+        result.timed_out
+        and result.exit_code == -1
+        and result.stdout == "before the kill\n"
+        and result.stderr == "err"
+        and on_time
+    ):
+        return Stage(name, PASS, f"killed after {result.duration_ms} ms, output kept")
+    return Stage(
+        name,
+        FAIL,
+        outcome(result),
+        "the Runner's image needs bash 5 and coreutils `timeout` (see docs/admin/matrixlab.md)",
+    )
