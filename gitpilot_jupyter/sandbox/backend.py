@@ -13,6 +13,10 @@ from .results import RunResult, new_run_id
 OutputCallback = Callable[[str, str], Awaitable[None]]
 
 
+#: The size cap of a run's writable space (run folder, /tmp, /dev/shm), in MiB.
+DEFAULT_DISK_MB = 256
+
+
 @dataclass(frozen=True)
 class ResourceLimits:
     """Per-run resource limits for the local backend's OS isolation."""
@@ -20,6 +24,7 @@ class ResourceLimits:
     memory_mb: int = 1024
     max_processes: int = 256
     max_file_size_mb: int = 128
+    disk_mb: int = DEFAULT_DISK_MB
 
 
 @dataclass

@@ -14,7 +14,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,18 +26,32 @@ APPROVAL_TTL_SEC = 300
 
 
 def plan_digest(
-    *, language: str, code: str, stdin: str | None, timeout_sec: int, network: bool, backend: str
+    *,
+    language: str,
+    code: str,
+    stdin: str | None,
+    timeout_sec: int,
+    network: bool,
+    backend: str,
+    env: Sequence[str] = (),
 ) -> str:
-    """The sha256 over everything that decides what a run does."""
+    """The sha256 over everything that decides what a run does.
+
+    ``env`` (the variable names passed through) is bound only when not empty,
+    so a plan without them keeps the digest it always had.
+    """
+    fields: dict[str, Any] = {
+        "language": language,
+        "code": code,
+        "stdin": stdin,
+        "timeout_sec": timeout_sec,
+        "network": network,
+        "backend": backend,
+    }
+    if env:
+        fields["env"] = sorted(env)
     material = json.dumps(
-        {
-            "language": language,
-            "code": code,
-            "stdin": stdin,
-            "timeout_sec": timeout_sec,
-            "network": network,
-            "backend": backend,
-        },
+        fields,
         sort_keys=True,
         ensure_ascii=False,
     )
@@ -67,6 +81,8 @@ class ExecutionPlan:
     file: str | None = None
     blocked_reason: str | None = None
     session_id: str | None = None
+    #: Names of server variables passed through to the run (values are never shown).
+    env: list[str] = field(default_factory=list)
 
     @property
     def high_risk(self) -> bool:
@@ -93,6 +109,7 @@ class ExecutionPlan:
             "created_at": self.created_at,
             "code": self.code,
             "file": self.file,
+            "env": list(self.env),
         }
 
     @classmethod

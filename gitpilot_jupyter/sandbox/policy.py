@@ -1,37 +1,68 @@
-"""SandboxPolicy: timeouts, output cap, environment scrubbing, destructive patterns."""
+"""SandboxPolicy: timeouts, output cap, the environment allowlist, destructive patterns."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import InvalidRequest, PolicyViolation
 from .output import DEFAULT_OUTPUT_CAP
 from .settings import MAX_TIMEOUT_SEC
 
-#: Secrets named by the original product; always stripped.
-SECRET_VARS = frozenset(
-    {
-        "GITHUB_TOKEN",
-        "GITPILOT_GITHUB_TOKEN",
-        "OPENAI_API_KEY",
-        "ANTHROPIC_API_KEY",
-        "WATSONX_API_KEY",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "JUPYTERHUB_API_TOKEN",
-        "JPY_API_TOKEN",
-        "JUPYTER_TOKEN",
+#: What a snippet's environment holds by default: nothing of the server's but these
+#: (``HOME`` and ``TMPDIR`` are then pointed into the run's own folder by the backend).
+BASE_VARS = frozenset(
+    {"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "NO_COLOR", "PYTHONIOENCODING"}
+    | {
+        f"LC_{part}"
+        for part in (
+            "ALL", "CTYPE", "COLLATE", "MESSAGES", "MONETARY", "NUMERIC", "TIME",
+            "ADDRESS", "IDENTIFICATION", "MEASUREMENT", "NAME", "PAPER", "TELEPHONE",
+        )
     }
-)
-#: Any variable whose upper-cased name contains one of these is stripped.
-SECRET_NAME_PARTS = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "CREDENTIAL")
+)  # fmt: skip
 PROXY_VARS = frozenset(
     name
     for base in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "FTP_PROXY")
     for name in (base, base.lower())
 )
+#: The administrator's pass-through list for processes without a server trait (CLI, kernel):
+#: comma- or space-separated variable names.
+ENV_PASSTHROUGH_ENV = "GITPILOT_SANDBOX_ENV_PASSTHROUGH"
+MAX_ENV_NAMES = 64
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def env_names(names: object) -> tuple[str, ...]:
+    """Validate the variable names a caller passes through (``--env NAME``), sorted, unique.
+
+    Raises :class:`InvalidRequest` for anything that is not a list of variable names.
+    """
+    if names is None:
+        return ()
+    if isinstance(names, str) or not isinstance(names, (list, tuple, set, frozenset)):
+        raise InvalidRequest("env must be a list of variable names", code="invalid_env")
+    out = set()
+    for name in names:
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise InvalidRequest(
+                f"env: {name!r} is not a variable name (letters, digits, _; "
+                "only names: values are taken from the server's environment)",
+                code="invalid_env",
+            )
+        out.add(name)
+    if len(out) > MAX_ENV_NAMES:
+        raise InvalidRequest(f"env: at most {MAX_ENV_NAMES} names", code="invalid_env")
+    return tuple(sorted(out))
+
+
+def admin_passthrough(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The names in ``GITPILOT_SANDBOX_ENV_PASSTHROUGH`` (invalid ones are ignored)."""
+    raw = (os.environ if environ is None else environ).get(ENV_PASSTHROUGH_ENV, "")
+    return frozenset(n for n in re.split(r"[\s,]+", raw) if _ENV_NAME.fullmatch(n))
+
 
 # Each pattern is matched with word boundaries so ``rm -rf /tmp/x`` is not refused.
 _END = r"(?=$|[\s;&|)`'\"])"
@@ -68,8 +99,9 @@ class SandboxPolicy:
 
     max_output_bytes: int = DEFAULT_OUTPUT_CAP
     max_timeout_sec: int = MAX_TIMEOUT_SEC
-    extra_secret_vars: frozenset[str] = frozenset()
-    allowed_vars: frozenset[str] = frozenset()
+    #: Variables the administrator passes to every run (server trait ``env_passthrough``,
+    #: else ``GITPILOT_SANDBOX_ENV_PASSTHROUGH``).
+    allowed_vars: frozenset[str] = field(default_factory=admin_passthrough)
 
     def timeout(self, requested: object, default: int) -> int:
         """The timeout for a run: ``requested`` when given (1..max), else ``default``."""
@@ -87,24 +119,34 @@ class SandboxPolicy:
             )
         return requested
 
-    def is_secret(self, name: str) -> bool:
-        """True when ``name`` must never reach a sandboxed process."""
-        if name in self.allowed_vars:
-            return False
-        upper = name.upper()
+    def passes(self, name: str, *, allow_network: bool, passthrough: Iterable[str] = ()) -> bool:
+        """True when ``name`` reaches a run: base set, admin list, or passed by name."""
         return (
-            upper in SECRET_VARS
-            or name in self.extra_secret_vars
-            or any(part in upper for part in SECRET_NAME_PARTS)
+            name in BASE_VARS
+            or name in self.allowed_vars
+            or name in passthrough
+            or (allow_network and name in PROXY_VARS)
         )
 
-    def scrub_env(self, environ: Mapping[str, str], *, allow_network: bool) -> dict[str, str]:
-        """The environment for a sandboxed process: secrets gone, proxies gone when offline."""
-        env = {k: v for k, v in environ.items() if not self.is_secret(k)}
-        if not allow_network:
-            for name in PROXY_VARS:
-                env.pop(name, None)
-        return env
+    def scrub_env(
+        self,
+        environ: Mapping[str, str],
+        *,
+        allow_network: bool,
+        passthrough: Iterable[str] = (),
+    ) -> dict[str, str]:
+        """The environment for a sandboxed process, by allowlist (see :data:`BASE_VARS`).
+
+        Nothing else of the server's environment reaches a run: no token, no
+        ``DATABASE_URL``, no cloud key, unless the administrator or the caller named it.
+        Proxies pass only with network on.
+        """
+        names = frozenset(passthrough)
+        return {
+            k: v
+            for k, v in environ.items()
+            if self.passes(k, allow_network=allow_network, passthrough=names)
+        }
 
     def check_destructive(self, language: str, code: str, command: Iterable[str]) -> None:
         """Refuse a snippet whose shell text or launched command matches a destructive pattern."""

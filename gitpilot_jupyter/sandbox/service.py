@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from .local.isolation import Isolator
 from .matrixlab.config import LifecycleConfig
 from .matrixlab.ops import MatrixLabOperations
 from .plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id, plan_digest
-from .policy import SandboxPolicy, find_destructive
+from .policy import SandboxPolicy, env_names, find_destructive
 from .results import RunResult
 from .scan import scan
 from .settings import (
@@ -134,6 +134,16 @@ class SandboxService(MatrixLabOperations):
         if self.audit is not None:
             self.audit(event, data)
 
+    def _disk_check(self, settings: SandboxSettings) -> dict[str, Any]:
+        """The plan's line on the run's writable space: capped (verified layer) or not."""
+        local = self._local["subprocess"]
+        capped = isinstance(local, SubprocessSandbox) and "disk-cap" in local.isolation()
+        if capped:
+            label = f"writable space capped at {settings.disk_limit_mb} MB"
+        else:
+            label = "writable space not capped on this host (see jupyter sandbox status)"
+        return {"label": label, "ok": capped}
+
     def _command(self, language: str) -> list[str]:
         return self.interpreters.display_command(language)
 
@@ -143,6 +153,7 @@ class SandboxService(MatrixLabOperations):
             memory_mb=settings.memory_limit_mb,
             max_processes=settings.max_processes,
             max_file_size_mb=settings.max_file_size_mb,
+            disk_mb=settings.disk_limit_mb,
         )
 
     # -- plan -------------------------------------------------------------------------
@@ -164,8 +175,12 @@ class SandboxService(MatrixLabOperations):
         backend: str | None = None,
         allow_network: bool | None = None,
         user: str | None = None,
+        env: Sequence[str] | None = None,
     ) -> ExecutionPlan:
-        """Describe what would run; keep it pending for approval."""
+        """Describe what would run; keep it pending for approval.
+
+        ``env`` names server variables to pass through to the run (``--env NAME``).
+        """
         file_text = None
         if file is not None and code is None:
             # Off the event loop: a file plan must never stall the server (the file is
@@ -182,6 +197,7 @@ class SandboxService(MatrixLabOperations):
             session_id=session_id,
             backend=backend,
             allow_network=allow_network,
+            env=env,
         )
         self.plans.add(plan)
         self._emit(
@@ -211,6 +227,7 @@ class SandboxService(MatrixLabOperations):
         backend: str | None = None,
         allow_network: bool | None = None,
         file_text: str | None = None,
+        env: Sequence[str] | None = None,
     ) -> ExecutionPlan:
         """The plan :meth:`plan` would make, neither kept nor audited (a batch plans with it).
 
@@ -236,6 +253,7 @@ class SandboxService(MatrixLabOperations):
             raise EmptyCode("there is no code to run")
         if len(code) > MAX_CODE_CHARS:
             raise InvalidRequest(f"code is longer than {MAX_CODE_CHARS} characters")
+        names = env_names(env)
         name, effective = self.resolve(backend)
         settings = effective.settings
         timeout = self.policy.timeout(timeout_sec, settings.timeout_sec)
@@ -257,6 +275,14 @@ class SandboxService(MatrixLabOperations):
         checks += [
             {"label": note, "ok": False} for note in runner.limit_notes(self._limits(settings))
         ]
+        if name == "subprocess":
+            checks.append(self._disk_check(settings))
+        if names:
+            unset = [n for n in names if n not in os.environ]
+            label = "passes the server's " + ", ".join(names)
+            if unset:
+                label += f" (not set on the server: {', '.join(unset)})"
+            checks.append({"label": label, "ok": not unset})
         lines = code.count("\n") + (0 if code.endswith("\n") else 1)
         goal = f"Run {file}" if file else f"Run a {lang} snippet ({lines} line{'s' * (lines != 1)})"
         return ExecutionPlan(
@@ -280,12 +306,14 @@ class SandboxService(MatrixLabOperations):
                 timeout_sec=timeout,
                 network=network,
                 backend=name,
+                env=names,
             ),
             created_at=time.time(),
             code=code,
             stdin=stdin,
             file=file,
             session_id=session_id,
+            env=list(names),
         )
 
     async def approve(
@@ -329,11 +357,16 @@ class SandboxService(MatrixLabOperations):
         allow_network: bool | None = None,
         user: str | None = None,
         on_output: OutputCallback | None = None,
+        env: Sequence[str] | None = None,
     ) -> RunResult:
-        """Run an approved snippet. Order of checks: approval, language, code, policy."""
+        """Run an approved snippet. Order of checks: approval, language, code, policy.
+
+        ``env`` must name the same variables as the approved plan (the digest binds them).
+        """
         for name_, text in (("code", code), ("stdin", stdin)):
             if isinstance(text, str):
                 check_text(name_, text)  # a lone surrogate is bad input, never a 500
+        names = env_names(env)
         name, effective = self.resolve(backend)
         settings = effective.settings
         network = settings.allow_network if allow_network is None else bool(allow_network)
@@ -349,6 +382,7 @@ class SandboxService(MatrixLabOperations):
             timeout_sec=requested_timeout,
             network=network,
             backend=name,
+            env=names,
         )
         plan_id: str | None = None
         if self.require_approval:
@@ -361,7 +395,18 @@ class SandboxService(MatrixLabOperations):
             raise EmptyCode("there is no code to run")
         timeout = self.policy.timeout(timeout_sec, settings.timeout_sec)
         return await self._launch(
-            name, settings, lang, code, timeout, stdin, network, plan_id, digest, user, on_output
+            name,
+            settings,
+            lang,
+            code,
+            timeout,
+            stdin,
+            network,
+            plan_id,
+            digest,
+            user,
+            on_output,
+            names,
         )
 
     async def run_plan(
@@ -391,6 +436,7 @@ class SandboxService(MatrixLabOperations):
             plan.digest,
             user,
             on_output,
+            env_names(plan.env),
         )
 
     async def _launch(
@@ -406,6 +452,7 @@ class SandboxService(MatrixLabOperations):
         digest: str,
         user: str | None,
         on_output: OutputCallback | None,
+        names: Sequence[str] = (),
     ) -> RunResult:
         command = self._command(lang)
         self.policy.check_destructive(lang, code, command)
@@ -415,27 +462,38 @@ class SandboxService(MatrixLabOperations):
             timeout_sec=timeout,
             stdin=stdin,
             allow_network=network,
-            env=self.policy.scrub_env(os.environ, allow_network=network),
+            env=self.policy.scrub_env(os.environ, allow_network=network, passthrough=names),
             max_output_bytes=self.policy.max_output_bytes,
             limits=self._limits(settings),
             plan_id=plan_id,
         )
-        result = await self.backend(name, settings).run(request, on_output)
-        self._emit(
-            "run",
-            {
+        result: RunResult | None = None
+        failure: BaseException | None = None
+        started = time.monotonic()
+        try:
+            result = await self.backend(name, settings).run(request, on_output)
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            # Whatever happened, the run is in the audit log: code was handed to a backend.
+            event: dict[str, Any] = {
                 "user": user,
                 "plan_id": plan_id,
                 "digest": digest,
                 "language": lang,
                 "backend": name,
-                "run_id": result.run_id,
-                "exit_code": result.exit_code,
-                "duration_ms": result.duration_ms,
-                "timed_out": result.timed_out,
-                "truncated": result.truncated,
-            },
-        )
+                "run_id": result.run_id if result is not None else request.run_id,
+                "exit_code": result.exit_code if result is not None else -1,
+                "duration_ms": result.duration_ms
+                if result is not None
+                else int((time.monotonic() - started) * 1000),
+                "timed_out": result.timed_out if result is not None else False,
+                "truncated": result.truncated if result is not None else False,
+            }
+            if failure is not None:
+                event["error"] = type(failure).__name__
+            self._emit("run", event)
         return result
 
     async def run_approved_here(
@@ -452,6 +510,7 @@ class SandboxService(MatrixLabOperations):
         allow_network: bool | None = None,
         user: str | None = None,
         on_output: OutputCallback | None = None,
+        env: Sequence[str] | None = None,
     ) -> tuple[ExecutionPlan, RunResult]:
         """Plan, approve in-process and run: for faces where the caller is the approver.
 
@@ -467,6 +526,7 @@ class SandboxService(MatrixLabOperations):
             backend=backend,
             allow_network=allow_network,
             user=user,
+            env=env,
         )
         token: str | None = None
         if plan.requires_approval:
@@ -485,6 +545,7 @@ class SandboxService(MatrixLabOperations):
             allow_network=plan.network,
             user=user,
             on_output=on_output,
+            env=plan.env,
         )
         return plan, result
 

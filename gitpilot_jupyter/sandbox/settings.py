@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from .backend import DEFAULT_DISK_MB
 from .errors import InvalidSetting, SettingsNotSaved, UnknownBackend
 
 BACKENDS = ("matrixlab", "off", "subprocess")
@@ -41,6 +42,7 @@ _INT_RANGES = {
     "memory_limit_mb": (16, 65536),
     "max_processes": (8, 4096),
     "max_file_size_mb": (1, 65536),
+    "disk_limit_mb": (16, 65536),
 }
 
 
@@ -57,6 +59,8 @@ class SandboxSettings:
     memory_limit_mb: int = 1024
     max_processes: int = 256
     max_file_size_mb: int = 128
+    #: The size cap of a run's writable space (run folder, /tmp, /dev/shm).
+    disk_limit_mb: int = DEFAULT_DISK_MB
 
     def masked(self) -> dict[str, Any]:
         """The settings as any API, UI or log may show them: the token replaced by ``has_token``."""

@@ -21,13 +21,13 @@ __all__ = ["api", "jp_server_config", "openapi"]
 async def test_fork_bomb_and_memory_hog_leave_the_server_fine(
     api: Any, mark: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(mark, "1")  # the runs inherit it: leftovers can be found
+    monkeypatch.setenv(mark, "1")  # passed to the runs by name: leftovers can be found
     answer = await api("PUT", "api/sandbox/config", {"max_processes": 16, "memory_limit_mb": 96})
     assert answer.code == 200, answer.text
     layers = answer.body["isolation"]
     if not {"cgroup-pids", "rlimit-nproc"} & set(layers):
         pytest.skip(f"no process limit here: {answer.body['isolation_report']['unavailable']}")
-    bomb = asyncio.ensure_future(approved_run(api, "python", FORK_BOMB, timeout_sec=3))
+    bomb = asyncio.ensure_future(approved_run(api, "python", FORK_BOMB, timeout_sec=3, env=[mark]))
     await asyncio.sleep(1.0)
     started = time.monotonic()
     status = await api("GET", "api/sandbox/status")
@@ -36,7 +36,7 @@ async def test_fork_bomb_and_memory_hog_leave_the_server_fine(
     assert result["timed_out"] and result["stdout"].startswith("bomb")
     assert [p for p in marked_processes(mark) if p != os.getpid()] == []
     if "cgroup-memory" in layers:
-        hog = (await approved_run(api, "python", HOG)).body
+        hog = (await approved_run(api, "python", HOG, env=[mark])).body
         assert "memory limit exceeded" in hog["stderr"] and hog["exit_code"] != 0
     after = (await approved_run(api, "python", "print('next run')")).body
     assert (after["exit_code"], after["stdout"]) == (0, "next run\n")

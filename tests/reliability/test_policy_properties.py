@@ -156,6 +156,7 @@ RANGES = {
     "memory_limit_mb": (16, 65536),
     "max_processes": (8, 4096),
     "max_file_size_mb": (1, 65536),
+    "disk_limit_mb": (16, 65536),
 }
 
 
@@ -233,7 +234,8 @@ def test_the_output_cap_is_exact_and_never_splits_a_character(
 
 
 def test_env_scrub_property_names() -> None:
-    """Every name containing a secret word is stripped, whatever its case or position."""
+    """Every name containing a secret word is stripped, whatever its case or position
+    (the environment is an allowlist: only the base names and those named pass)."""
 
     @FAST
     @given(
@@ -244,7 +246,9 @@ def test_env_scrub_property_names() -> None:
     def check(pre: str, word: str, post: str) -> None:
         name = pre + word.lower() if len(pre) % 2 else pre + word
         name += post
-        env = SandboxPolicy().scrub_env({name: "s3cret", "PATH": "/bin"}, allow_network=False)
+        policy = SandboxPolicy(allowed_vars=frozenset())
+        env = policy.scrub_env({name: "s3cret", "PATH": "/bin"}, allow_network=True)
         assert name not in env and env["PATH"] == "/bin"
+        assert name in policy.scrub_env({name: "x"}, allow_network=False, passthrough=[name])
 
     check()

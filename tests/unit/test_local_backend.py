@@ -134,7 +134,10 @@ def test_secrets_are_invisible_to_the_snippet(
     result = run(service, "python", code)
     for name in ("GITHUB_TOKEN", "MY_SERVICE_TOKEN", "JUPYTERHUB_API_TOKEN", "HTTPS_PROXY"):
         assert name not in result.stdout
-    assert "VISIBLE_SETTING" in result.stdout
+    # An allowlist: a harmless-looking name passes only when named.
+    assert "VISIBLE_SETTING" not in result.stdout and "'PATH'" in result.stdout
+    named = run(service, "python", code, env=["VISIBLE_SETTING"])
+    assert "VISIBLE_SETTING" in named.stdout and "GITHUB_TOKEN" not in named.stdout
 
 
 def test_proxies_stay_when_network_is_allowed(

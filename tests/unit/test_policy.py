@@ -7,7 +7,12 @@ import pytest
 from gitpilot_jupyter.sandbox.errors import InvalidRequest, PolicyViolation, UnknownLanguage
 from gitpilot_jupyter.sandbox.languages import canonical_language
 from gitpilot_jupyter.sandbox.output import CappedText, cap_text
-from gitpilot_jupyter.sandbox.policy import SandboxPolicy, find_destructive
+from gitpilot_jupyter.sandbox.policy import (
+    ENV_PASSTHROUGH_ENV,
+    SandboxPolicy,
+    env_names,
+    find_destructive,
+)
 
 
 @pytest.mark.parametrize(
@@ -55,31 +60,46 @@ def test_bash_text_is_checked_but_python_text_only_warns() -> None:
     policy.check_destructive("python", "print('rm -rf /')", ["python", "inline.py"])
 
 
-def test_secrets_and_proxies_are_scrubbed() -> None:
+def test_the_environment_is_an_allowlist() -> None:
     env = {
         "PATH": "/usr/bin",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TZ": "UTC",
         "GITHUB_TOKEN": "a",
-        "MY_SERVICE_TOKEN": "b",
-        "JUPYTERHUB_API_TOKEN": "c",
-        "DB_PASSWORD": "d",
-        "some_api_key": "e",
-        "AWS_SECRET_ACCESS_KEY": "f",
+        "DATABASE_URL": "postgres://u:p@db/x",
+        "MYSQL_PWD": "d",
+        "AWS_ACCESS_KEY_ID": "AKIA",
+        "GH_PAT": "ghp",
+        "SSH_PRIVATE_KEY": "-----BEGIN",
         "HTTPS_PROXY": "http://proxy",
         "http_proxy": "http://proxy",
         "HOME": "/root",
     }
-    scrubbed = SandboxPolicy().scrub_env(env, allow_network=False)
-    assert scrubbed == {"PATH": "/usr/bin", "HOME": "/root"}
-    with_net = SandboxPolicy().scrub_env(env, allow_network=True)
+    scrubbed = SandboxPolicy(allowed_vars=frozenset()).scrub_env(env, allow_network=False)
+    assert scrubbed == {"PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC"}
+    with_net = SandboxPolicy(allowed_vars=frozenset()).scrub_env(env, allow_network=True)
     assert with_net["HTTPS_PROXY"] == "http://proxy" and "GITHUB_TOKEN" not in with_net
+    assert "DATABASE_URL" not in with_net and "HOME" not in with_net
 
 
-def test_configurable_deny_and_allow_lists() -> None:
-    policy = SandboxPolicy(
-        extra_secret_vars=frozenset({"INTERNAL_URL"}), allowed_vars=frozenset({"PUBLIC_TOKEN"})
-    )
-    env = policy.scrub_env({"INTERNAL_URL": "x", "PUBLIC_TOKEN": "y"}, allow_network=False)
-    assert env == {"PUBLIC_TOKEN": "y"}
+def test_names_pass_only_when_the_administrator_or_the_caller_names_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = {"PATH": "/bin", "DATABASE_URL": "x", "GH_PAT": "y", "OTHER": "z"}
+    monkeypatch.setenv(ENV_PASSTHROUGH_ENV, "DATABASE_URL, not-a-name")
+    policy = SandboxPolicy()
+    assert policy.allowed_vars == {"DATABASE_URL"}
+    assert policy.scrub_env(env, allow_network=False) == {"PATH": "/bin", "DATABASE_URL": "x"}
+    assert policy.scrub_env(env, allow_network=False, passthrough=env_names(["GH_PAT"])) == {
+        "PATH": "/bin",
+        "DATABASE_URL": "x",
+        "GH_PAT": "y",
+    }
+    for bad in ("GH_PAT", ["A=B"], ["1X"], [3], [f"V{i}" for i in range(65)]):
+        with pytest.raises(InvalidRequest) as info:
+            env_names(bad)
+        assert info.value.code == "invalid_env"
 
 
 def test_timeout_defaults_and_range() -> None:

@@ -9,13 +9,19 @@ fails when a claimed layer is not really in force.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import secrets
+import signal
 import sys
 import tempfile
+import time
+from pathlib import Path
 from typing import Any
 
 from ..local.backends import BASE_LAYERS, SubprocessSandbox
+from ..local.confine import SYSTEM_DIRS
 from ..local.layered import LayeredIsolator
 from ..service import SandboxService
 from .stage import FAIL, PASS, Stage
@@ -71,6 +77,45 @@ try:
 except ImportError:
     pass
 facts["tempdir"] = os.path.basename(os.getcwd()).startswith("gitpilot-sandbox-")
+facts["userns"] = os.readlink("/proc/self/ns/user") != args["host_ns"]["user"]
+# What an attacker tries: the server's home, host sockets, /sys, an unexpected top folder.
+home = args["home"]
+facts["fs-allowlist"] = (
+    not any(os.path.exists(p) for p in args["forbidden"])
+    and set(os.listdir("/")) <= set(args["top"])
+    and (not os.path.isdir(home) or set(os.listdir(home)) <= set(args["home_kept"]))
+)
+wrote = []
+for path in ("/proc/sys/kernel/core_pattern", "/proc/sysrq-trigger"):
+    try:
+        os.close(os.open(path, os.O_WRONLY))  # opened, never written: nothing changes
+        wrote.append(path)
+    except OSError:
+        pass
+facts["proc-sys-ro"] = not wrote
+import ctypes, errno, platform
+keyctl = {{"x86_64": 250, "aarch64": 219}}.get(platform.machine())
+if keyctl is not None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    # keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0): allowed unless filtered.
+    denied = libc.syscall(keyctl, 0, -3, 0) == -1 and ctypes.get_errno() == errno.EPERM
+    facts["seccomp"] = denied
+cap = args["disk_mb"] * 1024 * 1024
+def capped(path):
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize <= cap and 0 < st.f_files <= args["disk_mb"] * 64
+facts["disk-cap"] = all(capped(p) for p in (".", "/tmp", "/dev/shm"))
+# Seen from outside: the host reads this process's credentials while it sleeps.
+import shutil, subprocess
+found = shutil.which("sleep") or next(
+    (p for p in ("/usr/bin/sleep", "/bin/sleep") if os.path.exists(p)), None
+)
+if found:
+    sleeper = subprocess.Popen([args["nonce"], "20"], executable=found)
+    try:
+        sleeper.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        sleeper.kill()
 print(json.dumps(facts))
 """
 
@@ -106,15 +151,25 @@ async def isolation_check(probe: SandboxService) -> Stage:
     isolator = backend.isolator
     hidden = isolator.hidden_paths()[0] if isinstance(isolator, LayeredIsolator) else []
     server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    nonce = f"gitpilot-probe-{secrets.token_hex(8)}"
+    watcher = asyncio.ensure_future(asyncio.to_thread(_credentials_of, nonce))
     try:
         with tempfile.NamedTemporaryFile(prefix="gitpilot-debug-") as marker:
             args = {
                 "ns": NS_FILES,
-                "host_ns": {ns: _readlink(f"/proc/self/ns/{ns}") for ns in NS_FILES.values()},
+                "host_ns": {
+                    ns: _readlink(f"/proc/self/ns/{ns}") for ns in [*NS_FILES.values(), "user"]
+                },
                 "port": server.sockets[0].getsockname()[1],
                 "marker": marker.name,
                 "hidden": [str(p) for p in hidden],
                 "rlimits": RLIMITS,
+                "forbidden": _forbidden(),
+                "top": _allowed_top(),
+                "home": str(Path.home()),
+                "home_kept": _kept_in_home(),
+                "disk_mb": probe.settings.effective().settings.disk_limit_mb,
+                "nonce": nonce,
             }
             _, result = await probe.run_approved_here(
                 language="python",
@@ -125,6 +180,8 @@ async def isolation_check(probe: SandboxService) -> Stage:
             )
     finally:
         server.close()
+        _STOP.add(nonce)
+    creds = await watcher
     if not result.ok:
         return Stage(
             name,
@@ -133,6 +190,9 @@ async def isolation_check(probe: SandboxService) -> Stage:
             "jupyter sandbox status",
         )
     facts: dict[str, bool] = json.loads(result.stdout)
+    if creds is not None:
+        facts["non-root"] = "0" not in creds["Uid"] + creds["Gid"]
+        facts["no-groups"] = not creds["Groups"]
     claimed = [layer for layer in result.isolation if layer != BASE_LAYERS[1]]
     checked = [layer for layer in claimed if layer in facts]
     broken = [layer for layer in checked if not facts[layer]]
@@ -149,6 +209,72 @@ async def isolation_check(probe: SandboxService) -> Stage:
     if unchecked:
         detail += f"; not checkable from inside: {', '.join(unchecked)}"
     return Stage(name, PASS, detail)
+
+
+#: Nonces whose watcher should stop looking (the probe run is over).
+_STOP: set[str] = set()
+
+
+def _credentials_of(nonce: str, timeout: float = 20.0) -> dict[str, list[str]] | None:
+    """The host's view of the probe's sleeper (``Uid``, ``Gid``, ``Groups`` of
+    ``/proc/PID/status``), found by its argv[0]; it is then killed. None if never seen."""
+    deadline = time.monotonic() + timeout
+    needle = nonce.encode()
+    while time.monotonic() < deadline and nonce not in _STOP:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                if not Path(f"/proc/{entry}/cmdline").read_bytes().startswith(needle + b"\0"):
+                    continue
+                status = Path(f"/proc/{entry}/status").read_text()
+            except OSError:
+                continue
+            found = {
+                key: line.split(":", 1)[1].split()
+                for line in status.splitlines()
+                for key in ("Uid", "Gid", "Groups")
+                if line.startswith(key + ":")
+            }
+            with contextlib.suppress(OSError):
+                os.kill(int(entry), signal.SIGKILL)
+            return found
+        time.sleep(0.05)
+    _STOP.discard(nonce)
+    return None
+
+
+def _forbidden() -> list[str]:
+    """Paths a run must not see: host sockets, /sys, the server's home and Jupyter's files."""
+    paths = ["/run", "/var/run", "/sys", "/var/lib"]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        paths.append(os.environ["XDG_RUNTIME_DIR"])
+    with contextlib.suppress(ImportError):
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        paths.append(jupyter_runtime_dir())
+    return [p for p in paths if p != "/"]
+
+
+def _kept_in_home() -> list[str]:
+    """Names in the home folder a run may see: only the way to an interpreter bound back."""
+    home = Path.home().resolve()
+    kept = set()
+    for path in (sys.prefix, sys.base_prefix):
+        real = Path(path).resolve()
+        if home in real.parents:
+            kept.add(real.relative_to(home).parts[0])
+    return sorted(kept)
+
+
+def _allowed_top() -> list[str]:
+    """Top-level names a run's root may hold: system folders, its mounts, interpreters."""
+    top = {Path(d).name for d in SYSTEM_DIRS} | {"dev", "proc", "tmp", "var"}
+    for path in (sys.prefix, sys.base_prefix, sys.executable, tempfile.gettempdir()):
+        parts = Path(path).resolve().parts
+        if len(parts) > 1:
+            top.add(parts[1])
+    return sorted(top)
 
 
 def _readlink(path: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -23,6 +22,7 @@ from ..backend import OutputCallback, RunRequest, SandboxBackend
 from ..languages import Interpreters, snippet_filename
 from ..output import CappedText
 from ..results import RunResult
+from .cleanup import remove_tree
 from .isolation import Isolator, Launch, default_isolator
 
 _READ_SIZE = 65536
@@ -32,6 +32,11 @@ _PIPE_GRACE_SEC = 2.0
 #: How often to look at the exit status while a background process holds the pipes.
 _EXIT_POLL_SEC = 0.1
 BASE_LAYERS = ["tempdir", "env-scrub"]
+
+
+def run_env(env: dict[str, str], workdir: Path) -> dict[str, str]:
+    """The snippet's environment: ``HOME`` and ``TMPDIR`` point into its own run folder."""
+    return {**env, "HOME": str(workdir), "TMPDIR": str(workdir)}
 
 
 def _kill_group(pid: int) -> None:
@@ -147,7 +152,7 @@ class SubprocessSandbox(SandboxBackend):
             await self._execute(request, launch, workdir, result, on_output)
         finally:
             launch.cleanup()
-            shutil.rmtree(workdir, ignore_errors=True)
+            remove_tree(workdir)
             result.duration_ms = int((time.monotonic() - started) * 1000)
         return result
 
@@ -164,7 +169,7 @@ class SubprocessSandbox(SandboxBackend):
                 limits=request.limits,
             )
         except BaseException:
-            shutil.rmtree(workdir, ignore_errors=True)
+            remove_tree(workdir)
             raise
         return workdir, launch
 
@@ -182,7 +187,7 @@ class SubprocessSandbox(SandboxBackend):
             proc = await asyncio.create_subprocess_exec(
                 *launch.argv,
                 cwd=str(workdir),
-                env=request.env,
+                env=run_env(request.env, workdir),
                 stdin=asyncio.subprocess.PIPE
                 if request.stdin is not None
                 else asyncio.subprocess.DEVNULL,

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ..backend import ResourceLimits
-from . import cgroups, namespaces
+from . import cgroups, confine, namespaces
+from .confine import jupyter_dirs, plan_view
 from .isolation import ISOLATION_CHOICES, ISOLATION_ENV, Isolator, Launch
 from .rlimits import RlimitPlan, plan_rlimits, unavailable_reasons
 
@@ -241,7 +242,9 @@ class LayeredIsolator(Isolator):
     def hidden_paths(self) -> namespaces.Hidden:
         """The credential folders and files a bwrap run gets empty ones in place of."""
         home = self.home or Path(self.environ.get("HOME") or Path.home())
-        return namespaces.credential_paths(self.environ, home)
+        dirs, files = namespaces.credential_paths(self.environ, home)
+        jupyter = [p.resolve() for p in jupyter_dirs(self.environ) if p.is_dir()]
+        return sorted({*dirs, *jupyter}), files
 
     # -- the Isolator interface ------------------------------------------------------
 
@@ -260,10 +263,15 @@ class LayeredIsolator(Isolator):
         if tool is not None:
             hidden = self.hidden_paths()
             layers += tool.layers(allow_network=allow_network)
-            kept = len(namespaces.hideable(hidden[0], argv, workdir)) < len(hidden[0])
-            if kept and "hidden-credentials" in layers:
+            if "hidden-credentials" in layers and plan_view(argv, hidden).kept:
                 layers.remove("hidden-credentials")  # one holds the interpreter: left visible
-            argv = tool.wrap(argv, workdir=workdir, allow_network=allow_network, hidden=hidden)
+            argv = tool.wrap(
+                argv,
+                workdir=workdir,
+                allow_network=allow_network,
+                hidden=hidden,
+                disk_mb=limits.disk_mb,
+            )
         run: cgroups.CgroupRun | None = None
         if tree is not None:
             cgroups.remove_stale()
@@ -304,6 +312,8 @@ class LayeredIsolator(Isolator):
         missing += unavailable_reasons(
             memory="cgroup-memory" not in covered, processes="cgroup-pids" not in covered
         )
+        if tool is not None and tool.kind == "bwrap":
+            missing += confine.unavailable(tool.confine)
         if LINUX and os.geteuid() == 0 and (tool is None or tool.kind != "bwrap"):
             missing.append(
                 {

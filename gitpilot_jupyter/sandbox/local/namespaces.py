@@ -9,11 +9,21 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..backend import DEFAULT_DISK_MB
+from .confine import (
+    TOOLS_FIX,
+    Confinement,
+    confinement,
+    inside,
+    needed_paths,
+    plan_view,
+    seccomp_filter,
+)
 
 #: Folders (and files) holding the user's credentials, relative to the home folder.
 CREDENTIAL_DIRS = (".gitpilot", ".ssh", ".aws", ".config/gcloud", ".docker", ".kube", ".gnupg")
@@ -66,23 +76,14 @@ def credential_paths(environ: Mapping[str, str], home: Path) -> Hidden:
     return real_dirs, real_files
 
 
-def _needed_paths(argv0: str) -> list[Path]:
-    """Folders a run cannot do without: the interpreter and the Python installation."""
-    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent}
-    exe = shutil.which(argv0) or argv0
-    paths.add(Path(exe).parent)
-    paths.add(Path(exe).resolve().parent)
-    return sorted(paths)
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
 def hideable(dirs: Sequence[Path], argv: list[str], workdir: Path) -> list[Path]:
     """The credential folders that can be hidden: never one the run needs (a venv in it)."""
-    needed = [*(_needed_paths(argv[0]) if argv else []), workdir]
-    return [d for d in dirs if not any(_inside(p, d) for p in needed)]
+    needed = [*(needed_paths(argv[0]) if argv else []), workdir]
+    return [d for d in dirs if not any(inside(p, d) for p in needed)]
+
+
+#: The layers a bwrap run gets whatever the host (the chain fails as a whole otherwise).
+BWRAP_LAYERS = ["userns", "non-root", "fs-allowlist", "ro-root", "private-tmp"]
 
 
 @dataclass
@@ -92,6 +93,7 @@ class Namespaces:
     kind: str  # "bwrap" or "unshare"
     path: str
     user_ns: bool = False  # unshare needs --user --map-root-user when not root
+    confine: Confinement | None = None  # bwrap: the launch chain (see .confine)
 
     def layers(self, *, allow_network: bool) -> list[str]:
         """The layers a run wrapped by this tool gets."""
@@ -99,51 +101,45 @@ class Namespaces:
         if not allow_network:
             out.append("netns")
         if self.kind == "bwrap":
-            out[:0] = ["ro-root", "private-tmp"]
-            out.append("hidden-credentials")
+            out[:0] = list(BWRAP_LAYERS)
+            if self.confine is not None and self.confine.as_root:
+                out.insert(2, "no-groups")
+            out += ["hidden-credentials", "proc-sys-ro"]
+            if seccomp_filter()[0] is not None:
+                out.append("seccomp")
+            out.append("disk-cap")
         return out
 
     def wrap(
-        self, argv: list[str], *, workdir: Path, allow_network: bool, hidden: Hidden = ((), ())
+        self,
+        argv: list[str],
+        *,
+        workdir: Path,
+        allow_network: bool,
+        hidden: Hidden = ((), ()),
+        disk_mb: int = DEFAULT_DISK_MB,
     ) -> list[str]:
         """``argv`` wrapped to run in the namespaces, with ``workdir`` as its cwd.
 
-        ``hidden`` (folders, files) are covered by empty ones (bwrap only).
+        ``hidden`` (folders, files) are covered by empty ones (bwrap only);
+        ``disk_mb`` caps the run's writable space (bwrap only).
         """
         if self.kind == "bwrap":
-            return self._bwrap(argv, workdir=workdir, allow_network=allow_network, hidden=hidden)
+            assert self.confine is not None
+            return self.confine.command(
+                argv,
+                workdir=workdir,
+                allow_network=allow_network,
+                view=plan_view(argv, hidden),
+                disk_mb=disk_mb,
+                bpf=seccomp_filter()[0],
+            )
         cmd = [self.path]
         if self.user_ns:
             cmd += ["--user", "--map-root-user"]
         cmd += ["--pid", "--fork", "--kill-child", "--mount-proc", "--ipc", "--uts"]
         if not allow_network:
             cmd.append("--net")
-        return [*cmd, "--", *argv]
-
-    def _bwrap(
-        self, argv: list[str], *, workdir: Path, allow_network: bool, hidden: Hidden
-    ) -> list[str]:
-        cmd = [self.path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        dirs, files = hidden
-        needed = _needed_paths(argv[0]) if argv else []
-        for folder in hideable(dirs, argv, workdir):
-            cmd += ["--tmpfs", str(folder)]
-        for path in files:
-            cmd += ["--ro-bind", "/dev/null", str(path)]
-        # A private, empty /tmp (none of the host's files); then the run's own temp
-        # dir, writable, at its own path as the cwd (so paths match the other modes).
-        cmd += ["--tmpfs", "/tmp"]
-        for path in needed:
-            if _inside(path, Path("/tmp")) and path.is_dir():
-                cmd += ["--ro-bind", str(path), str(path)]
-        cmd += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir)]
-        cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-        if not allow_network:
-            cmd.append("--unshare-net")
-        cmd += ["--die-with-parent", "--new-session"]
-        if os.geteuid() == 0:
-            # Root keeps every capability in bwrap unless told: it could remount / writable.
-            cmd += ["--cap-drop", "ALL"]
         return [*cmd, "--", *argv]
 
 
@@ -182,6 +178,11 @@ def detect(kind: str) -> tuple[Namespaces | None, dict[str, str] | None]:
         if kind == "unshare" and os.geteuid() != 0:
             candidates = [Namespaces(kind, path, user_ns=True)]
         tool, error = None, None
+        if kind == "bwrap":
+            chain, missing = confinement(path)
+            if chain is None:
+                return None, {"layer": kind, "reason": str(missing), "fix": TOOLS_FIX}
+            candidates = [Namespaces(kind, path, confine=chain)]
         for cand in candidates:
             error = _probe(cand)
             if error is None:

@@ -1,0 +1,302 @@
+"""The bubblewrap confinement of a run: who it runs as, what it sees, where it writes.
+
+A run is started through this chain (each step ``exec``s the next, so the
+namespace tool is still the server's direct child)::
+
+    unshare --mount [--user --map-root-user]   a private mount namespace for the run
+      sh -c STAGE                               mounts the run's size-capped tmpfs,
+                                                stages interpreter folders; as root:
+      setpriv --reuid --regid --clear-groups    drops to an unprivileged uid, no groups
+        bwrap --unshare-user ... --seccomp 3    a fresh read-only root holding only
+                                                system folders and the interpreter
+          interpreter snippet                   uid != 0, no capabilities, filtered
+
+The writable space (the run folder, ``/tmp``, ``/dev/shm``) is one tmpfs with a
+size and an inode cap, mounted in the run's own mount namespace: it vanishes
+with the run's last process, so nothing a snippet writes reaches the host disk
+and nothing is left to clean. As root, folders the unprivileged uid cannot
+reach (a pyenv or venv under ``/root``, which is 0700) are bind-mounted into
+the staging tmpfs first, and bound back read-only at their own path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shlex
+import shutil
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import seccomp
+
+#: System folders a run sees read-only (those that exist; a symlink stays a symlink).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+#: Files under a system folder no snippet may read (covered by an empty file).
+SECRET_FILES = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/security/opasswd",
+    "/etc/machine-id",
+)
+#: Folders under a system folder no snippet may read (covered by an empty folder).
+SECRET_DIRS = ("/etc/ssh", "/etc/ssl/private", "/etc/sudoers.d", "/etc/docker", "/etc/gitpilot")
+#: The account a run uses when the server is root: no files, no groups, no login.
+SANDBOX_USER = "nobody"
+#: Inodes of the writable space per MiB of its size (256 MiB: 16,384 files and folders).
+INODES_PER_MB = 64
+#: Where the run's private, size-capped writable space is mounted, inside the run folder.
+STAGE = "stage"
+SECCOMP_FILE = ".seccomp.bpf"
+#: The fd bwrap reads the compiled seccomp filter from.
+SECCOMP_FD = 3
+TOOLS_FIX = "install util-linux (it provides unshare and setpriv)"
+
+
+def sandbox_ids() -> tuple[int, int]:
+    """The uid and gid a run drops to when the server is root (``nobody``, else 65534)."""
+    try:
+        entry = pwd.getpwnam(SANDBOX_USER)
+    except KeyError:
+        return 65534, 65534
+    return entry.pw_uid, entry.pw_gid
+
+
+def jupyter_dirs(environ: Mapping[str, str]) -> list[Path]:
+    """Every Jupyter config, data and runtime folder, wherever ``JUPYTER_*`` points."""
+    found: list[Path] = []
+    for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR"):
+        if environ.get(name):
+            found.append(Path(environ[name]).expanduser())
+    for name in ("JUPYTER_PATH", "JUPYTER_CONFIG_PATH"):
+        found += [Path(p).expanduser() for p in environ.get(name, "").split(os.pathsep) if p]
+    if environ is os.environ:
+        try:
+            from jupyter_core import paths
+
+            found += [Path(p) for p in paths.jupyter_config_path()]
+            found += [Path(p) for p in paths.jupyter_path()]
+            found.append(Path(paths.jupyter_runtime_dir()))
+        except ImportError:
+            pass
+    return found
+
+
+def needed_paths(argv0: str) -> list[Path]:
+    """Folders a run cannot do without: the interpreter and the Python installation."""
+    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent}
+    exe = shutil.which(argv0) or argv0
+    paths.add(Path(exe).parent)
+    paths.add(Path(exe).resolve().parent)
+    return sorted(p.resolve() for p in paths if p.is_dir())
+
+
+def inside(path: Path, folder: Path) -> bool:
+    """True when ``path`` is ``folder`` or below it."""
+    return path == folder or folder in path.parents
+
+
+def _system_trees() -> list[Path]:
+    return [Path(d).resolve() for d in SYSTEM_DIRS if os.path.isdir(d)]
+
+
+def _outermost(paths: Iterable[Path]) -> list[Path]:
+    """``paths`` without those inside another one of them."""
+    ordered = sorted(set(paths), key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in ordered:
+        if not any(inside(path, k) for k in kept):
+            kept.append(path)
+    return sorted(kept)
+
+
+@dataclass
+class View:
+    """What a run sees: system folders, interpreter folders, covered secrets."""
+
+    interpreters: list[Path]
+    cover_dirs: list[Path] = field(default_factory=list)
+    cover_files: list[Path] = field(default_factory=list)
+    #: Hidden paths that hold an interpreter folder and so stay visible.
+    kept: list[Path] = field(default_factory=list)
+
+
+def plan_view(argv: Sequence[str], hidden: tuple[Sequence[Path], Sequence[Path]]) -> View:
+    """The view for ``argv``: which interpreter folders to add, which secrets to cover.
+
+    ``hidden`` is (folders, files) the user's credentials and Jupyter's files live in.
+    A hidden path outside every visible tree needs no cover; one holding an
+    interpreter folder cannot be covered and is reported in ``kept``.
+    """
+    system = _system_trees()
+    extra = (
+        [p for p in needed_paths(argv[0]) if not any(inside(p, s) for s in system)] if argv else []
+    )
+    interpreters = _outermost(extra)
+    visible = system + interpreters
+    view = View(interpreters)
+    dirs = [*hidden[0], *(Path(d) for d in SECRET_DIRS)]
+    files = [*hidden[1], *(Path(f) for f in SECRET_FILES)]
+    for folder in _outermost(p.resolve() for p in dirs if p.is_dir()):
+        if any(inside(i, folder) for i in interpreters):
+            view.kept.append(folder)
+        elif any(inside(folder, v) for v in visible):
+            view.cover_dirs.append(folder)
+    for file in sorted({p.resolve() for p in files if p.is_file()}):
+        if any(inside(file, v) for v in visible) and not any(
+            inside(file, d) for d in view.cover_dirs
+        ):
+            view.cover_files.append(file)
+    return view
+
+
+@dataclass
+class Confinement:
+    """Builds the launch chain of one bwrap run (see the module docstring)."""
+
+    bwrap: str
+    unshare: str
+    setpriv: str | None  # None: the server is not root (no uid to drop to)
+    shell: str = "/bin/sh"
+
+    @property
+    def as_root(self) -> bool:
+        """True when the server is root and the run drops to :func:`sandbox_ids`."""
+        return self.setpriv is not None
+
+    def command(
+        self,
+        argv: list[str],
+        *,
+        workdir: Path,
+        allow_network: bool,
+        view: View,
+        disk_mb: int,
+        bpf: bytes | None,
+    ) -> list[str]:
+        """The full argv; prepares ``workdir`` (stage folder, seccomp file, owner)."""
+        stage = workdir / STAGE
+        stage.mkdir(exist_ok=True)
+        uid, gid = sandbox_ids()
+        if self.as_root:
+            # Only the sandbox uid (and root) may enter the run folder.
+            os.chown(workdir, uid, gid)
+            os.chmod(workdir, 0o700)
+        if bpf is not None:
+            path = workdir / SECCOMP_FILE
+            path.write_bytes(bpf)
+            path.chmod(0o600)
+        q = shlex.quote
+        lines = [
+            "set -e",
+            f"mount -t tmpfs -o size={disk_mb}m,nr_inodes={disk_mb * INODES_PER_MB},"
+            f"mode=0755,nosuid,nodev gitpilot-run {q(str(stage))}",
+        ]
+        writable = [stage / "run", stage / "tmp", stage / "shm"]
+        staged = [stage / "ro" / str(p).lstrip("/") for p in view.interpreters]
+        made = [stage / "empty", *(staged if self.as_root else [])]
+        lines.append("mkdir -p " + " ".join(q(str(p)) for p in made))
+        # The writable folders are the run's alone (0700), as the run folder on the host.
+        lines.append("umask 077 && mkdir " + " ".join(q(str(p)) for p in writable))
+        if self.as_root:
+            lines.append(f"chown {uid}:{gid} " + " ".join(q(str(p)) for p in writable))
+            for source, target in zip(view.interpreters, staged, strict=True):
+                lines.append(f"mount --bind {q(str(source))} {q(str(target))}")
+        tail = f" {SECCOMP_FD}<{q(str(workdir / SECCOMP_FILE))}" if bpf is not None else ""
+        lines.append(f'exec "$@"{tail}')
+        prefix = [self.unshare, "--mount", "--propagation", "private"]
+        if not self.as_root:
+            prefix += ["--user", "--map-root-user"]
+        prefix += ["--", self.shell, "-c", "\n".join(lines), "sh"]
+        if self.as_root:
+            assert self.setpriv is not None
+            prefix += [
+                self.setpriv,
+                f"--reuid={uid}",
+                f"--regid={gid}",
+                "--clear-groups",
+                "--bounding-set=-all",
+                "--inh-caps=-all",
+                "--",
+            ]
+        cmd = [self.bwrap, "--unshare-user"]
+        if not self.as_root:
+            # bwrap runs as root of the first user namespace: map the run to an
+            # ordinary uid in its own (nested) one, with no capabilities.
+            cmd += ["--uid", str(uid), "--gid", str(gid)]
+        cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+        if not allow_network:
+            cmd.append("--unshare-net")
+        cmd += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        if bpf is not None:
+            cmd += ["--seccomp", str(SECCOMP_FD)]
+        for name in SYSTEM_DIRS:
+            if os.path.islink(name):
+                cmd += ["--symlink", os.readlink(name), name]
+            elif os.path.isdir(name):
+                cmd += ["--ro-bind", name, name]
+        resolv = Path("/etc/resolv.conf")
+        with contextlib.suppress(OSError):
+            real = resolv.resolve()
+            if real.is_file() and not inside(real, Path("/etc").resolve()):
+                cmd += ["--ro-bind", str(real), str(resolv)]
+        for source, target in zip(view.interpreters, staged, strict=True):
+            cmd += ["--ro-bind", str(target if self.as_root else source), str(source)]
+        empty = str(stage / "empty")
+        for folder in view.cover_dirs:
+            cmd += ["--ro-bind", empty, str(folder)]
+        for file in view.cover_files:
+            cmd += ["--ro-bind", "/dev/null", str(file)]
+        cmd += ["--dev", "/dev", "--proc", "/proc"]
+        cmd += ["--bind", str(stage / "tmp"), "/tmp", "--bind", str(stage / "shm"), "/dev/shm"]
+        cmd += ["--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
+        cmd += ["--bind", str(stage / "run"), str(workdir)]
+        for arg in argv[1:]:
+            if "/" not in arg and (workdir / arg).is_file():
+                cmd += ["--ro-bind", str(workdir / arg), str(workdir / arg)]
+        cmd += ["--chdir", str(workdir), "--remount-ro", "/", "--remount-ro", "/dev"]
+        return [*prefix, *cmd, "--", *argv]
+
+
+def confinement(bwrap: str) -> tuple[Confinement | None, str | None]:
+    """The chain for this server, or None and what is missing."""
+    unshare = shutil.which("unshare")
+    setpriv = shutil.which("setpriv")
+    if unshare is None:
+        return None, "unshare (util-linux) is not installed"
+    if os.geteuid() == 0:
+        if setpriv is None:
+            return None, "setpriv (util-linux) is not installed: a run would stay root"
+        return Confinement(bwrap, unshare, setpriv), None
+    return Confinement(bwrap, unshare, None), None
+
+
+def unavailable(chain: Confinement | None) -> list[dict[str, str]]:
+    """The layers of a bwrap run this host cannot give, each with its reason and fix."""
+    out: list[dict[str, str]] = []
+    if chain is not None and not chain.as_root:
+        out.append(
+            {
+                "layer": "no-groups",
+                "reason": "the server is not root, and the kernel lets no unprivileged process "
+                "drop its supplementary groups: a run keeps them (e.g. docker). Their sockets "
+                "stay out of reach only because /run, /var/run and $HOME are not in its view",
+                "fix": "take the server's user out of groups such as docker, or run the "
+                "server as root (a run then drops to nobody with no groups)",
+            }
+        )
+    bpf, why = seccomp_filter()
+    if bpf is None:
+        out.append({"layer": "seccomp", "reason": str(why), "fix": seccomp.FIX})
+    return out
+
+
+def seccomp_filter() -> tuple[bytes | None, str | None]:
+    """The compiled filter, or None and why there is none."""
+    return seccomp.compiled()
