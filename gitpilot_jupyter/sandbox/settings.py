@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .backend import DEFAULT_DISK_MB
+from .display import escape_text, needs_escape
 from .errors import InvalidSetting, SettingsNotSaved, UnknownBackend
 
 BACKENDS = ("matrixlab", "off", "subprocess")
@@ -36,6 +37,12 @@ ENV_VARS = {
     "GITPILOT_MATRIXLAB_IMAGE": "matrixlab_image",
 }
 CONFIG_DIR_ENV = "GITPILOT_CONFIG_DIR"
+#: What every settings UI says under the token field (the lab's panel.ts has the same words).
+TOKEN_NOTE = (
+    "Write-only: a saved token is never shown again. It is only sent to the URL it was "
+    "saved with: saving a new URL clears it, and Test connection of an unsaved URL sends "
+    "no saved token."
+)
 
 _INT_RANGES = {
     "timeout_sec": (1, MAX_TIMEOUT_SEC),
@@ -80,6 +87,21 @@ def check_backend(value: object) -> str:
     return value
 
 
+def _check_one_word(key: str, value: str) -> None:
+    """Refuse whitespace and control, format or bidi characters inside a URL, token or image.
+
+    They would split an HTTP header or a command line, or hide part of the value
+    from whoever reads it. The token's value is never echoed.
+    """
+    bad = [char for char in value.strip() if char.isspace() or needs_escape(char)]
+    if bad:
+        shown = "" if key == "matrixlab_token" else f", got {value!r}"
+        raise InvalidSetting(
+            f"{key} must not contain spaces or control characters "
+            f"(found {escape_text(bad[0]) if not bad[0].isspace() else repr(bad[0])}){shown}"
+        )
+
+
 def validate_setting(key: str, value: object) -> object:
     """Validate one setting; return the value to store. Raises :class:`InvalidSetting`."""
     if key not in FIELD_NAMES:
@@ -89,6 +111,7 @@ def validate_setting(key: str, value: object) -> object:
     if key == "matrixlab_url":
         if not isinstance(value, str):
             raise InvalidSetting("matrixlab_url must be a string")
+        _check_one_word(key, value)
         parsed = urlparse(value.strip())
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise InvalidSetting(f"matrixlab_url must be an http:// or https:// URL, got {value!r}")
@@ -96,6 +119,7 @@ def validate_setting(key: str, value: object) -> object:
     if key in ("matrixlab_token", "matrixlab_image"):
         if not isinstance(value, str):
             raise InvalidSetting(f"{key} must be a string")
+        _check_one_word(key, value)
         return value.strip()
     if key == "allow_network":
         if not isinstance(value, bool):
@@ -236,7 +260,9 @@ class SettingsStore:
         """Validate ``changes`` and persist them; other keys and top-level entries are kept.
 
         Nothing is written when any value is invalid. An empty ``matrixlab_token``
-        clears the saved token. Returns the persisted (not env-merged) settings.
+        clears the saved token, and so does a new ``matrixlab_url`` given without a
+        token (the token is only ever sent to the URL it was saved with). Returns the
+        persisted (not env-merged) settings.
         """
         clean = {key: validate_setting(key, value) for key, value in changes.items()}
         try:
@@ -247,6 +273,10 @@ class SettingsStore:
                     doc = {}
                 section = doc.get("sandbox")
                 current = dict(section) if isinstance(section, dict) else {}
+                if self._moves_token(current, clean):
+                    # The write-only token belongs to the Runner it was saved for: a new
+                    # URL without a new token must not carry it to another host.
+                    current.pop("matrixlab_token", None)
                 current.update(clean)
                 if current.get("matrixlab_token") == "":
                     current.pop("matrixlab_token")
@@ -260,6 +290,19 @@ class SettingsStore:
             ) from None
         values, _ = self.persisted()
         return SandboxSettings(**values)
+
+    @staticmethod
+    def _moves_token(current: Mapping[str, Any], clean: Mapping[str, object]) -> bool:
+        """True when ``clean`` points the saved token at another URL without giving a token."""
+        if "matrixlab_url" not in clean or "matrixlab_token" in clean:
+            return False
+        try:
+            saved = validate_setting(
+                "matrixlab_url", current.get("matrixlab_url", SandboxSettings.matrixlab_url)
+            )
+        except InvalidSetting:
+            saved = None
+        return bool(current.get("matrixlab_token")) and saved != clean["matrixlab_url"]
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

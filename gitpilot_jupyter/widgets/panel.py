@@ -13,6 +13,7 @@ from typing import Any
 import ipywidgets as ipw
 
 from ..client.local import SandboxClient
+from ..sandbox.settings import TOKEN_NOTE
 from .model import SandboxSettingsModel
 
 BACKEND_OPTIONS = [("Local", "subprocess"), ("MatrixLab", "matrixlab"), ("Pass-through", "off")]
@@ -35,6 +36,9 @@ class SandboxSettingsPanel(ipw.VBox):  # type: ignore[misc]
         self.token = ipw.Password(description="Token", placeholder="bearer token", layout=wide)
         self.token_saved = ipw.HTML(f"<code>{TOKEN_BULLETS}</code> saved")
         self.clear_token = ipw.Button(description="Clear", icon="trash")
+        self.token_note = ipw.HTML(
+            f"<small style='color:#616161'>{html.escape(TOKEN_NOTE)}</small>"
+        )
         self.image = ipw.Text(description="Image", placeholder="Runner default", layout=wide)
         self.network = ipw.Checkbox(description="Allow network egress", indent=False)
         self.timeout = ipw.BoundedIntText(min=1, max=600, description="Timeout (s)")
@@ -75,6 +79,7 @@ class SandboxSettingsPanel(ipw.VBox):  # type: ignore[misc]
                 ipw.HTML("<b>MatrixLab Runner</b>"),
                 self.url,
                 ipw.HBox([self.token, self.token_saved, self.clear_token]),
+                self.token_note,
                 self.image,
                 ipw.HBox([self.test, self.test_result]),
                 ipw.HBox([self.install, self.start, self.stop, self.progress]),

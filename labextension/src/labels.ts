@@ -117,3 +117,9 @@ export function fileLanguage(path: string): string | null {
     ? null
     : (FILE_LANGUAGES[path.slice(dot).toLowerCase()] ?? null);
 }
+
+/** Under the token field (gitpilot_jupyter/sandbox/settings.py TOKEN_NOTE has the same words). */
+export const TOKEN_NOTE =
+  'Write-only: a saved token is never shown again. It is only sent to the URL it was ' +
+  'saved with: saving a new URL clears it, and Test connection of an unsaved URL sends ' +
+  'no saved token.';

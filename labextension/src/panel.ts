@@ -7,7 +7,7 @@
 
 import { Widget } from '@lumino/widgets';
 
-import { BACKENDS, backendLabel, statusText } from './labels';
+import { BACKENDS, backendLabel, statusText, TOKEN_NOTE } from './labels';
 import { LifecycleCard } from './lifecycle';
 import type { SandboxModel } from './model';
 import { el } from './render';
@@ -149,11 +149,7 @@ export class SandboxPanel extends Widget {
     this.report.setAttribute('aria-live', 'polite');
     card.append(
       field('Runner URL', this.url),
-      field(
-        'Bearer token',
-        tokenRow,
-        'Write-only: a saved token is never shown again.'
-      ),
+      field('Bearer token', tokenRow, TOKEN_NOTE),
       field('Default image', this.image),
       test,
       this.report

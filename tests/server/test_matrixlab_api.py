@@ -107,3 +107,103 @@ async def test_start_run_stop_over_rest_on_real_docker(
     finally:
         for container in docker_engine.containers.list(all=True, filters={"name": name}):
             container.remove(force=True)
+
+
+class HeaderRecorder:
+    """A fake Runner on loopback that answers ``/health`` and keeps every request's headers."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen: list[dict[str, str]] = []
+        self.seen = seen
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                seen.append({"path": self.path, **dict(self.headers.items())})
+                body = b'{"ok": true, "version": "0.1.0"}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def authorizations(self) -> list[str | None]:
+        return [headers.get("Authorization") for headers in self.seen]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def recorders() -> Any:
+    made = [HeaderRecorder(), HeaderRecorder()]
+    yield made
+    for recorder in made:
+        recorder.close()
+
+
+async def test_a_saved_token_never_follows_a_new_url(
+    api: Api, recorders: list[HeaderRecorder], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Save URL A + token, save only URL B, Test connection: B gets no bearer token."""
+    monkeypatch.delenv("GITPILOT_MATRIXLAB_TOKEN", raising=False)
+    monkeypatch.delenv("GITPILOT_MATRIXLAB_URL", raising=False)
+    first, second = recorders
+    token = "saved-" + secrets.token_hex(8)
+    saved = await api(
+        "PUT", "api/sandbox/config", {"matrixlab_url": first.url, "matrixlab_token": token}
+    )
+    assert saved.code == 200 and saved.body["has_token"] is True
+    assert (await api("POST", TEST, {})).code == 200
+    assert f"Bearer {token}" in first.authorizations()
+
+    # Test connection of an unsaved URL: the saved token stays home.
+    assert (await api("POST", TEST, {"matrixlab_url": second.url})).code == 200
+    assert second.seen and not any(second.authorizations()), second.seen
+
+    # Saving only a new URL drops the token: nothing is ever sent to B with it.
+    moved = await api("PUT", "api/sandbox/config", {"matrixlab_url": second.url + "/"})
+    assert moved.code == 200 and moved.body["has_token"] is False
+    assert (await api("POST", TEST, {})).code == 200
+    assert len(second.seen) > 2 and not any(second.authorizations()), second.seen
+    assert token not in (await api("GET", "api/sandbox/config")).text
+
+    # Saving the same URL again (or a URL and a token together) keeps / sets the token.
+    await api("PUT", "api/sandbox/config", {"matrixlab_url": first.url, "matrixlab_token": token})
+    same = await api("PUT", "api/sandbox/config", {"matrixlab_url": first.url + "/"})
+    assert same.body["has_token"] is True
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("matrixlab_url", "http://a\nb"),
+        ("matrixlab_url", "http://runner:8765/\x1b[2K"),
+        ("matrixlab_url", "http://run ner:8765"),
+        ("matrixlab_url", "http://runner\u202e:8765"),
+        ("matrixlab_token", "abc\r\nX-Injected: 1"),
+        ("matrixlab_image", "python:3 --privileged"),
+    ],
+)
+async def test_settings_refuse_control_characters_and_spaces(
+    api: Api, key: str, value: str
+) -> None:
+    before = (await api("GET", "api/sandbox/config")).body
+    answer = await api("PUT", "api/sandbox/config", {key: value})
+    assert (answer.code, answer.body["code"]) == (400, "invalid_setting"), answer.text
+    assert (await api("GET", "api/sandbox/config")).body == before
+    if key == "matrixlab_url":
+        tested = await api("POST", TEST, {"matrixlab_url": value})
+        assert (tested.code, tested.body["code"]) == (400, "invalid_setting")

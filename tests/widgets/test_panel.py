@@ -183,3 +183,16 @@ def test_progress_shows_only_while_busy(panel: SandboxSettingsPanel) -> None:
 def test_panel_is_a_widget(panel: SandboxSettingsPanel) -> None:
     assert isinstance(panel, ipw.VBox)
     assert panel.model.path == "in-process"
+
+
+def test_the_panel_says_where_the_token_goes(panel: SandboxSettingsPanel) -> None:
+    """The panel (and the lab's, with the same words) says a new URL drops the saved token."""
+    import re
+
+    from gitpilot_jupyter.sandbox.settings import TOKEN_NOTE
+
+    assert "saving a new URL clears it" in TOKEN_NOTE
+    assert any(TOKEN_NOTE in value for value in every_value(panel))
+    labels = (Path(__file__).parents[2] / "labextension" / "src" / "labels.ts").read_text()
+    declared = labels.split("export const TOKEN_NOTE =", 1)[1].split(";", 1)[0]
+    assert "".join(re.findall(r"'([^']*)'", declared)) == TOKEN_NOTE
