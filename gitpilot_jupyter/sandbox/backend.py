@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from .results import RunResult, new_run_id
@@ -41,6 +42,9 @@ class RunRequest:
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     run_id: str = field(default_factory=new_run_id)
     plan_id: str | None = None
+    #: For a file run, the approved file on this machine: a backend may send its folder
+    #: along. What runs is always ``code``, as approved, never the file's current text.
+    file: Path | None = None
 
 
 class SandboxBackend(abc.ABC):
@@ -56,8 +60,11 @@ class SandboxBackend(abc.ABC):
         """The isolation layers a run on this backend gets now."""
         return []
 
-    def display_command(self, language: str) -> list[str] | None:
-        """The command plans and results show when the backend names it (None: the default)."""
+    def display_command(self, language: str, file: str | None = None) -> list[str] | None:
+        """The command plans and results show when the backend names it (None: the default).
+
+        ``file`` is the plan's file for a file run.
+        """
         return None
 
     def limit_notes(self, limits: ResourceLimits) -> list[str]:

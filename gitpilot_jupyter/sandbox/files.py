@@ -26,6 +26,21 @@ def _resolve(path: Path, file: str) -> Path:
         raise FileAccessError(f"cannot resolve {file!r}: {exc.strerror or exc}") from None
 
 
+def path_under_root(root: Path, file: str) -> Path:
+    """The resolved path of ``file`` (relative to ``root``, or absolute inside it).
+
+    :class:`FileAccessError` (400) for an empty name, a symlink loop or a path that
+    resolves outside ``root``; whether it exists is not checked.
+    """
+    if not isinstance(file, str) or not file.strip() or "\x00" in file:
+        raise FileAccessError("file must be a non-empty relative path")
+    root = _resolve(root, str(root))
+    candidate = _resolve(Path(file) if os.path.isabs(file) else root / file, file)
+    if candidate != root and root not in candidate.parents:
+        raise FileAccessError(f"file {file!r} is outside the server's root folder")
+    return candidate
+
+
 def read_under_root(root: Path, file: str, *, limit: int = MAX_FILE_BYTES) -> str:
     """The text of ``file`` (relative to ``root``, or absolute inside it).
 
@@ -34,12 +49,7 @@ def read_under_root(root: Path, file: str, *, limit: int = MAX_FILE_BYTES) -> st
     for a blocking read), unreadable files and files over ``limit`` bytes raise
     :class:`FileAccessError` (400).
     """
-    if not isinstance(file, str) or not file.strip() or "\x00" in file:
-        raise FileAccessError("file must be a non-empty relative path")
-    root = _resolve(root, str(root))
-    candidate = _resolve(Path(file) if os.path.isabs(file) else root / file, file)
-    if candidate != root and root not in candidate.parents:
-        raise FileAccessError(f"file {file!r} is outside the server's root folder")
+    candidate = path_under_root(root, file)
     try:
         # O_NONBLOCK: a FIFO swapped in after the checks must not hang the worker.
         fd = os.open(candidate, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))

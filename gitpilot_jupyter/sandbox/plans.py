@@ -130,6 +130,8 @@ class Approval:
     expires_at: float
     approved_by: str = "user"
     used: bool = field(default=False)
+    #: The approved plan's file (a file run), so a backend may send its folder along.
+    file: str | None = None
 
     def to_dict(self, now: float) -> dict[str, Any]:
         """The approve answer."""
@@ -231,6 +233,7 @@ class PlanStore:
                 user=user,
                 expires_at=now + self.ttl_sec,
                 approved_by=approved_by,
+                file=plan.file,
             )
             self._approvals[approval.token] = approval
             return approval

@@ -19,7 +19,7 @@ from .errors import (
     UnknownBackend,
     UnknownLanguage,
 )
-from .files import read_under_root
+from .files import path_under_root, read_under_root
 from .languages import CANONICAL_LANGUAGES, Interpreters, canonical_language, language_for_path
 from .local.backends import NullSandbox, SubprocessSandbox
 from .local.isolation import Isolator
@@ -259,7 +259,7 @@ class SandboxService(MatrixLabOperations):
         timeout = self.policy.timeout(timeout_sec, settings.timeout_sec)
         network = settings.allow_network if allow_network is None else bool(allow_network)
         runner = self.backend(name, settings)
-        command = runner.display_command(lang) or self._command(lang)
+        command = runner.display_command(lang, file) or self._command(lang)
         blocked_label = find_destructive(" ".join(command))
         if lang == "bash" and blocked_label is None:
             blocked_label = find_destructive(code)
@@ -385,11 +385,12 @@ class SandboxService(MatrixLabOperations):
             env=names,
         )
         plan_id: str | None = None
+        file: str | None = None
         if self.require_approval:
             approval = self.plans.redeem(
                 approval_token, digest=digest, session_id=session_id, user=user
             )
-            plan_id = approval.plan_id
+            plan_id, file = approval.plan_id, approval.file
         lang = canonical_language(language)
         if not isinstance(code, str) or not code.strip():
             raise EmptyCode("there is no code to run")
@@ -407,6 +408,7 @@ class SandboxService(MatrixLabOperations):
             user,
             on_output,
             names,
+            file=file,
         )
 
     async def run_plan(
@@ -437,6 +439,7 @@ class SandboxService(MatrixLabOperations):
             user,
             on_output,
             env_names(plan.env),
+            file=plan.file,
         )
 
     async def _launch(
@@ -453,9 +456,16 @@ class SandboxService(MatrixLabOperations):
         user: str | None,
         on_output: OutputCallback | None,
         names: Sequence[str] = (),
+        *,
+        file: str | None = None,
     ) -> RunResult:
         command = self._command(lang)
         self.policy.check_destructive(lang, code, command)
+        file_path = None
+        if file is not None:
+            # A file run: the backend may send the file's folder along (matrixlab does).
+            root = self.root_dir or Path.cwd().resolve()
+            file_path = await asyncio.to_thread(path_under_root, root, file)
         request = RunRequest(
             language=lang,
             code=code,
@@ -466,6 +476,7 @@ class SandboxService(MatrixLabOperations):
             max_output_bytes=self.policy.max_output_bytes,
             limits=self._limits(settings),
             plan_id=plan_id,
+            file=file_path,
         )
         result: RunResult | None = None
         failure: BaseException | None = None

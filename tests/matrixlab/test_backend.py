@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from gitpilot_jupyter.sandbox.backend import RunRequest
-from gitpilot_jupyter.sandbox.errors import BackendFailure, BackendUnreachable, InvalidRequest
+from gitpilot_jupyter.sandbox.errors import BackendFailure, BackendUnreachable
 from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.sandbox.matrixlab.protocol import image_language, runner_error
 from gitpilot_jupyter.sandbox.matrixlab.wrapper import START_ALLOWANCE_SEC
@@ -255,37 +255,29 @@ async def test_health_reports_the_remote_document(start_standin: StartStandin) -
     assert "reachable, but its Docker daemon is unavailable" in down["error"]
 
 
-async def test_a_file_with_its_folder_runs_through_run_with_a_zip_workspace(
-    runner_standin: StandinRunner, tmp_path: Path
+async def test_a_file_runs_folder_leaves_out_what_never_belongs_in_a_workspace(
+    matrixlab_service: SandboxService, tmp_path: Path
 ) -> None:
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "helper.py").write_text("WORD = 'from helper'\n")
-    (tmp_path / "main.py").write_text("from pkg.helper import WORD\nprint(WORD)\n")
-    for skipped in (".git", "node_modules", "__pycache__", ".venv"):
+    (tmp_path / "list.sh").write_text("find . | sort\n")
+    for skipped in (".git", "node_modules", "__pycache__", ".venv", "build"):
         (tmp_path / skipped).mkdir()
         (tmp_path / skipped / "junk.txt").write_text("junk")
-    (tmp_path / "link.py").symlink_to(tmp_path / "main.py")
-    backend = backend_for(runner_standin)
-    result = await backend.run_workspace(
-        ["python3", "main.py"], tmp_path, language="python", timeout_sec=10
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "pyvenv.cfg").write_text("home = /usr\n")
+    (tmp_path / "link.py").symlink_to(tmp_path / "pkg" / "helper.py")
+    plan = await matrixlab_service.plan(file="list.sh", backend="matrixlab")
+    approval = await matrixlab_service.approve(plan.plan_id)
+    result = await matrixlab_service.run(
+        language=plan.language,
+        code=plan.code,
+        timeout_sec=plan.timeout_sec,
+        approval_token=approval["approval_token"],
+        backend="matrixlab",
     )
-    assert (result.exit_code, result.stdout) == (0, "from helper\n")
-    listing = await backend.run_workspace(
-        ["bash", "-c", "find . | sort"], tmp_path, language="bash", timeout_sec=10
-    )
-    assert listing.stdout.split() == [".", "./main.py", "./pkg", "./pkg/helper.py"]
-    paths = [r["path"] for r in sent_requests(runner_standin)]
-    assert paths[-2:] == ["/run", "/run"] and "/repo/run" not in paths
-    body = sent_requests(runner_standin)[-1]["body"]
-    assert isinstance(body, dict) and body["image"] == "utils" and body["cwd"] == "."
-    assert result.command == ["python3", "/workspace/main.py"]
-    in_pkg = await backend.run_workspace(
-        ["ls"], tmp_path, language="bash", timeout_sec=10, cwd="pkg"
-    )
-    assert in_pkg.stdout == "helper.py\n"
-    for cwd in ("../x", "/etc"):
-        with pytest.raises(InvalidRequest):
-            await backend.run_workspace(["ls"], tmp_path, language="bash", timeout_sec=10, cwd=cwd)
+    assert result.stdout.split() == [".", "./list.sh", "./pkg", "./pkg/helper.py"]
+    assert result.command == ["bash", "/workspace/list.sh"]
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
@@ -310,3 +302,30 @@ async def test_status_checks_the_token_not_only_health(
     service.settings.update({"matrixlab_token": runner_standin.token})
     status = await service.status()
     assert status["ok"] is True and status["error"] is None
+
+
+async def test_a_file_run_sends_its_folder_and_runs_the_approved_text(
+    matrixlab_service: SandboxService, runner_standin: StandinRunner, tmp_path: Path
+) -> None:
+    (tmp_path / "project" / "pkg").mkdir(parents=True)
+    (tmp_path / "project" / "pkg" / "helper.py").write_text("WORD = 'from helper'\n")
+    script = tmp_path / "project" / "job.py"
+    script.write_text("from pkg.helper import WORD\nprint(WORD, input())\n")
+    plan = await matrixlab_service.plan(file="project/job.py", stdin="ok", backend="matrixlab")
+    assert plan.command == ["python", "/workspace/job.py"]
+    approval = await matrixlab_service.approve(plan.plan_id)
+    script.write_text("print('changed after the approval')\n")
+    result = await matrixlab_service.run(
+        language=plan.language,
+        code=plan.code,
+        stdin="ok",
+        timeout_sec=plan.timeout_sec,
+        approval_token=approval["approval_token"],
+        backend="matrixlab",
+    )
+    assert (result.exit_code, result.stdout) == (0, "from helper ok\n"), result.stderr
+    assert result.command == plan.command
+    sent = sent_requests(runner_standin)[-1]
+    assert sent["path"] == "/run"
+    files = workspace_files(sent["body"])
+    assert files["job.py"] == plan.code and files["pkg/helper.py"] == "WORD = 'from helper'\n"

@@ -19,7 +19,6 @@ import base64
 import io
 import time
 import zipfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,10 +26,10 @@ import httpx
 
 from ...tls import tls_context
 from ..backend import OutputCallback, ResourceLimits, RunRequest, SandboxBackend
-from ..errors import BackendFailure, InvalidRequest
+from ..errors import BackendFailure
 from ..languages import canonical_language
-from ..output import DEFAULT_OUTPUT_CAP, cap_text
-from ..results import RunResult, new_run_id
+from ..output import cap_text
+from ..results import RunResult
 from .protocol import (
     BANNER,
     DOCKER_RUN_FAILED_EXIT,
@@ -116,9 +115,12 @@ class MatrixLabSandbox(SandboxBackend):
         """Each run gets its own container on the Runner's Docker engine."""
         return ["runner-container"]
 
-    def display_command(self, language: str) -> list[str]:
+    def display_command(self, language: str, file: str | None = None) -> list[str]:
         """The command plans and results show: what the container's tracebacks name."""
-        return runner_command(canonical_language(language))
+        language = canonical_language(language)
+        if file is None:
+            return runner_command(language)
+        return [INTERPRETERS[language], f"{WORKSPACE_DIR}/{Path(file).name}"]
 
     def limit_notes(self, limits: ResourceLimits) -> list[str]:
         """Limits the Runner cannot honour as asked (plans show them, results carry them)."""
@@ -220,7 +222,6 @@ class MatrixLabSandbox(SandboxBackend):
         *,
         language: str,
         argv: list[str],
-        cwd: str = ".",
         command: list[str],
         workspace: bytes,
         timeout_sec: int,
@@ -235,7 +236,7 @@ class MatrixLabSandbox(SandboxBackend):
         marker = new_marker()
         budget = min(timeout_sec + START_ALLOWANCE_SEC, MAX_RUNNER_TIMEOUT_SEC)
         body: dict[str, Any] = {
-            "cmd": wrapped_command(argv, timeout_sec, marker, stdin=stdin, cwd=cwd),
+            "cmd": wrapped_command(argv, timeout_sec, marker, stdin=stdin),
             "cwd": ".",
             "workspace": {"type": "zip", "zip_base64": base64.b64encode(workspace).decode()},
             "timeout": budget,
@@ -316,17 +317,25 @@ class MatrixLabSandbox(SandboxBackend):
         result.duration_ms = duration_ms if isinstance(duration_ms, int) else int(elapsed * 1000)
 
     async def run(self, request: RunRequest, on_output: OutputCallback | None = None) -> RunResult:
-        """Run one snippet: its file (and stdin) zipped, under our wrapper, with ``POST /run``."""
+        """Run one snippet: its file (and stdin) zipped, under our wrapper, with ``POST /run``.
+
+        A file run (``request.file``) sends the file's folder along, so the file can
+        import its neighbours; the file itself is the approved ``code``.
+        """
         language = canonical_language(request.language)
-        filename = SNIPPET_FILES[language]
+        filename = SNIPPET_FILES[language] if request.file is None else request.file.name
         files = {filename: request.code}
         if request.stdin is not None:
             files[STDIN_FILE] = request.stdin
-        workspace = await asyncio.to_thread(_zip_texts, files)
+        if request.file is None:
+            workspace = await asyncio.to_thread(_zip_texts, files)
+        else:
+            folder = request.file.parent
+            workspace = await asyncio.to_thread(zip_workspace, folder, extra=files)
         return await self._execute(
             language=language,
             argv=[INTERPRETERS[language], f"$PWD/{filename}"],
-            command=runner_command(language),
+            command=self.display_command(language, None if request.file is None else filename),
             workspace=workspace,
             timeout_sec=request.timeout_sec,
             allow_network=request.allow_network,
@@ -335,56 +344,6 @@ class MatrixLabSandbox(SandboxBackend):
             cap=request.max_output_bytes,
             run_id=request.run_id,
             plan_id=request.plan_id,
-            on_output=on_output,
-        )
-
-    async def run_workspace(
-        self,
-        argv: Sequence[str],
-        folder: str | Path,
-        *,
-        language: str,
-        timeout_sec: int,
-        cwd: str = ".",
-        stdin: str | None = None,
-        allow_network: bool = False,
-        limits: ResourceLimits | None = None,
-        max_output_bytes: int = DEFAULT_OUTPUT_CAP,
-        run_id: str | None = None,
-        plan_id: str | None = None,
-        on_output: OutputCallback | None = None,
-    ) -> RunResult:
-        """Run ``argv`` in ``folder`` (zipped and sent along) with ``POST /run``.
-
-        For "a file with its folder": ``argv`` is e.g. ``["python", "main.py"]``
-        and ``cwd`` is relative to ``folder``. Skipped content: see :mod:`.workspace`.
-        """
-        language = canonical_language(language)
-        parts = cwd.replace("\\", "/").split("/")
-        if cwd.startswith("/") or ".." in parts:
-            raise InvalidRequest(f"cwd must be relative to the workspace, without '..': {cwd!r}")
-        extra = {STDIN_FILE: stdin} if stdin is not None else {}
-        archive = await asyncio.to_thread(zip_workspace, folder, extra=extra)
-        here = Path(folder) / cwd
-        command = [
-            f"{WORKSPACE_DIR}/{Path(cwd, a).as_posix().removeprefix('./')}"
-            if i and not a.startswith("/") and (here / a).is_file()
-            else a
-            for i, a in enumerate(argv)
-        ]
-        return await self._execute(
-            language=language,
-            argv=list(argv),
-            cwd=cwd,
-            command=command,
-            workspace=archive,
-            timeout_sec=timeout_sec,
-            allow_network=allow_network,
-            stdin=stdin is not None,
-            limits=limits or ResourceLimits(),
-            cap=max_output_bytes,
-            run_id=run_id or new_run_id(),
-            plan_id=plan_id,
             on_output=on_output,
         )
 

@@ -36,14 +36,12 @@ def new_marker() -> str:
     return "gitpilot-" + secrets.token_hex(12)
 
 
-def wrapped_command(
-    argv: list[str], timeout_sec: int, marker: str, *, stdin: bool, cwd: str = "."
-) -> str:
+def wrapped_command(argv: list[str], timeout_sec: int, marker: str, *, stdin: bool) -> str:
     """The shell text for the Runner's ``cmd``: ``argv`` under our timeout, then our report.
 
     The Runner runs it in ``bash -lc`` with ``set -euo pipefail`` in the workspace
-    root; ``argv`` runs in ``cwd`` (relative to it). An argument that starts with
-    ``$PWD/`` names a file of the workspace by its absolute path in the container.
+    root. An argument that starts with ``$PWD/`` names a file of the workspace by its
+    absolute path in the container.
     """
     words = [
         f'"$PWD"/{shlex.quote(a[len("$PWD/") :])}' if a.startswith("$PWD/") else shlex.quote(a)
@@ -52,8 +50,6 @@ def wrapped_command(
     # The snippet writes to the real stderr (fd 4) while the shell's own stderr is
     # /dev/null: bash would otherwise add "Killed ..." when our timeout kills the group.
     run = f"timeout -s KILL {int(timeout_sec)} {' '.join(words)} 2>&4 4>&-"
-    if cwd not in ("", "."):
-        run = f"cd {shlex.quote(cwd)} 2>&4 && {run}"
     if stdin:
         # Opened before the snippet starts, then unlinked: the snippet sees a clean folder.
         run = f"rm -f {STDIN_FILE}; {run}"
