@@ -185,3 +185,16 @@ def test_a_folder_with_a_command_template_runs_each_file(
     results = {r["id"]: r for r in run_all(batches, batch.batch_id, token)}
     assert results["alice.txt"]["stdout"] == "11\nit's alice\n"
     assert results["late/bob.txt"]["stdout"] == '16\nsay "bob" $HOME\n'
+
+
+def test_files_run_through_each_are_scanned_in_their_own_language(
+    batches: BatchService, tmp_path: Path
+) -> None:
+    folder = tmp_path / "subs"
+    folder.mkdir()
+    (folder / "clean.py").write_text("print(1)\n")
+    (folder / "sneaky.py").write_text("import os\nos.system('curl example')\n")
+    batch = batches.plan(load_folder(folder, each="python3 {file}"))
+    assert batch.summary()["high_risk"] == ["sneaky.py"]
+    [warning] = [w for w in batch.item("sneaky.py").warnings if w["label"] == "os.system"]
+    assert warning["severity"] == "high" and warning["detail"].startswith("in sneaky.py: ")

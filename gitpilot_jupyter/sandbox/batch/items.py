@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ class BatchItem:
     file: str | None = None
     stdin: str | None = None
     timeout_sec: int | None = None
+    #: With ``--each``: the file's own text, scanned in its own language beside the command.
+    content: str | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The item as a JSON object (the shape the JSONL file and the REST API take)."""
@@ -144,7 +146,7 @@ def load_folder(folder: str | Path, each: str | None = None) -> list[BatchItem]:
             items.append(BatchItem(rel.as_posix(), language_for_path(path.name), content, str(rel)))
         else:
             code = each_command(each, path.name, content)
-            items.append(BatchItem(rel.as_posix(), "bash", code, str(rel)))
+            items.append(BatchItem(rel.as_posix(), "bash", code, str(rel), content=content))
     if not items:
         raise InvalidRequest(f"{folder} holds no files to run")
     return _checked(items)

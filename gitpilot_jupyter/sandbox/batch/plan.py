@@ -18,8 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidRequest, PlanNotFound, SandboxError
+from ..errors import InvalidRequest, PlanNotFound, SandboxError, UnknownLanguage
+from ..languages import language_for_path
 from ..plans import Approval, ExecutionPlan, PlanStore
+from ..scan import scan
 from .items import BatchItem
 
 if TYPE_CHECKING:
@@ -125,6 +127,20 @@ def check_deadline(deadline_sec: object) -> int:
     return deadline_sec
 
 
+def file_warnings(file: str, content: str, known: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The scan of a file run through ``--each``, in its own language (none if unknown)."""
+    try:
+        language = language_for_path(file)
+    except UnknownLanguage:
+        return []
+    labels = {w["label"] for w in known}
+    return [
+        {**w, "detail": f"in {file}: {w['detail']}"}
+        for w in scan(language, content)
+        if w["label"] not in labels
+    ]
+
+
 def plan_batch(
     service: SandboxService,
     items: Sequence[BatchItem],
@@ -159,6 +175,8 @@ def plan_batch(
             raise type(exc)(f"item {it.id!r}: {exc.message}", code=exc.code) from None
         if it.file is not None and it.code is not None:
             plans[it.id].file = it.file
+        if it.content is not None and it.file is not None:
+            plans[it.id].warnings += file_warnings(it.file, it.content, plans[it.id].warnings)
     digest = manifest_digest([(i, p.digest) for i, p in plans.items()], deadline)
     return BatchPlan(
         batch_id=new_batch_id(),
