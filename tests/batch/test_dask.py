@@ -21,8 +21,7 @@ from gitpilot_jupyter.sandbox.batch import (
 )
 from gitpilot_jupyter.sandbox.errors import ClusterUnavailable
 from gitpilot_jupyter.sandbox.service import SandboxService
-
-from .conftest import DaskProcesses
+from tests.support.dask_cluster import DaskProcesses
 
 BIN = Path(sys.executable).parent / "jupyter-sandbox"
 ITEMS = 300

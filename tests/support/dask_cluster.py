@@ -1,4 +1,7 @@
-"""A Dask cluster as separate machines would have it: a scheduler and workers, each a process."""
+"""A Dask cluster as separate machines would have it: a scheduler and workers, each a process.
+
+Used by the batch tests and the batch benchmark.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +15,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pytest
 
 # The magic tests: an IPython shell, and a real ipykernel.
 from tests.kernel.conftest import shell, venv_kernelspec  # noqa: F401
@@ -50,8 +51,6 @@ class DaskProcesses:
 
     def workers(self) -> dict[str, str]:
         """``{name: address}`` of the workers the scheduler knows now."""
-        info = json.loads((self.folder / "scheduler.json").read_text())
-        del info  # the file only names the scheduler; ask it
         from distributed import Client
 
         with Client(self.address, timeout=10) as client:
@@ -80,11 +79,12 @@ class DaskProcesses:
             self.kill(name)
 
 
-@pytest.fixture
-def dask_cluster(tmp_path: Path) -> Iterator[DaskProcesses]:
-    """``dask scheduler`` and two ``dask worker`` processes (w1, w2) on loopback."""
-    cluster = DaskProcesses(tmp_path)
-    file = tmp_path / "scheduler.json"
+@contextlib.contextmanager
+def dask_processes(folder: Path, workers: int = 2, threads: int = 2) -> Iterator[DaskProcesses]:
+    """``dask scheduler`` and ``workers`` ``dask worker`` processes (w1, w2...) on loopback."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cluster = DaskProcesses(folder)
+    file = folder / "scheduler.json"
     cluster.start(
         "scheduler", "scheduler", "--host", "127.0.0.1", "--port", "0",
         "--no-dashboard", "--scheduler-file", str(file),
@@ -93,13 +93,13 @@ def dask_cluster(tmp_path: Path) -> Iterator[DaskProcesses]:
         deadline = time.monotonic() + START_TIMEOUT_SEC
         while not file.exists() or not file.read_text().strip():
             if time.monotonic() > deadline:
-                raise AssertionError(f"the dask scheduler did not start; see {tmp_path}")
+                raise AssertionError(f"the dask scheduler did not start; see {folder}")
             time.sleep(0.1)
         time.sleep(0.1)
         cluster.address = json.loads(file.read_text())["address"]
-        cluster.start_worker("w1")
-        cluster.start_worker("w2")
-        cluster.wait_for_workers(2)
+        for n in range(1, workers + 1):
+            cluster.start_worker(f"w{n}", threads)
+        cluster.wait_for_workers(workers)
         yield cluster
     finally:
         cluster.stop()
