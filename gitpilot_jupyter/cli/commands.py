@@ -83,6 +83,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             metavar="FILE",
             help="feed this file to the snippet's stdin ('-' for this stdin)",
         )
+        p.add_argument(
+            "--env",
+            action="append",
+            metavar="NAME",
+            help="pass this variable of your environment to the snippet (repeatable); "
+            "nothing else but PATH, locale and TZ reaches it",
+        )
         p.add_argument("--json", action="store_true", help="print the plan / result as JSON")
         if name == "run":
             p.add_argument(
@@ -161,6 +168,7 @@ def _snippet(args: argparse.Namespace) -> dict[str, Any]:
         "timeout_sec": args.timeout,
         "backend": args.backend,
         "allow_network": args.network,
+        "env": args.env,
     }
 
 
@@ -232,6 +240,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             allow_network=plan.network,
             user="cli",
             on_output=None if args.json else echo,
+            env=plan.env,
         )
 
     result = run_sync(go())

@@ -1,0 +1,125 @@
+"""Run a command as an unprivileged user in the ``docker`` group (run as root, e.g. from CI).
+
+That is how most people run Jupyter, and it is where a user namespace alone does
+not help: the kernel keeps the user's supplementary groups. The user (default
+``gitpilot-ci``) is created when missing and added to ``docker``.
+
+The checkout's ``.venv`` links into an interpreter that may sit under a folder the
+user cannot search (``/root`` is 0700, with pyenv in it). Nothing on the host is
+changed for that: the command runs in a private mount namespace where each such
+folder is replaced by a 0755 tmpfs holding binds of just the paths needed.
+
+    python scripts/as_docker_user.py -- .venv/bin/python -m pytest tests/containment
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+USER = os.environ.get("GITPILOT_TEST_USER", "gitpilot-ci")
+MARK = "GITPILOT_AS_DOCKER_USER"
+
+
+def ensure_user() -> pwd.struct_passwd:
+    """The test user, created (no home, no login) and put in the docker group."""
+    try:
+        entry = pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True
+        )
+        entry = pwd.getpwnam(USER)
+    if subprocess.run(["getent", "group", "docker"], capture_output=True).returncode == 0:
+        subprocess.run(["usermod", "-aG", "docker", USER], check=True)
+    return entry
+
+
+def searchable_by_others(path: Path) -> bool:
+    """True when a user who is neither owner nor in the group can enter ``path``."""
+    return bool(path.stat().st_mode & stat.S_IXOTH)
+
+
+def open_up(needed: list[Path]) -> None:
+    """Make every ancestor of ``needed`` searchable, in this mount namespace only."""
+    done: set[Path] = set()
+    for _ in range(64):  # each round opens one folder; deeper ones show up afterwards
+        blocked = next(
+            (
+                ancestor
+                for path in needed
+                for ancestor in reversed(path.parents)
+                if ancestor not in done and not searchable_by_others(ancestor)
+            ),
+            None,
+        )
+        if blocked is None:
+            return
+        done.add(blocked)
+        children = sorted(
+            {path.relative_to(blocked).parts[0] for path in needed if blocked in path.parents}
+        )
+        stage = Path(tempfile.mkdtemp(prefix="gitpilot-open-"))
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(stage)], check=True)
+        for child in children:
+            source = blocked / child
+            target = stage / child
+            if source.is_dir():
+                target.mkdir()
+            else:
+                target.touch()
+            subprocess.run(["mount", "--bind", str(source), str(target)], check=True)
+        subprocess.run(["mount", "--rbind", str(stage), str(blocked)], check=True)
+
+
+def main(argv: list[str]) -> int:
+    """Re-exec in a private mount namespace, open the needed paths, drop to the user."""
+    command = argv[argv.index("--") + 1 :] if "--" in argv else argv
+    if not command:
+        print(__doc__, file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("as_docker_user: run this as root", file=sys.stderr)
+        return 2
+    if os.environ.get(MARK) != "1":
+        entry = ensure_user()
+        unshare = shutil.which("unshare") or "unshare"
+        env = {**os.environ, MARK: "1", "GITPILOT_TEST_UID": str(entry.pw_uid)}
+        os.execvpe(
+            unshare,
+            [unshare, "--mount", "--propagation", "private", "--", sys.executable, *sys.argv],
+            env,
+        )
+    entry = pwd.getpwnam(USER)
+    checkout = Path.cwd().resolve()
+    python = Path(command[0]).resolve() if "python" in command[0] else Path(sys.executable)
+    base = subprocess.run(
+        [str(command[0]), "-c", "import sys; print(sys.base_prefix)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    needed = [checkout, python.parent] + ([Path(base).resolve()] if base else [])
+    open_up(needed)
+    home = Path(tempfile.mkdtemp(prefix="gitpilot-user-home-"))
+    os.chown(home, entry.pw_uid, entry.pw_gid)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in (MARK, "HOME", "USER", "LOGNAME", "XDG_RUNTIME_DIR")
+    }
+    env.update(HOME=str(home), USER=USER, LOGNAME=USER, PYTHONDONTWRITEBYTECODE="1")
+    setpriv = shutil.which("setpriv") or "setpriv"
+    drop = [setpriv, f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups", "--"]
+    os.execvpe(setpriv, [*drop, *command], env)
+    return 1  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

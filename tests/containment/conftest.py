@@ -1,0 +1,102 @@
+"""The hostile-snippet suite: each threat-model row attacked through the REST flow or the CLI.
+
+Every test runs the real attack on the default backend with default settings and
+looks at the effect from outside (a socket, a sysctl, a file, a process, a key).
+It runs as root (as CI does) and, from ``.ci/run``, again as an unprivileged user in
+the ``docker`` group, since that is how most people run Jupyter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.server.conftest import api, jp_server_config, openapi
+from tests.server.helpers import Api, approved_run
+from tests.support.system import require_system
+
+__all__ = ["api", "jp_server_config", "openapi"]
+
+collect_ignore_glob = [] if sys.platform == "linux" else ["test_*.py"]
+
+
+@pytest.fixture(autouse=True)
+def default_backend_with_bwrap() -> None:
+    """The suite is about the default backend's bwrap confinement (CI installs it)."""
+    require_system("bwrap", shutil.which("bwrap") is not None, "bwrap not on PATH")
+
+
+async def attack(api: Api, code: str, *, language: str = "python", **extra: Any) -> dict[str, Any]:
+    """Plan, approve and run ``code`` through the REST flow; the result (a 200 is required)."""
+    answer = await approved_run(api, language, code, **extra)
+    assert answer.code == 200, answer.text
+    body: dict[str, Any] = answer.body
+    return body
+
+
+def nonce(kind: str) -> str:
+    """A unique, recognisable name for what an attack leaves behind."""
+    return f"gitpilot-{kind}-{secrets.token_hex(6)}"
+
+
+def processes_named(name: str) -> list[int]:
+    """Host pids whose argv[0] is ``name``."""
+    found = []
+    needle = name.encode() + b"\0"
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{entry}/cmdline").read_bytes().startswith(needle):
+                    found.append(int(entry))
+    return found
+
+
+def wait_for_process(name: str, timeout: float = 15.0) -> int | None:
+    """The pid of the first process named ``name`` to appear within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = processes_named(name)
+        if pids:
+            return pids[0]
+        time.sleep(0.05)
+    return None
+
+
+def status_fields(pid: int) -> dict[str, list[str]]:
+    """``Uid``, ``Gid``, ``Groups`` and ``CapEff`` of a process, as the host sees them."""
+    text = Path(f"/proc/{pid}/status").read_text()
+    return {
+        line.split(":", 1)[0]: line.split(":", 1)[1].split()
+        for line in text.splitlines()
+        if line.split(":", 1)[0] in ("Uid", "Gid", "Groups", "CapEff")
+    }
+
+
+@pytest.fixture
+def planted() -> Iterator[Path]:
+    """A folder outside /tmp (which the sandbox replaces), removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="gitpilot-containment-", dir="/var/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def reaper() -> Iterator[list[str]]:
+    """Names of processes an attack may leave; any still alive afterwards is killed."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        for pid in processes_named(name):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
