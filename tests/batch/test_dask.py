@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from distributed import Client
 
 from gitpilot_jupyter.sandbox.batch import (
     BatchService,
@@ -48,6 +49,9 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_duplicates_nothing(
         if out.exists() and len(out.read_text().splitlines()) >= ITEMS // 5:
             break
         time.sleep(0.05)
+    # What w1 is running or holds at the moment it dies: Dask must rerun those elsewhere.
+    with Client(dask_cluster.address, timeout=10) as client:
+        held = set(client.processing(workers=[workers["w1"]])[workers["w1"]])
     done_at_kill = len(out.read_text().splitlines())
     dask_cluster.kill("w1")
     _, stderr = proc.communicate(timeout=240)
@@ -67,6 +71,10 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_duplicates_nothing(
     assert where[workers["w2"]] > ITEMS - done_at_kill - 1
     # Each result says how the worker node isolated it.
     assert all("tempdir" in r["isolation"] and "env-scrub" in r["isolation"] for r in ran)
+    rerun = [r for r in ran if any(key.endswith(r["plan_id"]) for key in held)]
+    assert held and len(rerun) == len(held)
+    # (one may have finished on w1 in the instant between the question and the kill)
+    assert [r for r in rerun if r["worker"] == workers["w2"]]
     assert "300 ok" in stderr and "1 blocked" in stderr
 
 
