@@ -28,11 +28,15 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         box["loop"], box["task"] = asyncio.get_running_loop(), asyncio.current_task()
         return await coro
 
+    done = threading.Event()
+
     def target() -> None:
         try:
             box["value"] = asyncio.run(main())
         except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
+        finally:
+            done.set()
 
     # Carry the caller's context (ipykernel keeps the cell's parent header in a
     # contextvar) so output printed by the coroutine lands in the calling cell.
@@ -48,7 +52,10 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         # process tree) instead of leaving it running behind the user's back.
         if "task" in box:
             box["loop"].call_soon_threadsafe(box["task"].cancel)
-        thread.join()
+        # Not thread.join(): a join interrupted once no longer waits (CPython before 3.13
+        # releases the thread's lock on the way out), so the cancelled coroutine's clean-up
+        # would still be running when the caller goes on.
+        done.wait()
         raise
     if "error" in box:
         raise box["error"]
