@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from tests.kernel.test_in_kernel import run
+from tests.kernel.test_in_kernel import messages_until_idle, run
 
 SETUP = """
 items = [{"id": f"n{i}", "language": "python", "code": f"print({i} * 3)"} for i in range(6)]
@@ -72,3 +73,24 @@ def test_high_risk_items_need_yes_and_can_be_opened(
     assert list(shell.run_line_magic("sandbox", "batch risky --yes")["status"]) == ["ok"]
     with pytest.raises(UsageError, match="usage"):
         shell.run_line_magic("sandbox", "batch")
+
+
+def test_interrupting_the_kernel_stops_the_batch_and_keeps_what_finished(
+    kernel: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "results.jsonl"
+    quick = '[{"id": "q", "language": "bash", "code": "echo q"}]'
+    slow = '[{"id": f"s{i}", "language": "bash", "code": "sleep 60"} for i in range(3)]'
+    run(kernel, f"both = {quick} + {slow}")
+    msg_id = kernel.execute(f"table = %sandbox batch both --out {out} --workers 4")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (out.exists() and out.read_text()):
+        time.sleep(0.1)
+    time.sleep(0.5)
+    kernel.parent.interrupt_kernel()
+    seen = messages_until_idle(kernel, msg_id)
+    text = "".join(m["content"].get("text", "") for m in seen if m["msg_type"] == "stream")
+    assert "3 item(s) not run" in text and "run the same command again" in text
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["q"]
+    check = run(kernel, "print(list(table['id']))")
+    assert "['q']" in "".join(m["content"].get("text", "") for m in check)
