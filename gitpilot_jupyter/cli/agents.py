@@ -17,11 +17,10 @@ from typing import Any
 
 from ..agents.approval import APPROVAL_MODES
 from ..agents.render import MODEL_OUTPUT_BYTES
-from ..client.agent_local import AGENT_SOURCE
 from ..client.agent_rest import RemoteAccess
 from ..client.server import TOKEN_ENV, URL_ENV, ServerInfo, discover_server
 from ..sandbox.errors import ServerUnreachable
-from ..sandbox.plans import ExecutionPlan
+from ..sandbox.plans import AGENT_SOURCE, ExecutionPlan
 from ..sandbox.sync import run_sync
 from .render import print_plan, print_plan_code
 

@@ -15,8 +15,6 @@ from ..sandbox.claims import ClaimAnswer
 from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
 
-#: ``source`` of every plan an agent makes, so UIs can tell them from a person's.
-AGENT_SOURCE = "agent"
 #: ``user`` recorded in audit events for in-process agent plans.
 AGENT_USER = "agent"
 
@@ -96,7 +94,7 @@ class LocalAccess:
             language=language,
             code=code,
             timeout_sec=timeout_sec,
-            source=AGENT_SOURCE,
+            agent=True,
             user=AGENT_USER,
         )
         ticket = PlanTicket(plan.to_dict())

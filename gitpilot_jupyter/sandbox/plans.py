@@ -20,8 +20,14 @@ from typing import Any
 
 from .errors import ApprovalError, PlanBlocked, PlanNotFound
 
-SOURCES = ("code_block", "cell", "file_run", "chat", "rerun", "api", "agent")
+#: The ``source`` of plans made through the agent entry points; no other caller may claim it.
+AGENT_SOURCE = "agent"
+#: The sources a caller may give a plan (``agent`` is set by the agent entry points only).
+SOURCES = ("code_block", "cell", "file_run", "chat", "rerun", "api")
+#: Pending plans kept per identity and kind (agent plans apart): the oldest is evicted.
 MAX_PENDING_PLANS = 256
+#: Pending plans kept in all; beyond it the oldest plan that is not an agent's goes.
+MAX_PENDING_TOTAL = 16 * MAX_PENDING_PLANS  # the default of PlanStore(max_total=)
 APPROVAL_TTL_SEC = 300
 
 
@@ -147,29 +153,65 @@ def new_plan_id() -> str:
     return "plan_" + secrets.token_hex(8)
 
 
+#: Who a pending plan counts against: (the planning identity, whether it is an agent's plan).
+_Bucket = tuple[str | None, bool]
+
+
 class PlanStore:
-    """Pending plans (at most 256, oldest evicted) and approval tokens. Thread-safe."""
+    """Pending plans and approval tokens. Thread-safe.
+
+    Pending plans are bounded per identity and kind: each user's plans, and apart from
+    them each user's agent plans, keep at most ``max_pending`` (oldest evicted), so
+    no other traffic can evict a plan an agent waits on, and no client can evict
+    another user's plans. ``max_total`` bounds the store; beyond it the oldest plan
+    that is not an agent's is evicted.
+    """
 
     def __init__(
         self,
         *,
         max_pending: int = MAX_PENDING_PLANS,
+        max_total: int | None = None,
         ttl_sec: float = APPROVAL_TTL_SEC,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.max_pending = max_pending
+        self.max_total = max_total if max_total is not None else max(MAX_PENDING_TOTAL, max_pending)
         self.ttl_sec = ttl_sec
         self.clock = clock
         self._plans: OrderedDict[str, ExecutionPlan] = OrderedDict()
+        self._bucket_of: dict[str, _Bucket] = {}
+        self._buckets: dict[_Bucket, OrderedDict[str, None]] = {}
         self._approvals: OrderedDict[str, Approval] = OrderedDict()
         self._lock = threading.Lock()
 
-    def add(self, plan: ExecutionPlan) -> None:
-        """Keep ``plan`` pending; evict the oldest beyond the limit."""
+    def add(self, plan: ExecutionPlan, *, owner: str | None = None) -> None:
+        """Keep ``plan`` pending for ``owner``; evict the oldest of the same owner and kind."""
+        key: _Bucket = (owner, plan.source == AGENT_SOURCE)
         with self._lock:
             self._plans[plan.plan_id] = plan
-            while len(self._plans) > self.max_pending:
-                self._plans.popitem(last=False)
+            self._bucket_of[plan.plan_id] = key
+            bucket = self._buckets.setdefault(key, OrderedDict())
+            bucket[plan.plan_id] = None
+            while len(bucket) > self.max_pending:
+                self._drop(next(iter(bucket)))
+            while len(self._plans) > self.max_total:
+                victim = next(
+                    (pid for pid, (_, agent) in self._bucket_of.items() if not agent),
+                    next(iter(self._plans)),
+                )
+                self._drop(victim)
+
+    def _drop(self, plan_id: str) -> ExecutionPlan | None:
+        """Forget a pending plan (lock held)."""
+        plan = self._plans.pop(plan_id, None)
+        key = self._bucket_of.pop(plan_id, None)
+        if key is not None:
+            bucket = self._buckets[key]
+            bucket.pop(plan_id, None)
+            if not bucket:
+                del self._buckets[key]
+        return plan
 
     def get(self, plan_id: str) -> ExecutionPlan:
         """A pending plan, or :class:`PlanNotFound`."""
@@ -189,7 +231,7 @@ class PlanStore:
     def reject(self, plan_id: str) -> ExecutionPlan:
         """Drop a pending plan unapproved (a human said no); :class:`PlanNotFound` if gone."""
         with self._lock:
-            plan = self._plans.pop(plan_id, None)
+            plan = self._drop(plan_id)
         if plan is None:
             raise PlanNotFound(f"no pending plan {plan_id!r} (unknown, evicted or already decided)")
         return plan
@@ -222,7 +264,7 @@ class PlanStore:
                 raise PlanBlocked(
                     f"plan {plan_id} is blocked and can never be approved: {plan.blocked_reason}"
                 )
-            del self._plans[plan_id]
+            self._drop(plan_id)
             now = self.clock()
             self._forget_expired(now)
             approval = Approval(

@@ -25,7 +25,7 @@ from .local.backends import NullSandbox, SubprocessSandbox
 from .local.isolation import Isolator
 from .matrixlab.config import LifecycleConfig
 from .matrixlab.ops import MatrixLabOperations
-from .plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id, plan_digest
+from .plans import AGENT_SOURCE, SOURCES, ExecutionPlan, PlanStore, new_plan_id, plan_digest
 from .policy import SandboxPolicy, env_names, find_destructive
 from .results import RunResult
 from .scan import scan
@@ -176,16 +176,26 @@ class SandboxService(MatrixLabOperations):
         allow_network: bool | None = None,
         user: str | None = None,
         env: Sequence[str] | None = None,
+        agent: bool = False,
     ) -> ExecutionPlan:
         """Describe what would run; keep it pending for approval.
 
         ``env`` names server variables to pass through to the run (``--env NAME``).
+        ``agent=True`` is for the agent entry points only: the plan's source becomes
+        ``agent`` (which no caller may give as ``source``) and it counts against the
+        user's agent plans, which no other traffic can evict.
         """
         file_text = None
         if file is not None and code is None:
             # Off the event loop: a file plan must never stall the server (the file is
             # stat-ed, then at most the limit is read).
             file_text = await asyncio.to_thread(self.read_file, file)
+        if source == AGENT_SOURCE:
+            raise InvalidRequest(
+                "source 'agent' is given by the agent entry points only "
+                "(/api/sandbox/agent/plan, jupyter sandbox mcp)",
+                code="invalid_value",
+            )
         plan = self.describe(
             file_text=file_text,
             language=language,
@@ -199,7 +209,9 @@ class SandboxService(MatrixLabOperations):
             allow_network=allow_network,
             env=env,
         )
-        self.plans.add(plan)
+        if agent:
+            plan.source = AGENT_SOURCE
+        self.plans.add(plan, owner=user)
         self._emit(
             "plan",
             {

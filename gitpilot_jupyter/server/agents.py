@@ -21,9 +21,6 @@ from .base import SandboxHandler, authorized_execute, http_error
 
 T = TypeVar("T")
 
-#: ``source`` of agent plans: UIs show them as requested by an agent, to approve, not run.
-AGENT_SOURCE = "agent"
-
 
 def _core(action: Callable[[], T]) -> T:
     """Run a synchronous core call; its typed errors become HTTP errors."""
@@ -42,7 +39,7 @@ class AgentPlanHandler(SandboxHandler):
         """Plan an agent's snippet; answer the plan and its claim secret (or its token)."""
         body = self.body("AgentPlanRequest")
         auto = bool(body.pop("approve", False))
-        plan = await self.call(self.service.plan(**body, source=AGENT_SOURCE, user=self.username))
+        plan = await self.call(self.service.plan(**body, agent=True, user=self.username))
         answer: dict[str, Any] = {"plan": plan.to_dict()}
         if plan.blocked:
             pass  # never approvable: no claim, no token

@@ -73,3 +73,20 @@ async def test_rejected_plan_ends_the_claim(api: Api) -> None:  # noqa: F811
 async def test_agent_plan_body_is_checked(api: Api) -> None:  # noqa: F811
     answer = await api("POST", "api/sandbox/agent/plan", {**PLAN, "source": "cell"})
     assert answer.code == 400 and answer.body["code"] == "unknown_field"
+
+
+async def test_other_clients_cannot_evict_an_agents_plan(api: Api) -> None:  # noqa: F811
+    """300 plans from any client later, the agent's claim still says pending."""
+    planned = await api("POST", "api/sandbox/agent/plan", PLAN)
+    body = {"plan_id": planned.body["plan"]["plan_id"], "claim": planned.body["claim"]}
+    for i in range(300):
+        flood = await api("POST", "api/sandbox/plan", {"language": "python", "code": f"{i}"})
+        assert flood.code == 200
+    assert (await api("POST", "api/sandbox/agent/claim", body)).body == {"state": "pending"}
+
+
+async def test_a_client_cannot_label_its_plan_source_agent(api: Api) -> None:  # noqa: F811
+    forged = await api("POST", "api/sandbox/plan", {**PLAN, "source": "agent"})
+    assert (forged.code, forged.body["code"]) == (400, "invalid_value"), forged.text
+    listed = await api("GET", "api/sandbox/plans")
+    assert all(p["source"] != "agent" for p in listed.body["plans"])

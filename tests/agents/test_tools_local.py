@@ -162,7 +162,7 @@ def test_private_in_process_plans_say_who_can_approve() -> None:
 
 
 def test_claim_secret_is_needed_and_hands_the_token_over_once(service: SandboxService) -> None:
-    made = run_sync(service.plan(language="python", code="print(1)", source="agent"))
+    made = run_sync(service.plan(language="python", code="print(1)", agent=True))
     secret = service.claims.open(made.plan_id)
     with pytest.raises(ApprovalError) as wrong:
         service.claims.claim(made.plan_id, "guessed")

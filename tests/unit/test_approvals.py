@@ -161,6 +161,40 @@ def test_oldest_plans_are_evicted_beyond_256(service: SandboxService) -> None:
     assert len(service.plans.pending()) == 256
 
 
+def test_other_traffic_cannot_evict_a_pending_agent_plan(service: SandboxService) -> None:
+    agent = sync(service.plan(language="python", code="print('agent')", agent=True))
+    assert agent.source == "agent"
+    for i in range(300):  # as many plans as any client likes, from the same identity
+        sync(service.plan(language="python", code=f"print({i})"))
+    assert service.plans.get(agent.plan_id) is agent
+    assert len(service.plans.pending()) == 257  # 256 of the client's, and the agent's
+
+
+def test_plans_are_bounded_per_identity(service: SandboxService) -> None:
+    alice = sync(service.plan(language="python", code="print('alice')", user="alice"))
+    for i in range(300):
+        sync(service.plan(language="python", code=f"print({i})", user="mallory"))
+    assert service.plans.get(alice.plan_id) is alice
+    mallorys = [p for p in service.plans.pending() if p.plan_id != alice.plan_id]
+    assert len(mallorys) == 256 and mallorys[-1].code == "print(299)"
+
+
+def test_the_store_has_a_total_bound_that_spares_agent_plans() -> None:
+    store = PlanStore(max_pending=4, max_total=10)
+    service = SandboxService(plans=store)
+    agent = sync(service.plan(language="python", code="print('agent')", agent=True))
+    for user in range(10):
+        for i in range(4):
+            sync(service.plan(language="python", code=f"print({i})", user=f"u{user}"))
+    assert len(store.pending()) == 10 and store.get(agent.plan_id) is agent
+
+
+def test_no_caller_can_label_its_plan_as_an_agents(service: SandboxService) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        sync(service.plan(language="python", code="print(1)", source="agent"))
+    assert refused.value.code == "invalid_value"
+
+
 def test_run_checks_come_after_approval(service: SandboxService) -> None:
     # Without a token every bad run is a 403 first ...
     assert refusal(service, language="ruby", code="puts 1") == "approval_required"
