@@ -3,12 +3,13 @@
 The same flow as a single snippet: plan (every item planned, the scan summed
 up, blocked items named), approve once (one token for the whole manifest), run.
 The run streams NDJSON when asked: an ``item`` line per finished item and a
-``progress`` line after it, then ``{"type": "result", ...report}``. A client that
-goes away stops the batch (the rest is cancelled; what finished was sent).
+``progress`` line after it (and every second while none finishes), then
+``{"type": "result", ...report}``. A client that goes away stops the batch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
@@ -19,6 +20,8 @@ from .base import SandboxHandler, authorized_execute
 from .handlers import PlanHandler
 from .stream import LineSink, StreamingHandler
 
+#: Seconds between progress lines while no item finishes (how soon a gone client is noticed).
+HEARTBEAT_SEC = 1.0
 #: Where the server keeps its batch service, beside the sandbox service.
 BATCH_SERVICE_KEY = "gitpilot_sandbox_batches"
 
@@ -93,17 +96,31 @@ class BatchRunHandler(StreamingHandler):
         run = batches.start(batch, workers=workers, user=self.username)
 
         async def work(sink: LineSink | None) -> dict[str, Any]:
-            results = []
-            async with contextlib.aclosing(run.results()) as records:
-                async for record in records:
-                    if sink is None:
-                        results.append(record)
-                        continue
-                    await sink({"type": "item", **record})
+            results: list[dict[str, Any]] = []
+
+            async def drain() -> None:
+                async with contextlib.aclosing(run.results()) as records:
+                    async for record in records:
+                        if sink is None:
+                            results.append(record)
+                        else:
+                            await sink({"type": "item", **record})
+                            await sink({"type": "progress", **run.progress.to_dict()})
+
+            task = asyncio.ensure_future(drain())
+            while sink is not None and not task.done():
+                # A heartbeat: the server learns that the client went away only by writing.
+                await asyncio.wait({task}, timeout=HEARTBEAT_SEC)
+                if self._client_gone:
+                    run.stopped = "cancelled"
+                    task.cancel()
+                elif not task.done():
                     await sink({"type": "progress", **run.progress.to_dict()})
-                    if self._client_gone:
-                        run.stopped = "cancelled"
-                        break  # Stop: leaving the loop cancels the rest
+            try:
+                await task
+            except asyncio.CancelledError:
+                if run.stopped != "cancelled":
+                    raise
             report = run.report()
             return report if sink is not None else {"results": results, "report": report}
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
+import time
 from typing import Any
 
+import httpx
 import pytest
 from traitlets.config import Config
 
@@ -86,11 +90,13 @@ async def test_the_run_streams_items_and_progress_as_ndjson(api: Api) -> None:
     for line in lines:
         check_stream_line(line, "BatchReport")
     kinds = [line["type"] for line in lines]
-    assert kinds == ["item", "progress"] * 5 + ["result"]
+    assert kinds.count("item") == 5 and kinds[-1] == "result"
+    assert all(kinds[i + 1] == "progress" for i, kind in enumerate(kinds) if kind == "item")
     assert sorted(line["stdout"] for line in lines if line["type"] == "item") == [
         f"{i}\n" for i in range(5)
     ]
-    assert [line["finished"] for line in lines if line["type"] == "progress"] == [1, 2, 3, 4, 5]
+    after_items = [lines[i + 1]["finished"] for i, kind in enumerate(kinds) if kind == "item"]
+    assert after_items == [1, 2, 3, 4, 5]
     assert lines[-1]["ok"] == 5 and lines[-1]["stopped"] is None
 
 
@@ -129,3 +135,49 @@ async def test_every_batch_route_needs_authentication(jp_fetch: Any) -> None:
             headers={"Authorization": ""}, raise_error=False,
         )  # fmt: skip
         assert answer.code == 403
+
+
+@pytest.fixture
+def client(
+    http_server_client: Any, jp_http_port: int, jp_base_url: str, jp_auth_header: dict[str, str]
+) -> httpx.AsyncClient:
+    """A real HTTP client on the test server (``http_server_client`` makes it listen)."""
+    return httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{jp_http_port}{jp_base_url}", headers=jp_auth_header, timeout=60
+    )
+
+
+def sleepers() -> list[int]:
+    """Pids of this test's long snippets (a number no other process sleeps for)."""
+    found = subprocess.run(["pgrep", "-f", f"sleep {SLEEP}"], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
+SLEEP = 31337
+
+
+async def test_closing_the_stream_stops_the_batch(api: Api, client: httpx.AsyncClient) -> None:
+    items = [{"id": "quick", "language": "bash", "code": "echo quick"}] + [
+        {"id": f"slow{i}", "language": "bash", "code": f"sleep {SLEEP}"} for i in range(3)
+    ]
+    batch = await plan_batch(api, items)
+    token = await approve(api, batch["batch_id"])
+    body = {"batch_id": batch["batch_id"], "approval_token": token, "workers": 4}
+    async with (
+        client,
+        client.stream("POST", "api/sandbox/batch", json=body, headers={"Accept": NDJSON}) as answer,
+    ):
+        assert answer.status_code == 200
+        async for text in answer.aiter_lines():
+            if text.strip() and json.loads(text)["type"] == "item":
+                assert json.loads(text)["id"] == "quick"
+                break
+        deadline = time.monotonic() + 20
+        while not sleepers() and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert sleepers(), "the slow items should be running now"
+    # The client went away: the server cancels the rest (their process trees die).
+    deadline = time.monotonic() + 20
+    while sleepers() and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert sleepers() == []
