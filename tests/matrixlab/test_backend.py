@@ -108,19 +108,41 @@ def workspace_files(body: object) -> dict[str, str]:
         return {name: archive.read(name).decode() for name in archive.namelist()}
 
 
-async def test_a_snippet_goes_to_run_with_its_file_and_stdin_and_not_env(
+async def test_a_snippet_goes_to_code_run_as_a_script_that_writes_and_times_it(
     runner_standin: StandinRunner,
 ) -> None:
-    request = snippet("print(input().upper())", stdin="abc\n", env={"HOST_SECRET_PATH": "/x"})
+    code = "import os\nprint(input().upper(), sorted(os.listdir('.')))"
+    request = snippet(code, stdin="abc\n", env={"HOST_SECRET_PATH": "/x"})
     result = await backend_for(runner_standin).run(request)
-    assert result.stdout == "ABC\n"
+    # The Runner's script.sh and stdin.txt are gone before the snippet starts.
+    assert result.stdout == "ABC ['main.py']\n" and result.stderr == ""
     sent = sent_requests(runner_standin)[-1]
     body = sent["body"]
-    assert sent["path"] == "/run" and isinstance(body, dict) and "env" not in body
-    assert workspace_files(body) == {"main.py": request.code, ".gitpilot-stdin": "abc\n"}
+    assert sent["path"] == "/code/run" and isinstance(body, dict) and "env" not in body
+    assert body["language"] == "bash" and body["image"] == "python"
+    assert body["stdin"] == "abc\n" and code in body["code"]
     # The Runner gets the container's start on top of the snippet's own 10 s.
     assert body["timeout"] == 10 + START_ALLOWANCE_SEC and body["allow_network"] is False
-    assert "timeout -s KILL 10 python" in body["cmd"] and body["image"] == "python"
+    assert 'timeout -s KILL 10 python "$PWD"/main.py' in body["code"]
+
+
+@pytest.mark.parametrize("big", ["stdin", "code"])
+async def test_input_beyond_code_runs_limit_goes_to_run_in_the_workspace(
+    runner_standin: StandinRunner, big: str
+) -> None:
+    """``/code/run`` takes 1,000,000 characters; ``/run`` carries more in its zip."""
+    huge = "x" * 1_000_001
+    if big == "stdin":
+        request = snippet("import sys\nprint(len(sys.stdin.read()))", stdin=huge)
+    else:
+        request = snippet(f"s = '{huge}'\nprint(len(s))")
+    result = await backend_for(runner_standin).run(request)
+    assert (result.exit_code, result.stdout) == (0, "1000001\n")
+    sent = sent_requests(runner_standin)[-1]
+    assert sent["path"] == "/run"
+    files = workspace_files(sent["body"])
+    assert files["main.py"] == request.code
+    assert files.get(".gitpilot-stdin") == (huge if big == "stdin" else None)
 
 
 async def test_the_users_image_goes_only_with_its_language(runner_standin: StandinRunner) -> None:

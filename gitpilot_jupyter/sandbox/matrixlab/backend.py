@@ -1,14 +1,15 @@
 """The ``matrixlab`` backend: a MatrixLab Runner runs each snippet in its own container.
 
-Snippets and files go to ``POST /run`` with a zip workspace (never ``/repo/run``):
-the snippet's file (``main.py``, ``main.js``, ``main.sh``) and its stdin, or the
-file's folder. The command is our wrapper (:mod:`.wrapper`), which enforces the
-snippet's own timeout inside the container and reports its exit status, so the
-answer is the local backends' envelope: the banner line is stripped, a timeout is
-``timed_out`` with exit -1 and the output kept, a snippet exiting 124 or writing
-``TIMEOUT`` is not timed out, the Runner's own failures (exit 999, Docker's 125,
-its 500s) are 502 ``backend_error`` naming its message, and our output cap applies
-after the Runner's. Limits the Runner cannot honour are said in ``notes``. See
+Snippets go to ``POST /code/run`` as a bash script that writes the snippet's file
+(``main.py``, ``main.js``, ``main.sh``) and runs it under our wrapper; file runs
+(and input beyond ``/code/run``'s limits) go to ``POST /run`` with a zip workspace,
+never ``/repo/run``. The wrapper (:mod:`.wrapper`) enforces the snippet's own
+timeout inside the container and reports its exit status, so the answer is the
+local backends' envelope: the banner line is stripped, a timeout is ``timed_out``
+with exit -1 and the output kept, a snippet exiting 124 or writing ``TIMEOUT`` is
+not timed out, the Runner's own failures (exit 999, Docker's 125, its 500s) are
+502 ``backend_error`` naming its message, and our output cap applies after the
+Runner's. Limits the Runner cannot honour are said in ``notes``. See
 ``docs/admin/matrixlab.md`` for what still differs.
 """
 
@@ -56,11 +57,20 @@ from .protocol import (
     unreachable,
 )
 from .workspace import zip_workspace
-from .wrapper import START_ALLOWANCE_SEC, STDIN_FILE, new_marker, read_report, wrapped_command
+from .wrapper import (
+    START_ALLOWANCE_SEC,
+    STDIN_FILE,
+    new_marker,
+    read_report,
+    snippet_script,
+    wrapped_command,
+)
 
 #: Extra seconds the HTTP call waits beyond the Runner's budget (transfer, a busy Runner).
 HTTP_GRACE_SEC = 5.0
 HEALTH_TIMEOUT_SEC = 5.0
+#: The most characters ``POST /code/run`` takes in ``code`` and in ``stdin``.
+MAX_CODE_RUN_CHARS = 1_000_000
 #: Processes of our wrapper in the container besides the snippet: docker-init, bash, timeout.
 WRAPPER_PROCESSES = 3
 
@@ -128,8 +138,10 @@ class MatrixLabSandbox(SandboxBackend):
 
     # -- HTTP ---------------------------------------------------------------------------
 
-    async def _post_run(self, body: dict[str, Any], budget: int) -> tuple[dict[str, Any], float]:
-        """``POST /run``: the run result and the seconds it took by our clock.
+    async def _post_run(
+        self, path: str, body: dict[str, Any], budget: int
+    ) -> tuple[dict[str, Any], float]:
+        """POST a run to ``path``: the run result and the seconds it took by our clock.
 
         Raises :class:`_RunnerTimeout` for this Runner version's 500 after its budget.
         """
@@ -138,7 +150,7 @@ class MatrixLabSandbox(SandboxBackend):
         try:
             async with self._client() as client:
                 response = await client.post(
-                    self.url + "/run",
+                    self.url + path,
                     json=body,
                     timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
                 )
@@ -154,14 +166,14 @@ class MatrixLabSandbox(SandboxBackend):
             # ("can't concat str to bytes"). By our clock the budget is spent: it timed out.
             raise _RunnerTimeout
         if not response.is_success:
-            raise runner_error(self.url, "/run", response)
+            raise runner_error(self.url, path, response)
         try:
             payload = response.json()
         except ValueError:
             payload = None
         if not isinstance(payload, dict) or not isinstance(payload.get("exit_code"), int):
             raise BackendFailure(
-                f"the MatrixLab Runner at {self.url} answered /run with something that is not "
+                f"the MatrixLab Runner at {self.url} answered {path} with something that is not "
                 f"a run result: {body_excerpt(response)}"
             )
         return payload, elapsed
@@ -219,46 +231,39 @@ class MatrixLabSandbox(SandboxBackend):
 
     async def _execute(
         self,
+        path: str,
+        body: dict[str, Any],
         *,
+        marker: str,
         language: str,
-        argv: list[str],
         command: list[str],
-        workspace: bytes,
-        timeout_sec: int,
-        allow_network: bool,
-        stdin: bool,
-        limits: ResourceLimits,
-        cap: int,
-        run_id: str,
-        plan_id: str | None,
+        request: RunRequest,
         on_output: OutputCallback | None,
     ) -> RunResult:
-        marker = new_marker()
+        """Send one run (``body`` has what is particular to ``path``) and make its envelope."""
+        limits, timeout_sec = request.limits, request.timeout_sec
         budget = min(timeout_sec + START_ALLOWANCE_SEC, MAX_RUNNER_TIMEOUT_SEC)
-        body: dict[str, Any] = {
-            "cmd": wrapped_command(argv, timeout_sec, marker, stdin=stdin),
-            "cwd": ".",
-            "workspace": {"type": "zip", "zip_base64": base64.b64encode(workspace).decode()},
-            "timeout": budget,
-            "image": self.image_for(language),
-            "allow_network": allow_network,
-            "metadata": {"client": "gitpilot-jupyter", "run_id": run_id},
-            "mem_limit_mb": min(max(limits.memory_mb, MIN_MEMORY_MB), MAX_MEMORY_MB),
-            "pids_limit": min(max(limits.max_processes, MIN_PIDS), MAX_PIDS) + WRAPPER_PROCESSES,
-        }
+        body.update(
+            timeout=budget,
+            image=self.image_for(language),
+            allow_network=request.allow_network,
+            metadata={"client": "gitpilot-jupyter", "run_id": request.run_id},
+            mem_limit_mb=min(max(limits.memory_mb, MIN_MEMORY_MB), MAX_MEMORY_MB),
+            pids_limit=min(max(limits.max_processes, MIN_PIDS), MAX_PIDS) + WRAPPER_PROCESSES,
+        )
         result = RunResult(
             backend=self.name,
             language=language,
             command=command,
             exit_code=-1,
-            run_id=run_id,
-            plan_id=plan_id,
+            run_id=request.run_id,
+            plan_id=request.plan_id,
             isolation=self.isolation(),
             notes=limit_notes(limits),
         )
         started = time.monotonic()
         try:
-            payload, elapsed = await self._post_run(body, budget)
+            payload, elapsed = await self._post_run(path, body, budget)
         except _RunnerTimeout:
             # The Runner's budget ran out and it dropped the output: timed out, nothing kept.
             result.timed_out = True
@@ -268,7 +273,7 @@ class MatrixLabSandbox(SandboxBackend):
                 "its answer lost the output"
             )
             return result
-        self._fill(result, payload, marker, timeout_sec, budget, elapsed, cap)
+        self._fill(result, payload, marker, timeout_sec, budget, elapsed, request.max_output_bytes)
         if on_output is not None:
             # The Runner answers once at the end: the output comes in one piece per stream.
             if result.stdout:
@@ -317,33 +322,59 @@ class MatrixLabSandbox(SandboxBackend):
         result.duration_ms = duration_ms if isinstance(duration_ms, int) else int(elapsed * 1000)
 
     async def run(self, request: RunRequest, on_output: OutputCallback | None = None) -> RunResult:
-        """Run one snippet: its file (and stdin) zipped, under our wrapper, with ``POST /run``.
+        """Run one snippet or file under our wrapper.
 
-        A file run (``request.file``) sends the file's folder along, so the file can
-        import its neighbours; the file itself is the approved ``code``.
+        A snippet goes to ``POST /code/run`` as a bash script that writes its file and
+        runs it (the Runner serves that route in a worker thread, so runs overlap and
+        ``/health`` answers meanwhile). A file run (``request.file``) goes to
+        ``POST /run`` with the file's folder zipped, so the file can import its
+        neighbours; so does a snippet or stdin beyond ``/code/run``'s 1,000,000
+        characters. What runs is always the approved ``code``.
         """
         language = canonical_language(request.language)
         filename = SNIPPET_FILES[language] if request.file is None else request.file.name
+        argv = [INTERPRETERS[language], f"$PWD/{filename}"]
+        command = self.display_command(language, None if request.file is None else filename)
+        marker = new_marker()
+        stdin = request.stdin
+        if request.file is None and (stdin is None or len(stdin) <= MAX_CODE_RUN_CHARS):
+            script = snippet_script(
+                request.code, filename, argv, request.timeout_sec, marker, stdin=stdin is not None
+            )
+            if len(script) <= MAX_CODE_RUN_CHARS:
+                body: dict[str, Any] = {"language": "bash", "code": script}
+                if stdin is not None:
+                    body["stdin"] = stdin
+                return await self._execute(
+                    "/code/run",
+                    body,
+                    marker=marker,
+                    language=language,
+                    command=command,
+                    request=request,
+                    on_output=on_output,
+                )
         files = {filename: request.code}
-        if request.stdin is not None:
-            files[STDIN_FILE] = request.stdin
+        if stdin is not None:
+            files[STDIN_FILE] = stdin
         if request.file is None:
-            workspace = await asyncio.to_thread(_zip_texts, files)
+            archive = await asyncio.to_thread(_zip_texts, files)
         else:
-            folder = request.file.parent
-            workspace = await asyncio.to_thread(zip_workspace, folder, extra=files)
+            archive = await asyncio.to_thread(zip_workspace, request.file.parent, extra=files)
+        body = {
+            "cmd": wrapped_command(
+                argv, request.timeout_sec, marker, stdin="file" if stdin is not None else "none"
+            ),
+            "cwd": ".",
+            "workspace": {"type": "zip", "zip_base64": base64.b64encode(archive).decode()},
+        }
         return await self._execute(
+            "/run",
+            body,
+            marker=marker,
             language=language,
-            argv=[INTERPRETERS[language], f"$PWD/{filename}"],
-            command=self.display_command(language, None if request.file is None else filename),
-            workspace=workspace,
-            timeout_sec=request.timeout_sec,
-            allow_network=request.allow_network,
-            stdin=request.stdin is not None,
-            limits=request.limits,
-            cap=request.max_output_bytes,
-            run_id=request.run_id,
-            plan_id=request.plan_id,
+            command=command,
+            request=request,
             on_output=on_output,
         )
 

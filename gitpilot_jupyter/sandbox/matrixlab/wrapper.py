@@ -36,12 +36,13 @@ def new_marker() -> str:
     return "gitpilot-" + secrets.token_hex(12)
 
 
-def wrapped_command(argv: list[str], timeout_sec: int, marker: str, *, stdin: bool) -> str:
-    """The shell text for the Runner's ``cmd``: ``argv`` under our timeout, then our report.
+def wrapped_command(argv: list[str], timeout_sec: int, marker: str, *, stdin: str) -> str:
+    """The shell text that runs ``argv`` under our timeout, then writes our report.
 
-    The Runner runs it in ``bash -lc`` with ``set -euo pipefail`` in the workspace
-    root. An argument that starts with ``$PWD/`` names a file of the workspace by its
-    absolute path in the container.
+    ``stdin`` is where the snippet's stdin comes from: ``"none"`` (``/dev/null``),
+    ``"file"`` (:data:`STDIN_FILE` in the workspace, unlinked before the snippet starts)
+    or ``"inherited"`` (the shell's own). An argument that starts with ``$PWD/`` names
+    a file of the workspace by its absolute path in the container.
     """
     words = [
         f'"$PWD"/{shlex.quote(a[len("$PWD/") :])}' if a.startswith("$PWD/") else shlex.quote(a)
@@ -50,20 +51,44 @@ def wrapped_command(argv: list[str], timeout_sec: int, marker: str, *, stdin: bo
     # The snippet writes to the real stderr (fd 4) while the shell's own stderr is
     # /dev/null: bash would otherwise add "Killed ..." when our timeout kills the group.
     run = f"timeout -s KILL {int(timeout_sec)} {' '.join(words)} 2>&4 4>&-"
-    if stdin:
+    redirect = {"none": " < /dev/null", "file": f" < {STDIN_FILE}", "inherited": ""}[stdin]
+    if stdin == "file":
         # Opened before the snippet starts, then unlinked: the snippet sees a clean folder.
         run = f"rm -f {STDIN_FILE}; {run}"
-    source = STDIN_FILE if stdin else "/dev/null"
     now = "${EPOCHREALTIME//[.,]/}"
     return "\n".join(
         [
             "command -v timeout >/dev/null || "
             "{ echo 'gitpilot: this image has no timeout command (coreutils)' >&2; exit 126; }",
             f"__gp_t0={now}; __gp_rc=0",
-            f"{{ {run} || __gp_rc=$?; }} < {source} 4>&2 2>/dev/null",
+            f"{{ {run} || __gp_rc=$?; }}{redirect} 4>&2 2>/dev/null",
             f"__gp_t1={now}",
             f'printf \'\\n%s %d %d\\n\' {marker} "$__gp_rc" "$((__gp_t1 - __gp_t0))" >&2',
             'exit "$__gp_rc"',
+        ]
+    )
+
+
+def snippet_script(
+    code: str, filename: str, argv: list[str], timeout_sec: int, marker: str, *, stdin: bool
+) -> str:
+    """A bash script for ``POST /code/run`` that writes ``code`` to ``filename`` and runs it.
+
+    The Runner runs it as ``bash script.sh [< stdin.txt]`` in the workspace: it removes
+    both (bash reads from its open file), writes the snippet byte for byte (a quoted
+    here-document ended by the marker, then the newline it adds is cut) and runs the
+    wrapper with the stdin it was given.
+    """
+    name = shlex.quote(filename)
+    return "\n".join(
+        [
+            "rm -f script.sh stdin.txt",
+            f"cat > {name} <<'{marker}'",
+            code,
+            marker,
+            f"truncate -s -1 {name}",
+            wrapped_command(argv, timeout_sec, marker, stdin="inherited" if stdin else "none"),
+            "",
         ]
     )
 
