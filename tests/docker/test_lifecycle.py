@@ -206,3 +206,17 @@ async def test_start_waits_on_the_published_port_and_says_the_url_differs(
     health = next(s for s in started["steps"] if s["cmd"].startswith("curl "))
     assert health["cmd"] == f"curl -fsS http://127.0.0.1:{port}/health"
     assert f"set matrixlab_url to http://127.0.0.1:{port}" in started["warning"]
+
+
+async def test_status_of_a_running_runner_with_a_wrong_token_says_so(
+    lifecycle_service: SandboxService,
+) -> None:
+    started = await lifecycle_service.lifecycle_start()
+    assert started["ok"] is True, started
+    lifecycle_service.settings.update(
+        {"matrixlab_token": "not-the-runners", "backend": "matrixlab"}
+    )
+    status = await lifecycle_service.lifecycle_status()
+    assert status["running"] is True
+    assert "rejected the token (401)" in status["health_error"]
+    assert (await lifecycle_service.status())["ok"] is False

@@ -109,7 +109,8 @@ class MatrixLabLifecycle:
             "docker_available": False,
             "docker_error": None,
             "installed": False,  # unknown without Docker; a UI reads it as "not installed"
-            "running": bool(health["ok"]),
+            # Up and healthy; a refused token is a setting to fix, not a Runner that is down.
+            "running": bool(health["ok"]) or health.get("token") in ("rejected", "required"),
             "health_error": health["error"],
             "url": self.url,
             "host_port": self.config.port_for(self.url),
