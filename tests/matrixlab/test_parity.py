@@ -56,9 +56,10 @@ CASES = {
     # The Runner's own flag calls both of these timed out.
     "stderr-says-TIMEOUT": Case("python", "import sys\nsys.stderr.write('TIMEOUT')"),
     "exit-124": Case("bash", "echo done; exit 124"),
-    # The Runner's timeout counts the container's start too.
-    "finished-0.7-s-snippet-with-timeout-1": Case(
-        "python", "import time\ntime.sleep(0.7)\nprint('finished')", timeout=1
+    # The Runner's timeout counts the container's start too: 0.5 s + the 0.8 s start is over
+    # the timeout (the case was 0.7 s; 0.5 leaves room for a loaded machine).
+    "finished-0.5-s-snippet-with-timeout-1": Case(
+        "python", "import time\ntime.sleep(0.5)\nprint('finished')", timeout=1
     ),
     "bash": Case("bash", "echo hi; echo oops >&2; exit 5"),
     "javascript": Case("javascript", "console.log([1, 2].map(x => x * 21).join(','))"),
