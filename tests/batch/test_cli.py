@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from gitpilot_jupyter.sandbox.batch import read_results
+from gitpilot_jupyter.sandbox.batch import ResultLog, read_results
 
 BIN = Path(sys.executable).parent / "jupyter-sandbox"
 
@@ -93,3 +93,18 @@ def test_exit_status_says_whether_every_item_succeeded(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "--out" in missing.stderr
     bad = cli(str(tmp_path / "nope.jsonl"), "--out", "r.jsonl", "--yes", cwd=tmp_path)
     assert bad.returncode == 2 and "cannot read" in bad.stderr
+
+
+def test_a_second_batch_on_the_same_results_file_is_refused(tmp_path: Path) -> None:
+    items = write_items(tmp_path / "items.jsonl", 2, "echo {i}")
+    out = tmp_path / "results.jsonl"
+    first = ResultLog(out)
+    first.open({})  # another batch is writing there now
+    try:
+        busy = cli(str(items), "--out", str(out), "--yes", cwd=tmp_path)
+        assert busy.returncode == 2
+        assert "another batch is writing to" in busy.stderr and "resumes" in busy.stderr
+    finally:
+        first.close()
+    done = cli(str(items), "--out", str(out), "--yes", cwd=tmp_path)
+    assert done.returncode == 0 and len(read_results(out)) == 2

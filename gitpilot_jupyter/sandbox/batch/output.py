@@ -8,6 +8,7 @@ every item of the batch appears exactly once when the batch is done.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -22,6 +23,22 @@ class ResultLog:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._file: TextIO | None = None
+        self._lock: TextIO | None = None
+
+    def _take_lock(self) -> None:
+        """One batch at a time per results file: two would run and write the same items."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = self.path.with_name(self.path.name + ".lock").open("a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise InvalidRequest(
+                f"another batch is writing to {self.path}; wait for it to finish, or stop it, "
+                "and run this command again (it resumes)",
+                code="results_busy",
+            ) from None
+        self._lock = lock
 
     def open(self, digests: dict[str, str]) -> dict[str, str]:
         """Repair and read the file; ``{id: digest}`` of the items of ``digests`` already done.
@@ -30,6 +47,7 @@ class ResultLog:
         batch's items with another digest (the item changed) are dropped from the
         file; results of ids the batch does not hold are kept as they are.
         """
+        self._take_lock()
         kept: list[str] = []
         done: dict[str, str] = {}
         dropped = False
@@ -52,8 +70,6 @@ class ResultLog:
                 if rid in digests:
                     done[rid] = digests[rid]
                 kept.append(line)
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
         if dropped:
             tmp = self.path.with_name(self.path.name + ".tmp")
             tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
@@ -72,6 +88,9 @@ class ResultLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._lock is not None:
+            self._lock.close()  # releases the lock; the empty .lock file stays
+            self._lock = None
 
 
 def _parse(line: str) -> dict[str, Any] | None:
