@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gitpilot_jupyter.sandbox.backend import RunRequest
+from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
 from gitpilot_jupyter.sandbox.errors import BackendFailure, BackendUnreachable
 from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.sandbox.matrixlab.protocol import image_language, runner_error
@@ -124,6 +124,20 @@ async def test_a_snippet_goes_to_code_run_as_a_script_that_writes_and_times_it(
     # The Runner gets the container's start on top of the snippet's own 10 s.
     assert body["timeout"] == 10 + START_ALLOWANCE_SEC and body["allow_network"] is False
     assert 'timeout -s KILL 10 python "$PWD"/main.py' in body["code"]
+    # The snippet's own limits, plus room for our 4 processes (init, 2 bash, timeout).
+    assert (body["mem_limit_mb"], body["pids_limit"]) == (1024, 256 + 4)
+
+
+async def test_limits_below_the_runners_minimums_are_raised_and_said(
+    runner_standin: StandinRunner,
+) -> None:
+    request = snippet("print(1)")
+    request.limits = ResourceLimits(memory_mb=64, max_processes=8, max_file_size_mb=5)
+    result = await backend_for(runner_standin).run(request)
+    body = sent_requests(runner_standin)[-1]["body"]
+    assert isinstance(body, dict) and (body["mem_limit_mb"], body["pids_limit"]) == (128, 20)
+    assert result.stdout == "1\n" and len(result.notes) == 3
+    assert "no file-size limit (5 MB asked)" in result.notes[2]
 
 
 @pytest.mark.parametrize("big", ["stdin", "code"])

@@ -71,8 +71,9 @@ HTTP_GRACE_SEC = 5.0
 HEALTH_TIMEOUT_SEC = 5.0
 #: The most characters ``POST /code/run`` takes in ``code`` and in ``stdin``.
 MAX_CODE_RUN_CHARS = 1_000_000
-#: Processes of our wrapper in the container besides the snippet: docker-init, bash, timeout.
-WRAPPER_PROCESSES = 3
+#: Processes of ours in the container besides the snippet: docker-init, the step's bash, our
+#: script's bash (on /code/run), timeout.
+WRAPPER_PROCESSES = 4
 
 
 def limit_notes(limits: ResourceLimits) -> list[str]:
