@@ -8,6 +8,9 @@ in one place.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -20,6 +23,8 @@ from . import agents, batch, commands, debug, matrixlab
 EXIT_USAGE = 2
 #: Exit status of a snippet that timed out, as ``timeout(1)`` reports it.
 EXIT_TIMEOUT = 124
+#: Exit status when stdout's reader went away, as a shell reports a SIGPIPE death.
+EXIT_SIGPIPE = 128 + 13
 
 #: Modules that add subcommands, in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[ModuleType, ...] = (commands, batch, agents, matrixlab, debug)
@@ -48,15 +53,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def json_error(exc: SandboxError) -> dict[str, object]:
+    """The JSON object ``--json`` prints for a refused or failed command."""
+    return {"error": {"code": exc.code, "message": exc.message, "status": exc.status}}
+
+
+def stdout_gone() -> int:
+    """The reader of stdout went away (``| head -c 1``): end quietly, as other tools do.
+
+    stdout is pointed at /dev/null so the interpreter's last flush cannot fail
+    again, and the status is the one a shell reports for a SIGPIPE death (128 + 13).
+    """
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:
-        return handler(args)
+        status = handler(args)
+        sys.stdout.flush()  # here, where a closed pipe can still be handled
+        return status
+    except BrokenPipeError:
+        return stdout_gone()
     except SandboxError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        try:
+            if getattr(args, "json", False):
+                json.dump(json_error(exc), sys.stdout)
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+            else:
+                print(f"error: {exc.message}", file=sys.stderr)
+        except BrokenPipeError:
+            return stdout_gone()
         # A refusal or bad input is a usage error; an unavailable service (5xx) is a failure.
         return EXIT_USAGE if exc.status < 500 else 1
     except KeyboardInterrupt:

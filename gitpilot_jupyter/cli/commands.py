@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -220,15 +221,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     if plan.requires_approval and not _confirm(plan, args.yes):
         return 2
 
+    pipe_closed = False
+
     async def go() -> RunResult:
         token = None
         if plan.requires_approval:
             token = (await service.approve(plan.plan_id, user="cli"))["approval_token"]
+        main_task = asyncio.current_task()
 
         async def echo(stream: str, text: str) -> None:
+            nonlocal pipe_closed
             out = sys.stdout if stream == "stdout" else sys.stderr
-            out.write(text)
-            out.flush()
+            if pipe_closed:
+                return
+            try:
+                out.write(text)
+                out.flush()
+            except BrokenPipeError:
+                # The reader is gone (`| head`): stop the run (its process tree is
+                # killed and its folder removed) and end as a pipeline would.
+                pipe_closed = True
+                if main_task is not None:
+                    main_task.cancel()
 
         return await service.run(
             language=plan.language,
@@ -243,7 +257,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             env=plan.env,
         )
 
-    result = run_sync(go())
+    try:
+        result = run_sync(go())
+    except asyncio.CancelledError:
+        if pipe_closed:
+            raise BrokenPipeError from None
+        raise
     if args.json:
         _print_json(result.to_dict())
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
@@ -98,3 +99,45 @@ def test_jupyter_launcher_finds_the_subcommand() -> None:
         [str(BIN / "jupyter"), "sandbox", "--help"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0 and "124" in result.stdout
+
+
+def pipeline(command: str, tmp_path: Path) -> tuple[bytes, int, str]:
+    """``jupyter-sandbox ... | head -c 1`` in bash: what head got, the CLI's status, its stderr."""
+    err = tmp_path / "stderr.txt"
+    script = (
+        f'{BIN / "jupyter-sandbox"} {command} 2>{err} | head -c 1; echo " ${{PIPESTATUS[0]}}" >&2'
+    )
+    done = subprocess.run(["bash", "-c", script], capture_output=True, timeout=120, cwd=tmp_path)
+    return done.stdout, int(done.stderr.decode().split()[-1]), err.read_text()
+
+
+def test_a_reader_that_stops_early_ends_the_cli_cleanly(tmp_path: Path) -> None:
+    """`| head -c 1` gets its byte; the CLI exits 141 (as on SIGPIPE), with no traceback."""
+    got, status, stderr = pipeline("status --json", tmp_path)
+    assert got == b"{" and status in (0, 141), stderr
+    assert "Traceback" not in stderr and "Exception" not in stderr
+    big = "run python -c 'print(\"x\" * 2000000)' --yes"
+    got, status, stderr = pipeline(big, tmp_path)
+    assert (got, status) == (b"x", 141), stderr
+    assert "Traceback" not in stderr and "Event loop is closed" not in stderr
+
+
+def test_an_endless_snippet_stops_when_the_reader_goes(tmp_path: Path) -> None:
+    marker = f"endless-{tmp_path.name}"
+    code = f"while 1: print('{marker}', flush=True)"
+    started = time.monotonic()
+    got, status, stderr = pipeline(f'run python -c "{code}" --yes --timeout 60', tmp_path)
+    assert (got, status) == (marker[:1].encode(), 141), stderr
+    assert time.monotonic() - started < 30, "the run went on after its reader left"
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    assert left.stdout == "", f"processes left behind: {left.stdout}"
+
+
+def test_json_errors_are_a_json_object() -> None:
+    refused = cli("run", "cobol", "-c", "x", "--yes", "--json")
+    assert refused.returncode == 2 and refused.stderr == ""
+    error = json.loads(refused.stdout)["error"]
+    assert error["code"] == "unknown_language" and error["status"] == 400
+    assert "cobol" in error["message"]
+    bad = cli("config", "--set", "matrixlab_url=ftp://x", "--json")
+    assert json.loads(bad.stdout)["error"]["code"] == "invalid_setting"
