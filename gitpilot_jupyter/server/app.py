@@ -23,6 +23,7 @@ from . import batch, handlers, matrixlab, run
 from .agents import agent_handlers
 from .audit import make_audit_hook
 from .base import SERVICE_KEY
+from .batch import BATCH_CLUSTER_KEY
 
 API = "/api/sandbox"
 
@@ -114,6 +115,14 @@ class SandboxApp(ExtensionApp):
         help="Docker restart policy of the Runner container ($GITPILOT_MATRIXLAB_RESTART wins).",
     ).tag(config=True)
 
+    batch_cluster = Unicode(
+        "",
+        help="Where POST /api/sandbox/batch runs items: empty = on this server's machine "
+        "(one run per core); a Dask scheduler address (tcp://host:8786) = as tasks on that "
+        "cluster, whose worker nodes run them with their own local sandbox; 'local' = a Dask "
+        "LocalCluster started per batch.",
+    ).tag(config=True)
+
     service_class = Type(
         default_value=SandboxService,
         klass=SandboxService,
@@ -190,6 +199,7 @@ class SandboxApp(ExtensionApp):
         """Build the service and share it through the web app's settings."""
         self.service = self.build_service()
         self.settings[SERVICE_KEY] = self.service
+        self.settings[BATCH_CLUSTER_KEY] = self.batch_cluster or None
 
     def initialize_handlers(self) -> None:
         """Mount one handler per resource under ``/api/sandbox``."""

@@ -24,6 +24,8 @@ from .stream import LineSink, StreamingHandler
 HEARTBEAT_SEC = 1.0
 #: Where the server keeps its batch service, beside the sandbox service.
 BATCH_SERVICE_KEY = "gitpilot_sandbox_batches"
+#: Where the app puts ``SandboxApp.batch_cluster`` (None: this machine).
+BATCH_CLUSTER_KEY = "gitpilot_sandbox_batch_cluster"
 
 
 def batch_service(handler: SandboxHandler) -> BatchService:
@@ -72,7 +74,7 @@ class BatchApproveHandler(SandboxHandler):
 
 
 class BatchRunHandler(StreamingHandler):
-    """Run an approved batch on the server's machine; stream each result as it finishes."""
+    """Run an approved batch (here, or on ``SandboxApp.batch_cluster``); stream the results."""
 
     @web.authenticated
     @authorized_execute
@@ -93,7 +95,8 @@ class BatchRunHandler(StreamingHandler):
             )
 
         batch = await self.call(claim())
-        run = batches.start(batch, workers=workers, user=self.username)
+        cluster = self.settings.get(BATCH_CLUSTER_KEY)
+        run = batches.start(batch, workers=workers, cluster=cluster, user=self.username)
 
         async def work(sink: LineSink | None) -> dict[str, Any]:
             results: list[dict[str, Any]] = []

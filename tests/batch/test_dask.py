@@ -9,9 +9,11 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from distributed import Client
+from traitlets.config import Config
 
 from gitpilot_jupyter.sandbox.batch import (
     BatchService,
@@ -22,6 +24,7 @@ from gitpilot_jupyter.sandbox.batch import (
 )
 from gitpilot_jupyter.sandbox.errors import ClusterUnavailable
 from gitpilot_jupyter.sandbox.service import SandboxService
+from tests.server.helpers import server_config
 from tests.support.dask_cluster import DaskProcesses
 
 BIN = Path(sys.executable).parent / "jupyter-sandbox"
@@ -104,3 +107,27 @@ def test_an_unreachable_scheduler_says_how_to_fix_it() -> None:
         asyncio.run(go())
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in failed.value.message
     assert "dask scheduler" in failed.value.message and failed.value.status == 503
+
+
+@pytest.fixture
+def jp_server_config(dask_cluster: DaskProcesses) -> Config:
+    """The server of the REST test below: ``SandboxApp.batch_cluster`` names the scheduler."""
+    return server_config(batch_cluster=dask_cluster.address)
+
+
+async def test_the_server_sends_rest_batches_to_its_configured_cluster(
+    dask_cluster: DaskProcesses, api: Any
+) -> None:
+    items = [{"id": str(i), "language": "bash", "code": f"echo {i}"} for i in range(8)]
+    planned = await api("POST", "api/sandbox/batch/plan", {"items": items})
+    batch_id = planned.body["batch"]["batch_id"]
+    token = (await api("POST", "api/sandbox/batch/approve", {"batch_id": batch_id})).body
+    answer = await api(
+        "POST",
+        "api/sandbox/batch",
+        {"batch_id": batch_id, "approval_token": token["approval_token"]},
+    )
+    assert answer.code == 200, answer.text
+    workers = set(dask_cluster.workers().values())
+    assert {r["worker"] for r in answer.body["results"]} <= workers
+    assert answer.body["report"]["ok"] == 8 and answer.body["report"]["executor"].startswith("dask")
