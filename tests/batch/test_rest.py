@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -149,8 +150,12 @@ def client(
 
 def sleepers() -> list[int]:
     """Pids of this test's long snippets (a number no other process sleeps for)."""
-    found = subprocess.run(["pgrep", "-f", f"sleep {SLEEP}"], capture_output=True, text=True)
-    return [int(pid) for pid in found.stdout.split()]
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if cmdline.read_bytes().split(b"\0")[:2] == [b"sleep", str(SLEEP).encode()]:
+                pids.append(int(cmdline.parent.name))
+    return pids
 
 
 SLEEP = 31337
