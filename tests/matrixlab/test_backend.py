@@ -365,3 +365,16 @@ async def test_a_file_run_sends_its_folder_and_runs_the_approved_text(
     assert sent["path"] == "/run"
     files = workspace_files(sent["body"])
     assert files["job.py"] == plan.code and files["pkg/helper.py"] == "WORD = 'from helper'\n"
+
+
+async def test_output_past_the_runners_cap_keeps_the_exit_and_the_timeout(
+    runner_standin: StandinRunner,
+) -> None:
+    """Beyond 10 MiB the Runner cuts the stream, our report with it: exit and clock decide."""
+    flood = "import sys\nsys.stderr.write('e' * (11 * 1024 * 1024))\nsys.stderr.flush()\n"
+    result = await backend_for(runner_standin).run(snippet(flood + "sys.exit(4)"))
+    assert (result.exit_code, result.timed_out, result.truncated) == (4, False, True)
+    request = snippet(flood + "import time\ntime.sleep(30)")
+    request.timeout_sec = 2
+    result = await backend_for(runner_standin).run(request)
+    assert (result.exit_code, result.timed_out, result.truncated) == (-1, True, True)

@@ -60,6 +60,7 @@ from .workspace import zip_workspace
 from .wrapper import (
     START_ALLOWANCE_SEC,
     STDIN_FILE,
+    TIMEOUT_EXITS,
     new_marker,
     read_report,
     snippet_script,
@@ -309,8 +310,10 @@ class MatrixLabSandbox(SandboxBackend):
             timed_out, exit_code = True, -1
             stderr = TIMEOUT_MARK.sub("", stderr)
         elif runner_cut and exit_code not in (RUNNER_ERROR_EXIT, DOCKER_RUN_FAILED_EXIT):
-            # Our report was past the Runner's 10 MiB cap: its exit code is the snippet's.
-            timed_out = False
+            # Our report was past the Runner's 10 MiB cap: its exit code is the snippet's,
+            # and our clock says whether our timeout could have ended it.
+            timed_out = exit_code in TIMEOUT_EXITS and elapsed >= timeout_sec
+            exit_code = -1 if timed_out else exit_code
         else:
             # No report: the wrapper never finished, so the Runner or Docker failed the run.
             raise runner_failure(self.url, exit_code, stderr or raw_stdout)
