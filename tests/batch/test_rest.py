@@ -13,6 +13,7 @@ import httpx
 import pytest
 from traitlets.config import Config
 
+from gitpilot_jupyter.server.audit import EVENT_KINDS, schema_id
 from tests.server.helpers import NDJSON, Api, check_stream_line
 
 ITEMS = [
@@ -186,3 +187,33 @@ async def test_closing_the_stream_stops_the_batch(api: Api, client: httpx.AsyncC
     while sleepers() and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
     assert sleepers() == []
+
+
+async def test_each_item_is_audited_as_a_single_run_is(api: Api, jp_serverapp: Any) -> None:
+    seen: list[tuple[str, dict[str, Any]]] = []
+    for kind in EVENT_KINDS:
+
+        async def listener(
+            logger: Any, schema_id: str, data: dict[str, Any], kind: str = kind
+        ) -> None:
+            seen.append((kind, data))
+
+        jp_serverapp.event_logger.add_listener(schema_id=schema_id(kind), listener=listener)
+    secret = "print('batch-code-never-logged')"
+    items = [{"id": "x", "language": "python", "code": secret}, ITEMS[3]]
+    batch = await plan_batch(api, items)
+    token = await approve(api, batch["batch_id"])
+    ran = await api(
+        "POST", "api/sandbox/batch", {"batch_id": batch["batch_id"], "approval_token": token}
+    )
+    assert ran.code == 200
+    await jp_serverapp.event_logger.gather_listeners()
+    kinds = [kind for kind, _ in seen]
+    # Both items planned; only the runnable one approved and run; the blocked one never runs.
+    assert sorted(kinds) == ["approve", "plan", "plan", "run"]
+    by_kind = {kind: data for kind, data in seen}
+    x = batch["items"][0]
+    assert by_kind["approve"]["plan_id"] == by_kind["run"]["plan_id"] == x["plan_id"]
+    assert by_kind["run"]["digest"] == x["digest"]
+    assert by_kind["approve"]["approved_by"] == f"batch {batch['batch_id']}"
+    assert "batch-code-never-logged" not in json.dumps(seen)
