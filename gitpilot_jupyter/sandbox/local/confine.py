@@ -22,6 +22,8 @@ the staging tmpfs first, and bound back read-only at their own path.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import itertools
 import os
 import pwd
 import shlex
@@ -57,6 +59,39 @@ SECCOMP_FILE = ".seccomp.bpf"
 #: The fd bwrap reads the compiled seccomp filter from.
 SECCOMP_FD = 3
 TOOLS_FIX = "install util-linux (it provides unshare and setpriv)"
+
+
+#: Interfaces whose subnets hold the host's own services (containers, VMs): blocked too.
+BRIDGE_PREFIXES = ("docker", "br-", "virbr", "podman", "cni", "lxcbr", "veth")
+NET_FIX = (
+    "install slirp4netns (Debian/Ubuntu: sudo apt-get install slirp4netns) and make "
+    "/dev/net/tun usable by the server's user (mode 0666, the default)"
+)
+
+
+def blocked_networks() -> list[str]:
+    """What a network-on run must not reach: link-local (cloud metadata), every address
+    of this host, and the subnets of its bridges (containers, VMs)."""
+    out = {"169.254.0.0/16"}
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/net/fib_trie").read_text().splitlines()
+        for before, line in itertools.pairwise(lines):
+            if "/32 host LOCAL" in line and "--" in before:
+                address = before.split()[-1]
+                if not address.startswith("127."):
+                    out.add(f"{address}/32")
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/net/route").read_text().splitlines()[1:]:
+            fields = line.split()
+            if (
+                len(fields) > 7
+                and fields[0].startswith(BRIDGE_PREFIXES)
+                and fields[1] != "00000000"
+            ):
+                net = ipaddress.IPv4Address(int(fields[1], 16).to_bytes(4, "little"))
+                mask = bin(int(fields[7], 16)).count("1")
+                out.add(str(ipaddress.IPv4Network(f"{net}/{mask}", strict=False)))
+    return sorted(out)
 
 
 def sandbox_ids() -> tuple[int, int]:
@@ -164,6 +199,8 @@ class Confinement:
     unshare: str
     setpriv: str | None  # None: the server is not root (no uid to drop to)
     shell: str = "/bin/sh"
+    #: User-mode networking for network-on runs (slirp4netns, nsenter, ip); None: not here.
+    net_tools: tuple[str, str, str] | None = None
 
     @property
     def as_root(self) -> bool:
@@ -179,8 +216,14 @@ class Confinement:
         view: View,
         disk_mb: int,
         bpf: bytes | None,
+        egress: bool = False,
     ) -> list[str]:
-        """The full argv; prepares ``workdir`` (stage folder, seccomp file, owner)."""
+        """The full argv; prepares ``workdir`` (stage folder, seccomp file, owner).
+
+        ``egress`` (with ``allow_network``): the run gets its own network stack through
+        slirp4netns, with the host's addresses, bridges and link-local unreachable;
+        without it a network-on run shares the host's network.
+        """
         stage = workdir / STAGE
         stage.mkdir(exist_ok=True)
         uid, gid = sandbox_ids()
@@ -209,7 +252,31 @@ class Confinement:
             for source, target in zip(view.interpreters, staged, strict=True):
                 lines.append(f"mount --bind {q(str(source))} {q(str(target))}")
         tail = f" {SECCOMP_FD}<{q(str(workdir / SECCOMP_FILE))}" if bpf is not None else ""
-        lines.append(f'exec "$@"{tail}')
+        enter = ""
+        if allow_network and egress and self.net_tools is not None:
+            slirp, nsenter, ip = (q(t) for t in self.net_tools)
+            netns, ready, done = (
+                q(str(p)) for p in (stage / "netns", stage / "ready", stage / "done")
+            )
+            lines += [
+                # The run's network namespace, bound to a file of its private tmpfs.
+                f"touch {netns} && {q(self.unshare)} --net={netns} true",
+                f"mkfifo {ready} {done}",
+                # slirp4netns gives it a stack of its own; it exits once the run's last
+                # process closed fd 6 (its exit fd), so nothing of it outlives the run.
+                f"{slirp} --configure --disable-host-loopback --enable-sandbox "
+                f"--enable-seccomp --netns-type=path --ready-fd=5 --exit-fd=6 {netns} tap0 "
+                f"6<{done} 5>{ready} </dev/null >/dev/null 2>&1 &",
+                f"exec 6>{done}",
+                f"read -r up < {ready} || true",
+                '[ "$up" = 1 ] || { echo "gitpilot sandbox: user-mode networking '
+                '(slirp4netns) did not start" >&2; exit 125; }',
+                f"{nsenter} --net={netns} {ip} -batch - <<EOF",
+                *(f"route add prohibit {net}" for net in blocked_networks()),
+                "EOF",
+            ]
+            enter = f"{nsenter} --net={netns} -- "
+        lines.append(f'exec {enter}"$@"{tail}')
         prefix = [self.unshare, "--mount", "--propagation", "private"]
         if not self.as_root:
             prefix += ["--user", "--map-root-user"]
@@ -232,7 +299,7 @@ class Confinement:
             cmd += ["--uid", str(uid), "--gid", str(gid)]
         cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
         if not allow_network:
-            cmd.append("--unshare-net")
+            cmd.append("--unshare-net")  # (network on with egress: the holder's namespace)
         cmd += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         if bpf is not None:
             cmd += ["--seccomp", str(SECCOMP_FD)]
@@ -270,14 +337,16 @@ def confinement(bwrap: str) -> tuple[Confinement | None, str | None]:
     setpriv = shutil.which("setpriv")
     if unshare is None:
         return None, "unshare (util-linux) is not installed"
+    slirp, nsenter, ip = (shutil.which(t) for t in ("slirp4netns", "nsenter", "ip"))
+    net_tools = (slirp, nsenter, ip) if slirp and nsenter and ip else None
     if os.geteuid() == 0:
         if setpriv is None:
             return None, "setpriv (util-linux) is not installed: a run would stay root"
-        return Confinement(bwrap, unshare, setpriv), None
-    return Confinement(bwrap, unshare, None), None
+        return Confinement(bwrap, unshare, setpriv, net_tools=net_tools), None
+    return Confinement(bwrap, unshare, None, net_tools=net_tools), None
 
 
-def unavailable(chain: Confinement | None) -> list[dict[str, str]]:
+def unavailable(chain: Confinement | None, egress_error: str | None) -> list[dict[str, str]]:
     """The layers of a bwrap run this host cannot give, each with its reason and fix."""
     out: list[dict[str, str]] = []
     if chain is not None and not chain.as_root:
@@ -294,6 +363,15 @@ def unavailable(chain: Confinement | None) -> list[dict[str, str]]:
     bpf, why = seccomp_filter()
     if bpf is None:
         out.append({"layer": "seccomp", "reason": str(why), "fix": seccomp.FIX})
+    if egress_error is not None:
+        out.append(
+            {
+                "layer": "egress-only",
+                "reason": "a network-on run shares the host's network (it can reach the "
+                f"host's loopback, e.g. the Jupyter API, and its services): {egress_error}",
+                "fix": NET_FIX,
+            }
+        )
     return out
 
 

@@ -313,7 +313,7 @@ class LayeredIsolator(Isolator):
             memory="cgroup-memory" not in covered, processes="cgroup-pids" not in covered
         )
         if tool is not None and tool.kind == "bwrap":
-            missing += confine.unavailable(tool.confine)
+            missing += confine.unavailable(tool.confine, tool.egress_error)
         if LINUX and os.geteuid() == 0 and (tool is None or tool.kind != "bwrap"):
             missing.append(
                 {

@@ -94,12 +94,16 @@ class Namespaces:
     path: str
     user_ns: bool = False  # unshare needs --user --map-root-user when not root
     confine: Confinement | None = None  # bwrap: the launch chain (see .confine)
+    #: bwrap: why a network-on run cannot get its own stack here (None: it can).
+    egress_error: str | None = "not probed"
 
     def layers(self, *, allow_network: bool) -> list[str]:
         """The layers a run wrapped by this tool gets."""
         out = ["pidns", "ipcns", "utsns"]
         if not allow_network:
             out.append("netns")
+        elif self.kind == "bwrap" and self.egress_error is None:
+            out.append("egress-only")
         if self.kind == "bwrap":
             out[:0] = list(BWRAP_LAYERS)
             if self.confine is not None and self.confine.as_root:
@@ -133,6 +137,7 @@ class Namespaces:
                 view=plan_view(argv, hidden),
                 disk_mb=disk_mb,
                 bpf=seccomp_filter()[0],
+                egress=self.egress_error is None,
             )
         cmd = [self.path]
         if self.user_ns:
@@ -143,11 +148,11 @@ class Namespaces:
         return [*cmd, "--", *argv]
 
 
-def _probe(tool: Namespaces) -> str | None:
+def _probe(tool: Namespaces, *, allow_network: bool = False) -> str | None:
     """Run ``true`` the way a run would; the error text when that fails."""
     true = shutil.which("true") or "/bin/true"
     with tempfile.TemporaryDirectory(prefix="gitpilot-probe-") as workdir:
-        argv = tool.wrap([true], workdir=Path(workdir), allow_network=False)
+        argv = tool.wrap([true], workdir=Path(workdir), allow_network=allow_network)
         try:
             proc = subprocess.run(
                 argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT, check=False
@@ -188,6 +193,12 @@ def detect(kind: str) -> tuple[Namespaces | None, dict[str, str] | None]:
             if error is None:
                 tool = cand
                 break
+        if tool is not None and tool.confine is not None:
+            if tool.confine.net_tools is None:
+                tool.egress_error = "slirp4netns, nsenter or ip is not installed"
+            else:
+                tool.egress_error = None  # the probe below runs the network-on chain
+                tool.egress_error = _probe(tool, allow_network=True)
         _CACHE[key] = (tool, error)
     tool, error = _CACHE[key]
     if tool is None:
