@@ -7,6 +7,10 @@ import time
 
 import pytest
 
+from gitpilot_jupyter.sandbox.local.backends import NullSandbox
+from gitpilot_jupyter.sandbox.local.layered import CLEANUP_LAYER, _cgroup_tree
+from tests.support.system import require_system
+
 from .conftest import MECHANISMS, make_backend, marked_processes, run
 
 ESCAPE = """
@@ -46,4 +50,26 @@ def test_escapee_of_a_finished_snippet_is_killed(mechanism: str, cgroups: bool, 
     env = {"PATH": os.environ["PATH"], mark: "1"}
     result = run(backend, ESCAPE.format(tail=""), timeout_sec=20, env=env)
     assert (result.exit_code, result.timed_out) == (0, False)
+    assert gone(mark), f"left behind: {marked_processes(mark)}"
+
+
+DOUBLE_FORK = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(120)
+    os._exit(0)
+print("left a daemon", flush=True)
+"""
+
+
+@pytest.mark.parametrize("code", [ESCAPE.format(tail=""), DOUBLE_FORK])
+def test_off_kills_what_its_run_left_behind(code: str, mark: str) -> None:
+    """``off`` isolates nothing, but a setsid child or daemon of its run dies with it."""
+    require_system("cgroups", _cgroup_tree()[0] is not None, "no cgroup can be made here")
+    env = {"PATH": os.environ["PATH"], mark: "1"}
+    result = run(NullSandbox(), code, timeout_sec=20, env=env)
+    assert (result.exit_code, result.timed_out) == (0, False), result.stderr
+    assert result.isolation == ["tempdir", "env-scrub", CLEANUP_LAYER]
     assert gone(mark), f"left behind: {marked_processes(mark)}"

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -246,10 +247,23 @@ class SubprocessSandbox(SandboxBackend):
 
 
 class NullSandbox(SubprocessSandbox):
-    """``off``: no OS isolation and no resource limits; same envelope and policy."""
+    """``off``: no OS isolation and no resource limits; same envelope and policy.
+
+    What ``off`` does: a fresh temp dir as the working folder (removed after the
+    run), the allowlisted environment, the timeout and the output cap, and the kill
+    of everything the run started when it ends (a cgroup per run where one can be
+    made, else its process group and descendants). What it does not contain: the
+    snippet runs as the server's user with its files, network, host sockets
+    (the Docker socket included), ``/proc`` and devices, with no memory, process,
+    disk or CPU limits; without a cgroup a ``setsid`` + double fork outlives it.
+    """
 
     name: ClassVar[str] = "off"
 
     @staticmethod
     def _default_isolator() -> Isolator:
-        return Isolator()
+        if sys.platform == "win32":
+            return Isolator()
+        from .layered import CleanupIsolator
+
+        return CleanupIsolator()

@@ -82,8 +82,12 @@ class CgroupTree:
         """A cheap re-check that the parents still exist."""
         return all(p.is_dir() for p in (self.memory_parent, self.pids_parent) if p is not None)
 
-    def create(self, limits: ResourceLimits) -> CgroupRun:
-        """A fresh cgroup for one run with the limits written. Raises OSError."""
+    def create(self, limits: ResourceLimits | None) -> CgroupRun:
+        """A fresh cgroup for one run with the limits written. Raises OSError.
+
+        ``limits`` None makes a cgroup that limits nothing and only holds the run's
+        processes, so all of them can be killed at its end (the ``off`` backend).
+        """
         name = f"gitpilot-run-{os.getpid()}-{secrets.token_hex(6)}"
         run = CgroupRun(version=self.version)
         try:
@@ -91,14 +95,14 @@ class CgroupTree:
                 parent = self.memory_parent or self.pids_parent
                 assert parent is not None
                 run.dirs.append(_mkdir(parent / name))
-                if self.memory_parent is not None:
+                if self.memory_parent is not None and limits is not None:
                     _write(run.dirs[0] / "memory.max", limits.memory_mb * MIB)
                     _write(run.dirs[0] / "memory.swap.max", 0, optional=True)
                     run.memory_dir = run.dirs[0]
-                if self.pids_parent is not None:
+                if self.pids_parent is not None and limits is not None:
                     _write(run.dirs[0] / "pids.max", limits.max_processes)
             else:
-                if self.memory_parent is not None:
+                if self.memory_parent is not None and limits is not None:
                     mem = _mkdir(self.memory_parent / name)
                     run.dirs.append(mem)
                     run.memory_dir = mem
@@ -108,7 +112,8 @@ class CgroupTree:
                 if self.pids_parent is not None:
                     pids = _mkdir(self.pids_parent / name)
                     run.dirs.append(pids)
-                    _write(pids / "pids.max", limits.max_processes)
+                    if limits is not None:
+                        _write(pids / "pids.max", limits.max_processes)
             run.open_join_fds()
         except OSError:
             run.cleanup()

@@ -2,7 +2,7 @@
 
 An :class:`Isolator` turns the interpreter argv into an isolated launch and
 says which layers that launch really has. This module holds the interface and
-the bare isolator (no OS layer, used by the ``off`` backend); the layered one
+the bare isolator (no OS layer); the layered one
 (namespaces, cgroups, rlimits) is in :mod:`.layered`.
 """
 

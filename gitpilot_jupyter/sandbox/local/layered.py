@@ -347,3 +347,42 @@ def _disabled(layer: str, choice: str, by: str = "") -> dict[str, str]:
         "reason": f"turned off by {by or f'{ISOLATION_ENV}={choice}'}",
         "fix": f"unset {ISOLATION_ENV} (or set it to auto)",
     }
+
+
+#: The layer ``off`` names when its run is in a cgroup of its own (it limits nothing).
+CLEANUP_LAYER = "cgroup-cleanup"
+
+
+class CleanupIsolator(Isolator):
+    """The ``off`` backend's: no isolation and no limits, but a cgroup per run to kill.
+
+    Where a cgroup can be made, each run joins one that limits nothing; at the end of
+    the run every process in it dies, including those that left the process group
+    (``setsid``, double forks, daemons). Without one, the run's process group and
+    its descendants by parent links are killed, which a ``setsid`` + double fork
+    escapes. Nothing else of the host is kept from the snippet.
+    """
+
+    def _tree(self) -> cgroups.CgroupTree | None:
+        return _cgroup_tree()[0] if LINUX else None
+
+    def prepare(
+        self,
+        argv: list[str],
+        *,
+        workdir: Path,
+        allow_network: bool,
+        limits: ResourceLimits,
+    ) -> Launch:
+        """``argv`` as is, joined to a fresh unlimited cgroup when one can be made."""
+        tree = self._tree()
+        cgroup = None
+        if tree is not None:
+            with contextlib.suppress(OSError):
+                cgroup = tree.create(None)
+        layers = [CLEANUP_LAYER] if cgroup is not None else []
+        return LayeredLaunch(list(argv), layers, RlimitPlan(), cgroup, launch_tools())
+
+    def layers(self, *, allow_network: bool = False) -> list[str]:
+        """``cgroup-cleanup`` when runs get a cgroup of their own, else nothing."""
+        return [CLEANUP_LAYER] if self._tree() is not None else []
