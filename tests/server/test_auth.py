@@ -31,6 +31,9 @@ ROUTES = [
     ("POST", "api/sandbox/agent/plan", {"language": "python", "code": "1"}, "execute"),
     ("POST", "api/sandbox/agent/claim", {"plan_id": "plan_0", "claim": "x"}, "execute"),
     ("POST", "api/sandbox/reject", {"plan_id": "plan_0000000000000000"}, "execute"),
+    ("POST", "api/sandbox/batch/plan", {"items": [{"id": 1, "code": "1"}]}, "execute"),
+    ("POST", "api/sandbox/batch/approve", {"batch_id": "batch_0000000000000000"}, "execute"),
+    ("POST", "api/sandbox/batch", {"batch_id": "batch_0000000000000000"}, "execute"),
 ]
 
 
