@@ -15,7 +15,7 @@ from urllib.parse import urlparse, urlunparse
 import httpx
 
 from ...tls import tls_context
-from .protocol import auth_headers, body_excerpt
+from .protocol import body_excerpt, token_answer
 
 PROBE_TIMEOUT_SEC = 5.0
 #: The Runner's usual host port (Docker mapping) and its native / in-container port.
@@ -145,9 +145,7 @@ class _Probe:
 
     async def token_check(self) -> None:
         try:
-            response = await self.client.post(
-                self.url + "/code/run", json={}, headers=auth_headers(self.token)
-            )
+            response = await token_answer(self.client, self.url, self.token)
         except httpx.HTTPError as exc:
             self.fail(f"POST /code/run failed: {exc or type(exc).__name__}")
             return
