@@ -105,24 +105,30 @@ def build_server(
 
     @server.tool(annotations=_hints("Run code in the sandbox"))
     async def run_in_sandbox(
-        language: str, code: str, ctx: Context, timeout_sec: int | None = None
+        language: str,
+        code: str,
+        ctx: Context,
+        timeout_sec: int | None = None,
+        env: list[str] | None = None,
     ) -> CallToolResult:
         """Run a snippet in the sandbox and return its exit code, duration, stdout and stderr.
 
         language: python, javascript or bash (aliases: py, js, node, sh, shell).
         timeout_sec: 1..600 seconds (default: the sandbox settings', usually 120).
+        env: names of the server's environment variables the snippet needs (none by default).
         """
-        return await settle(await agent.async_run_in_sandbox(language, code, timeout_sec), ctx)
+        reply = await agent.async_run_in_sandbox(language, code, timeout_sec, env)
+        return await settle(reply, ctx)
 
     @server.tool(annotations=_hints("Run a shell command in the sandbox"))
     async def run_command(
-        command: str, ctx: Context, timeout_sec: int | None = None
+        command: str, ctx: Context, timeout_sec: int | None = None, env: list[str] | None = None
     ) -> CallToolResult:
         """Run a bash command line in the sandbox (a fresh temporary folder, not the project).
 
         Returns the exit code, duration, stdout and stderr. Destructive commands are refused.
         """
-        return await settle(await agent.async_run_command(command, timeout_sec), ctx)
+        return await settle(await agent.async_run_command(command, timeout_sec, env), ctx)
 
     @server.tool(annotations=_hints("Sandbox status", read_only=True))
     async def sandbox_status() -> CallToolResult:

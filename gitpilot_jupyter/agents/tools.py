@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,18 +142,32 @@ class AgentSandbox:
     # -- the tools --------------------------------------------------------------------
 
     async def async_run_in_sandbox(
-        self, language: str, code: str, timeout_sec: int | None = None
+        self,
+        language: str,
+        code: str,
+        timeout_sec: int | None = None,
+        env: Sequence[str] | None = None,
     ) -> AgentReply:
-        """Plan ``code`` in ``language``; run it as the approval mode allows."""
-        return await self._execute(language, code, timeout_sec, shown=None)
+        """Plan ``code`` in ``language``; run it as the approval mode allows.
 
-    async def async_run_command(self, command: str, timeout_sec: int | None = None) -> AgentReply:
+        ``env``: names of server variables to pass to the snippet (shown in the plan).
+        """
+        return await self._execute(language, code, timeout_sec, shown=None, env=env)
+
+    async def async_run_command(
+        self, command: str, timeout_sec: int | None = None, env: Sequence[str] | None = None
+    ) -> AgentReply:
         """A bash command line, run as a bash snippet."""
         shown = command.strip().splitlines()[0][:200] if command.strip() else command
-        return await self._execute("bash", command, timeout_sec, shown=shown)
+        return await self._execute("bash", command, timeout_sec, shown=shown, env=env)
 
     async def _execute(
-        self, language: str, code: str, timeout_sec: int | None, shown: str | None
+        self,
+        language: str,
+        code: str,
+        timeout_sec: int | None,
+        shown: str | None,
+        env: Sequence[str] | None = None,
     ) -> AgentReply:
         if self.mode == "deny":
             return AgentReply("denied", render.render_denied(self.mode_source))
@@ -164,6 +178,7 @@ class AgentSandbox:
                 code=code,
                 timeout_sec=timeout_sec,
                 auto_approve=self.mode == "auto",
+                env=env,
             )
         except SandboxError as exc:
             return _error(exc)
@@ -260,14 +275,20 @@ class AgentSandbox:
     # -- synchronous wrappers ---------------------------------------------------------
 
     def run_in_sandbox(
-        self, language: str, code: str, timeout_sec: int | None = None
+        self,
+        language: str,
+        code: str,
+        timeout_sec: int | None = None,
+        env: Sequence[str] | None = None,
     ) -> AgentReply:
         """Synchronous :meth:`async_run_in_sandbox`."""
-        return run_sync(self.async_run_in_sandbox(language, code, timeout_sec))
+        return run_sync(self.async_run_in_sandbox(language, code, timeout_sec, env))
 
-    def run_command(self, command: str, timeout_sec: int | None = None) -> AgentReply:
+    def run_command(
+        self, command: str, timeout_sec: int | None = None, env: Sequence[str] | None = None
+    ) -> AgentReply:
         """Synchronous :meth:`async_run_command`."""
-        return run_sync(self.async_run_command(command, timeout_sec))
+        return run_sync(self.async_run_command(command, timeout_sec, env))
 
     def wait_for_approval(self, plan_id: str, wait_sec: float | None = None) -> AgentReply:
         """Synchronous :meth:`async_wait_for_approval`."""

@@ -8,6 +8,7 @@ server's REST API, so plans land where JupyterLab and notebooks can approve them
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -48,7 +49,13 @@ class SandboxAccess(Protocol):
         """True when plans live in this process only."""
 
     async def plan(
-        self, *, language: str, code: str, timeout_sec: int | None, auto_approve: bool
+        self,
+        *,
+        language: str,
+        code: str,
+        timeout_sec: int | None,
+        auto_approve: bool,
+        env: Sequence[str] | None = None,
     ) -> PlanTicket:
         """Plan (and with ``auto_approve``, approve as the agent) one snippet."""
 
@@ -87,7 +94,13 @@ class LocalAccess:
         return not self.shared
 
     async def plan(
-        self, *, language: str, code: str, timeout_sec: int | None, auto_approve: bool
+        self,
+        *,
+        language: str,
+        code: str,
+        timeout_sec: int | None,
+        auto_approve: bool,
+        env: Sequence[str] | None = None,
     ) -> PlanTicket:
         """Plan; in ``auto`` approve as the agent, else open a claim for the human's approval."""
         plan = await self.service.plan(
@@ -96,6 +109,7 @@ class LocalAccess:
             timeout_sec=timeout_sec,
             agent=True,
             user=AGENT_USER,
+            env=env,
         )
         ticket = PlanTicket(plan.to_dict())
         if plan.blocked:
@@ -120,6 +134,7 @@ class LocalAccess:
             approval_token=approval_token,
             backend=plan["backend"],
             allow_network=plan["network"],
+            env=plan.get("env") or None,
         )
 
     async def approve(self, plan_id: str) -> dict[str, Any]:

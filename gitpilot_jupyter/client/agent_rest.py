@@ -7,6 +7,7 @@ Which server, and how calls to it fail, is :mod:`.server`'s.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..sandbox.claims import ClaimAnswer
@@ -39,12 +40,20 @@ class RemoteAccess:
         return await call_api(self.server, method, path, body, timeout=timeout)
 
     async def plan(
-        self, *, language: str, code: str, timeout_sec: int | None, auto_approve: bool
+        self,
+        *,
+        language: str,
+        code: str,
+        timeout_sec: int | None,
+        auto_approve: bool,
+        env: Sequence[str] | None = None,
     ) -> PlanTicket:
         """``POST /api/sandbox/agent/plan``."""
         body: dict[str, Any] = {"language": language, "code": code, "approve": auto_approve}
         if timeout_sec is not None:
             body["timeout_sec"] = timeout_sec
+        if env:
+            body["env"] = list(env)
         data = await self._call("POST", "agent/plan", body)
         return PlanTicket(data["plan"], data.get("claim"), data.get("approval_token"))
 
@@ -63,6 +72,8 @@ class RemoteAccess:
             "backend": plan["backend"],
             "allow_network": plan["network"],
         }
+        if plan.get("env"):
+            body["env"] = list(plan["env"])
         return RunResult.from_dict(await self._call("POST", "run", body, timeout=RUN_TIMEOUT))
 
     async def approve(self, plan_id: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +47,9 @@ class SandboxClient(abc.ABC):
         stdin: str | None = None,
         backend: str | None = None,
         allow_network: bool | None = None,
+        env: Sequence[str] | None = None,
     ) -> ExecutionPlan:
-        """Plan a notebook cell's snippet."""
+        """Plan a notebook cell's snippet (``env``: server variables passed by name)."""
 
     @abc.abstractmethod
     async def approve(self, plan: ExecutionPlan, *, approved_by: str = "user") -> str | None:
@@ -130,6 +131,7 @@ class LocalClient(SandboxClient):
         stdin: str | None = None,
         backend: str | None = None,
         allow_network: bool | None = None,
+        env: Sequence[str] | None = None,
     ) -> ExecutionPlan:
         return await self.service.plan(
             language=language,
@@ -140,6 +142,7 @@ class LocalClient(SandboxClient):
             session_id=self.session_id,
             backend=backend,
             allow_network=allow_network,
+            env=env,
         )
 
     async def approve(self, plan: ExecutionPlan, *, approved_by: str = "user") -> str | None:
@@ -168,6 +171,7 @@ class LocalClient(SandboxClient):
             backend=plan.backend,
             allow_network=plan.network,
             on_output=on_output,
+            env=plan.env,
         )
 
     async def pending(self) -> list[ExecutionPlan]:

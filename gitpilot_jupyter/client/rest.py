@@ -7,7 +7,7 @@ as they happen; a server that answers plain JSON works too.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -62,6 +62,7 @@ class RestClient(SandboxClient):
         stdin: str | None = None,
         backend: str | None = None,
         allow_network: bool | None = None,
+        env: Sequence[str] | None = None,
     ) -> ExecutionPlan:
         body: dict[str, Any] = {
             "language": language,
@@ -74,6 +75,7 @@ class RestClient(SandboxClient):
             "stdin": stdin,
             "backend": backend,
             "allow_network": allow_network,
+            "env": list(env) if env else None,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         answer = await self._call("POST", "plan", body)
@@ -104,6 +106,8 @@ class RestClient(SandboxClient):
             "backend": plan.backend,
             "allow_network": plan.network,
         }
+        if plan.env:
+            body["env"] = list(plan.env)
         if stdin is not None:
             body["stdin"] = stdin
         if token is not None:

@@ -158,6 +158,12 @@ class SandboxMagics(Magics):
         "--no-network", dest="network", action="store_const", const=False, help="deny network"
     )
     @argument("--backend", help="subprocess, matrixlab or off")
+    @argument(
+        "--env",
+        action="append",
+        metavar="NAME",
+        help="pass this server environment variable to the snippet (repeatable)",
+    )
     @argument("--stdin", metavar="VAR", help="feed this str variable as stdin")
     @argument("--out", metavar="VAR", help="store the result envelope in VAR")
     @argument("--yes", action="store_true", help="approve plans with high warnings without a card")
@@ -185,6 +191,7 @@ class SandboxMagics(Magics):
                     stdin=stdin,
                     backend=args.backend,
                     allow_network=args.network,
+                    env=args.env,
                 )
             )
         if plan.blocked:

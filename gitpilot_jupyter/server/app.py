@@ -16,7 +16,7 @@ from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, validat
 from ..sandbox.local.isolation import ISOLATION_CHOICES, Isolator, default_isolator
 from ..sandbox.matrixlab.config import LifecycleConfig
 from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
-from ..sandbox.policy import SandboxPolicy
+from ..sandbox.policy import ENV_PASSTHROUGH_ENV, SandboxPolicy, admin_passthrough, env_names
 from ..sandbox.service import SandboxService
 from ..sandbox.settings import BACKENDS, MAX_TIMEOUT_SEC, SettingsStore
 from . import batch, handlers, matrixlab, run
@@ -56,6 +56,13 @@ class SandboxApp(ExtensionApp):
     max_timeout_sec = Int(
         MAX_TIMEOUT_SEC,
         help=f"The longest timeout a snippet may ask for, in seconds (1..{MAX_TIMEOUT_SEC}).",
+    ).tag(config=True)
+
+    env_passthrough = List(
+        Unicode(),
+        help="Names of the server's environment variables every run receives (besides PATH, "
+        "locale, TZ and TERM; nothing else of the server's environment reaches a snippet). "
+        f"Adds to {ENV_PASSTHROUGH_ENV}. A caller passes more by name (the 'env' field).",
     ).tag(config=True)
 
     settings_dir = Unicode(
@@ -186,7 +193,10 @@ class SandboxApp(ExtensionApp):
             isolator=self.build_isolator(),
             lifecycle_config=self.build_lifecycle_config(),
             settings=SettingsStore(self.settings_dir or None),
-            policy=SandboxPolicy(max_timeout_sec=self.max_timeout_sec),
+            policy=SandboxPolicy(
+                max_timeout_sec=self.max_timeout_sec,
+                allowed_vars=admin_passthrough() | frozenset(env_names(self.env_passthrough)),
+            ),
             plans=PlanStore(ttl_sec=self.plan_ttl_sec),
             require_approval=self.require_approval,
             allowed_backends=self.allowed_backends,

@@ -194,3 +194,17 @@ def test_evicted_plan_ends_the_wait(audit: Recorder) -> None:
     with pytest.raises(PlanNotFound):
         service.plans.get(first.plan_id or "")
     assert sandbox.wait_for_approval(first.plan_id or "", 2).status == "not_approved"
+
+
+def test_a_variable_reaches_an_agents_snippet_only_when_named(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITPILOT_TEST_DB_URL", "postgres://u:secret@db/x")
+    sandbox = AgentSandbox(approval="auto", service=service)
+    code = "import os; print(os.environ.get('GITPILOT_TEST_DB_URL'))"
+    assert sandbox.run_in_sandbox("python", code).result.stdout == "None\n"  # type: ignore[union-attr]
+    named = sandbox.run_in_sandbox("python", code, env=["GITPILOT_TEST_DB_URL"])
+    assert named.plan is not None and named.plan["env"] == ["GITPILOT_TEST_DB_URL"]
+    assert named.result is not None and named.result.stdout == "postgres://u:secret@db/x\n"
+    shell = sandbox.run_command('echo "$GITPILOT_TEST_DB_URL"', env=["GITPILOT_TEST_DB_URL"])
+    assert shell.result is not None and shell.result.stdout == "postgres://u:secret@db/x\n"

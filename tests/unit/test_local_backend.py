@@ -197,3 +197,33 @@ def test_off_backend_has_no_os_layers(service: SandboxService) -> None:
 def test_killed_by_signal_reports_128_plus_signal(service: SandboxService) -> None:
     result = run(service, "bash", "kill -9 $$")
     assert result.exit_code == 137 and not result.timed_out
+
+
+def test_the_kernel_client_passes_named_variables_and_the_digest_binds_them(
+    service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gitpilot_jupyter.client.local import LocalClient
+    from gitpilot_jupyter.sandbox.errors import ApprovalError
+    from gitpilot_jupyter.sandbox.sync import run_sync
+
+    monkeypatch.setenv("GITPILOT_TEST_NAMED", "named-value")
+    client = LocalClient(service)
+    code = "import os; print(os.environ.get('GITPILOT_TEST_NAMED'))"
+    plan = run_sync(client.plan(language="python", code=code, env=["GITPILOT_TEST_NAMED"]))
+    assert plan.env == ["GITPILOT_TEST_NAMED"]
+    assert any("GITPILOT_TEST_NAMED" in c["label"] for c in plan.checks)
+    result = run_sync(client.run_approved(plan, stdin=None, on_output=None))
+    assert result.stdout == "named-value\n"
+    # An approval for a plan without the name does not cover a run that adds it.
+    bare = run_sync(client.plan(language="python", code=code))
+    token = run_sync(client.approve(bare))
+    with pytest.raises(ApprovalError):
+        run_sync(
+            service.run(
+                language="python",
+                code=code,
+                approval_token=token,
+                session_id=client.session_id,
+                env=["GITPILOT_TEST_NAMED"],
+            )
+        )
