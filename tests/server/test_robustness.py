@@ -34,6 +34,9 @@ WRITES = [
     ("POST", "api/sandbox/run", "RunRequest", {"language": "python", "code": "print(1)"}),
     ("PUT", "api/sandbox/config", "SettingsUpdate", {}),
     ("POST", "api/sandbox/matrixlab/test", "MatrixlabTestRequest", {}),
+    ("POST", "api/sandbox/batch/plan", "BatchPlanRequest", {"items": [{"id": 1, "code": "1"}]}),
+    ("POST", "api/sandbox/batch/approve", "BatchApproveRequest", {"batch_id": "batch_0"}),
+    ("POST", "api/sandbox/batch", "BatchRunRequest", {"batch_id": "batch_0"}),
 ]
 
 
