@@ -51,10 +51,11 @@ test-js: $(LABEXT) ## the lab extension's unit tests (jest)
 test-browser: $(STAMP) $(LABEXT) ## JupyterLab in a real browser, in its own pytest process
 	$(BIN)/python -m pytest tests/browser -m browser
 
-lint: $(STAMP) $(JSDEPS) ## ruff, mypy, and the lab extension's prettier + eslint (`cd labextension && jlpm lint` fixes)
+lint: $(STAMP) $(JSDEPS) ## ruff, mypy, codespell, and the lab extension's prettier + eslint (`cd labextension && jlpm lint` fixes)
 	$(BIN)/ruff check gitpilot_jupyter tests docs/conf.py
 	$(BIN)/ruff format --check gitpilot_jupyter tests docs/conf.py
 	$(BIN)/mypy
+	$(BIN)/codespell
 	cd labextension && $(JLPM) lint:check
 
 bench: $(STAMP) ## measure what users feel; writes benchmarks/results/latest.{json,md}

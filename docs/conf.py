@@ -38,6 +38,7 @@ extensions = [
     "autodoc_traits",
     "sphinxcontrib.openapi",
     "sphinxarg.ext",
+    "openapi_schemas",  # docs/_ext: components/schemas of rest-api.yml as tables
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
