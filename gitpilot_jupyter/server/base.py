@@ -93,7 +93,12 @@ def error_body(status_code: int, exc: BaseException | None) -> dict[str, str]:
 
 
 def _raise_deferred_first(method: F) -> F:
-    """Wrap a handler method so a refusal found before the body came is answered first."""
+    """Wrap a handler method so a refusal found before the body came is answered first.
+
+    The wrapper is itself ``@web.authenticated`` (the method inside is too): jupyter_server
+    checks at start that every extension endpoint is, and warns about each one it cannot
+    see it on.
+    """
 
     @functools.wraps(method)
     async def wrapper(self: SandboxHandler, *args: Any, **kwargs: Any) -> None:
@@ -101,7 +106,7 @@ def _raise_deferred_first(method: F) -> F:
             raise self._deferred
         await method(self, *args, **kwargs)
 
-    return cast(F, wrapper)
+    return cast(F, web.authenticated(wrapper))
 
 
 def body_too_large() -> SandboxHTTPError:

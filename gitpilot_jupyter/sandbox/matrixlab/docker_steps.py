@@ -74,12 +74,15 @@ def docker_client() -> Any:
         raise DockerUnavailable(
             "the Docker SDK for Python is not installed: pip install 'gitpilot-jupyter[docker]'"
         ) from None
+    client = None
     try:
         # A short timeout to learn whether an engine answers, a long one for pulls and runs.
         client = DockerClient.from_env(timeout=PING_TIMEOUT_SEC)
         client.ping()
         client.api.timeout = CALL_TIMEOUT_SEC
     except Exception as exc:
+        if client is not None:
+            client.close()  # its connection pool holds the socket of the failed ping
         raise DockerUnavailable(
             f"no Docker engine answers ({error_text(exc)}); start Docker or set DOCKER_HOST"
         ) from None
