@@ -130,18 +130,21 @@ class SilentRegistry:
         assert self.process.stdout is not None
         self.port = int(self.process.stdout.readline())
         self.connected = threading.Event()
-        threading.Thread(target=self._watch, daemon=True).start()
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
 
     def _watch(self) -> None:
         assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.strip() == "connected":
-                self.connected.set()
+        with self.process.stdout as lines:  # closed here, at the end of its output
+            for line in lines:
+                if line.strip() == "connected":
+                    self.connected.set()
 
     def close(self) -> None:
         """Stop the server (its held connections close with it)."""
         self.process.kill()
         self.process.wait(timeout=30)
+        self._watcher.join(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -36,10 +36,11 @@ class DaskProcesses:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        log = (self.folder / f"{name}.log").open("wb")
-        proc = subprocess.Popen(
-            [DASK, *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        # The child gets its own copy of the log's descriptor; ours is closed at once.
+        with (self.folder / f"{name}.log").open("wb") as log:
+            proc = subprocess.Popen(
+                [DASK, *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self.procs[name] = proc
         return proc
 
