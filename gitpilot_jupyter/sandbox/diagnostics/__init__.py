@@ -17,7 +17,7 @@ from ..errors import BackendNotAllowed
 from ..local.backends import SubprocessSandbox
 from ..plans import PlanStore
 from ..service import SandboxService
-from .isolation import isolation_check, isolation_layers
+from .isolation import egress_check, isolation_check, isolation_layers
 from .local import HELLO, approval_stage, hello_stage, settings_stage, stdin_stage, timeout_stage
 from .runner import runner_stages
 from .stage import FAIL, PASS, SKIP, Stage
@@ -66,6 +66,7 @@ async def run_diagnostics(service: SandboxService, *, matrixlab: bool = False) -
         ("approval gate", lambda: approval_stage(service, probe)),
         ("isolation layers", lambda: isolation_layers(probe)),
         ("isolation check", lambda: isolation_check(probe)),
+        ("network-on check", lambda: egress_check(probe)),
     ]
     if matrixlab:
         steps.append(("runner", lambda: runner_stages(service, probe)))

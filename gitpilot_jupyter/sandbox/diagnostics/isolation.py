@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from ..local.backends import BASE_LAYERS, SubprocessSandbox
-from ..local.confine import SYSTEM_DIRS
+from ..local.confine import SYSTEM_DIRS, blocked_networks
 from ..local.layered import LayeredIsolator
 from ..service import SandboxService
-from .stage import FAIL, PASS, Stage
+from .stage import FAIL, PASS, SKIP, Stage
 
 NAMESPACE_TOOLS = ("bwrap", "unshare")
 #: Layer -> the namespace whose inode must differ from the server's.
@@ -282,3 +282,70 @@ def _readlink(path: str) -> str:
         return os.readlink(path)
     except OSError:
         return ""
+
+
+# Runs inside a network-on run: the host's loopback and its own address must not answer.
+EGRESS_PROBE = r"""
+import json, socket
+out = {{}}
+for name, host in (("loopback", "127.0.0.1"), ("host address", {host!r})):
+    if host is None:
+        continue
+    try:
+        socket.create_connection((host, {port}), timeout=3).close()
+        out[name] = "connected"
+    except OSError as exc:
+        out[name] = type(exc).__name__
+print(json.dumps(out))
+"""
+
+
+def _host_address() -> str | None:
+    """One address of this host other than loopback (what a network-on run must not reach)."""
+    for entry in blocked_networks():
+        if entry.endswith("/32"):
+            return entry[:-3]
+    return None
+
+
+async def egress_check(probe: SandboxService) -> Stage:
+    """With network on, a run reaches neither the host's loopback nor its own address."""
+    name = "network-on check"
+    backend = _local(probe)
+    if "egress-only" not in backend.isolation(allow_network=True):
+        missing = [
+            u
+            for u in backend.isolator.report().get("unavailable", [])
+            if u["layer"] == "egress-only"
+        ]
+        if missing:
+            return Stage(name, SKIP, missing[0]["reason"], missing[0]["fix"])
+        return Stage(name, SKIP, "no user-mode networking claimed here")
+    server = await asyncio.start_server(lambda r, w: w.close(), "0.0.0.0", 0)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        _, result = await probe.run_approved_here(
+            language="python",
+            code=EGRESS_PROBE.format(host=_host_address(), port=port),
+            backend="subprocess",
+            allow_network=True,
+            timeout_sec=30,
+        )
+    finally:
+        server.close()
+    if not result.ok:
+        return Stage(
+            name, FAIL, f"the probe failed: exit {result.exit_code}", "jupyter sandbox status"
+        )
+    seen: dict[str, str] = json.loads(result.stdout)
+    reached = [where for where, what in seen.items() if what == "connected"]
+    if reached:
+        return Stage(
+            name,
+            FAIL,
+            f"egress-only claimed, but a network-on run reached the host's {', '.join(reached)}",
+            "report this as a bug; meanwhile keep network off",
+        )
+    return Stage(
+        name, PASS, f"verified egress-only: {', '.join(f'{k} {v}' for k, v in seen.items())}"
+    )

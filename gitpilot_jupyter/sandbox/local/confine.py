@@ -56,8 +56,11 @@ INODES_PER_MB = 64
 #: Where the run's private, size-capped writable space is mounted, inside the run folder.
 STAGE = "stage"
 SECCOMP_FILE = ".seccomp.bpf"
-#: The fd bwrap reads the compiled seccomp filter from.
+#: The fd bwrap reads the compiled seccomp filter from, and the one it copies the snippet from.
 SECCOMP_FD = 3
+SNIPPET_FD = 4
+#: Where the run's stage is moved in its own mount namespace (a folder anyone can enter).
+STAGE_TARGET = "/tmp"
 TOOLS_FIX = "install util-linux (it provides unshare and setpriv)"
 
 
@@ -226,32 +229,41 @@ class Confinement:
         """
         stage = workdir / STAGE
         stage.mkdir(exist_ok=True)
+        # As root, the stage is moved before bubblewrap starts to a folder everyone can
+        # enter, so the run folder's own parents (a TMPDIR under /root, pytest's 0700
+        # folders) need not be searchable by the sandbox uid; only this run's mount
+        # namespace sees it. (A user namespace may not move it; the server's user can
+        # enter its own folders anyway.)
+        moved = Path(STAGE_TARGET) if self.as_root else stage
         uid, gid = sandbox_ids()
-        if self.as_root:
-            # Only the sandbox uid (and root) may enter the run folder.
-            os.chown(workdir, uid, gid)
-            os.chmod(workdir, 0o700)
+        q = shlex.quote
+        # Files bubblewrap reads are opened by this shell first (fd 3: the seccomp filter,
+        # fd 4: the snippet, copied into the run folder with --file).
+        opened = []
         if bpf is not None:
             path = workdir / SECCOMP_FILE
             path.write_bytes(bpf)
             path.chmod(0o600)
-        q = shlex.quote
-        lines = [
-            "set -e",
+            opened.append(f"{SECCOMP_FD}<{q(str(path))}")
+        snippet = next((a for a in argv[1:] if "/" not in a and (workdir / a).is_file()), None)
+        if snippet is not None:
+            opened.append(f"{SNIPPET_FD}<{q(str(workdir / snippet))}")
+        lines = ["set -e"]
+        if opened:
+            lines.append("exec " + " ".join(opened))
+        lines.append(
             f"mount -t tmpfs -o size={disk_mb}m,nr_inodes={disk_mb * INODES_PER_MB},"
-            f"mode=0755,nosuid,nodev gitpilot-run {q(str(stage))}",
-        ]
-        writable = [stage / "run", stage / "tmp", stage / "shm"]
-        staged = [stage / "ro" / str(p).lstrip("/") for p in view.interpreters]
-        made = [stage / "empty", *(staged if self.as_root else [])]
-        lines.append("mkdir -p " + " ".join(q(str(p)) for p in made))
+            f"mode=0755,nosuid,nodev gitpilot-run {q(str(stage))}"
+        )
+        writable = ["run", "tmp", "shm"]
+        staged = ["ro" + str(p) for p in view.interpreters]
+        lines.append("mkdir -p " + " ".join(q(str(stage / p)) for p in ["empty", *staged]))
         # The writable folders are the run's alone (0700), as the run folder on the host.
-        lines.append("umask 077 && mkdir " + " ".join(q(str(p)) for p in writable))
+        lines.append("umask 077 && mkdir " + " ".join(q(str(stage / p)) for p in writable))
         if self.as_root:
-            lines.append(f"chown {uid}:{gid} " + " ".join(q(str(p)) for p in writable))
-            for source, target in zip(view.interpreters, staged, strict=True):
-                lines.append(f"mount --bind {q(str(source))} {q(str(target))}")
-        tail = f" {SECCOMP_FD}<{q(str(workdir / SECCOMP_FILE))}" if bpf is not None else ""
+            lines.append(f"chown {uid}:{gid} " + " ".join(q(str(stage / p)) for p in writable))
+        for source, target in zip(view.interpreters, staged, strict=True):
+            lines.append(f"mount --bind {q(str(source))} {q(str(stage / target))}")
         enter = ""
         if allow_network and egress and self.net_tools is not None:
             slirp, nsenter, ip = (q(t) for t in self.net_tools)
@@ -275,8 +287,10 @@ class Confinement:
                 *(f"route add prohibit {net}" for net in blocked_networks()),
                 "EOF",
             ]
-            enter = f"{nsenter} --net={netns} -- "
-        lines.append(f'exec {enter}"$@"{tail}')
+            enter = f"{nsenter} --net={q(str(moved / 'netns'))} -- "
+        if moved != stage:
+            lines.append(f"mount --move {q(str(stage))} {q(str(moved))}")
+        lines.append(f'exec {enter}"$@"')
         prefix = [self.unshare, "--mount", "--propagation", "private"]
         if not self.as_root:
             prefix += ["--user", "--map-root-user"]
@@ -299,7 +313,7 @@ class Confinement:
             cmd += ["--uid", str(uid), "--gid", str(gid)]
         cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
         if not allow_network:
-            cmd.append("--unshare-net")  # (network on with egress: the holder's namespace)
+            cmd.append("--unshare-net")  # (network on with egress: the slirp4netns one)
         cmd += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         if bpf is not None:
             cmd += ["--seccomp", str(SECCOMP_FD)]
@@ -314,19 +328,18 @@ class Confinement:
             if real.is_file() and not inside(real, Path("/etc").resolve()):
                 cmd += ["--ro-bind", str(real), str(resolv)]
         for source, target in zip(view.interpreters, staged, strict=True):
-            cmd += ["--ro-bind", str(target if self.as_root else source), str(source)]
-        empty = str(stage / "empty")
+            cmd += ["--ro-bind", str(moved / target), str(source)]
+        empty = str(moved / "empty")
         for folder in view.cover_dirs:
             cmd += ["--ro-bind", empty, str(folder)]
         for file in view.cover_files:
             cmd += ["--ro-bind", "/dev/null", str(file)]
         cmd += ["--dev", "/dev", "--proc", "/proc"]
-        cmd += ["--bind", str(stage / "tmp"), "/tmp", "--bind", str(stage / "shm"), "/dev/shm"]
+        cmd += ["--bind", str(moved / "tmp"), "/tmp", "--bind", str(moved / "shm"), "/dev/shm"]
         cmd += ["--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
-        cmd += ["--bind", str(stage / "run"), str(workdir)]
-        for arg in argv[1:]:
-            if "/" not in arg and (workdir / arg).is_file():
-                cmd += ["--ro-bind", str(workdir / arg), str(workdir / arg)]
+        cmd += ["--bind", str(moved / "run"), str(workdir)]
+        if snippet is not None:
+            cmd += ["--file", str(SNIPPET_FD), str(workdir / snippet)]
         cmd += ["--chdir", str(workdir), "--remount-ro", "/", "--remount-ro", "/dev"]
         return [*prefix, *cmd, "--", *argv]
 
