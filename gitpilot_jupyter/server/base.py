@@ -28,6 +28,9 @@ from .schemas import MAX_BODY_BYTES, parse_body
 
 #: The most of a body read from a client that is not authenticated (then a 403).
 UNAUTHENTICATED_BODY_BYTES = 64 * 1024
+#: An oversized body up to this size is read and dropped before its 400, so a client
+#: that sends it all before reading gets the answer; a larger one is refused unread.
+DRAINED_BODY_BYTES = 4 * MAX_BODY_BYTES
 
 #: Where the app keeps its service in the web app's settings (other extensions may use it).
 SERVICE_KEY = "gitpilot_sandbox_service"
@@ -122,17 +125,19 @@ def body_too_large() -> SandboxHTTPError:
 class SandboxHandler(APIHandler):
     """Base of every sandbox route: resource ``sandbox``, the service, the user, the body.
 
-    The body is streamed, not buffered by the server: ``prepare`` refuses an
-    unauthenticated request with a body over :data:`UNAUTHENTICATED_BODY_BYTES` (or
-    of unknown length), then a ``Content-Length`` over :data:`MAX_BODY_BYTES`, before
-    a byte of the body is read (jupyter_server alone would buffer up to 512 MiB
-    first), and :meth:`data_received` keeps at most that many bytes of a body sent
-    without a length.
+    The body is streamed, never buffered whole by the server (jupyter_server alone
+    would buffer up to 512 MiB before any check). Before a byte of it is read,
+    ``prepare`` answers a 403 to an unauthenticated request with a body over
+    :data:`UNAUTHENTICATED_BODY_BYTES` (or of unknown length), and a 400
+    ``body_too_large`` to a ``Content-Length`` over :data:`DRAINED_BODY_BYTES`; both
+    close the connection. A body over :data:`MAX_BODY_BYTES` but within the drain
+    limit (or a chunked one past the limit) is read and dropped, never kept, so a
+    client that sends it all before reading still gets its 400.
     """
 
     auth_resource = "sandbox"
     _body_chunks: bytearray | None = None
-
+    #: A refusal found before the body came, answered once it has been read and dropped.
     _deferred: web.HTTPError | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -146,40 +151,46 @@ class SandboxHandler(APIHandler):
         """Authentication first, then the body's announced size; then the body may come."""
         raw_length = self.request.headers.get("Content-Length", "").strip()
         length = int(raw_length) if raw_length.isdigit() else None
+        chunked = "chunked" in self.request.headers.get("Transfer-Encoding", "").lower()
         try:
             await super().prepare()
         except web.HTTPError as exc:
             # jupyter_server's own refusals (a missing XSRF token): a small body is read
             # first, so the client gets the answer instead of a reset connection.
-            if length is None or length > UNAUTHENTICATED_BODY_BYTES:
+            if chunked or (length or 0) > UNAUTHENTICATED_BODY_BYTES:
                 raise
             self._deferred = exc
         self._body_chunks = bytearray()
         limit = MAX_BODY_BYTES
         if self.current_user is None:
-            # Refused before its body is read, unless the body is small enough to read and
-            # drop (closing on an unread body can reset the connection before the client
-            # reads the 403); the method's @web.authenticated then answers the 403.
-            chunked = "chunked" in self.request.headers.get("Transfer-Encoding", "").lower()
+            # Unauthenticated: only a small body is read (and dropped) before the 403 of
+            # the method's @web.authenticated; anything more is refused unread.
             if chunked or (length or 0) > UNAUTHENTICATED_BODY_BYTES:
                 raise web.HTTPError(403)
             limit = UNAUTHENTICATED_BODY_BYTES
         elif length is not None and length > MAX_BODY_BYTES:
-            raise body_too_large()
+            if length > DRAINED_BODY_BYTES:
+                raise body_too_large()
+            self._refuse_body()
+            limit = length
         connection = self.request.connection
         if isinstance(connection, HTTP1Connection):
-            # A body without a length (chunked) is answered by data_received past the
-            # limit; one that declares an absurd chunk is cut off by the connection itself.
-            connection.set_max_body_size(2 * limit)
+            # A body without a length (chunked) is dropped past the limit; past the
+            # drain limit the connection itself cuts it off.
+            connection.set_max_body_size(max(limit, DRAINED_BODY_BYTES))
+
+    def _refuse_body(self) -> None:
+        """Drop the body from here on and answer ``body_too_large`` once it has come."""
+        self._body_chunks = None
+        if self._deferred is None:
+            self._deferred = body_too_large()
 
     def data_received(self, chunk: bytes) -> None:
-        """Keep the body's bytes up to the limit; past it, answer the error and stop reading."""
-        if self._body_chunks is None or self._finished:
+        """Keep the body's bytes up to the limit; past it, drop them (the 400 comes after)."""
+        if self._body_chunks is None:
             return
         if len(self._body_chunks) + len(chunk) > MAX_BODY_BYTES:
-            self._body_chunks = None
-            error = body_too_large()
-            self.send_error(error.status_code, exc_info=(type(error), error, None))
+            self._refuse_body()
             return
         self._body_chunks += chunk
 
