@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..client.agent_local import LocalAccess, PlanTicket, SandboxAccess
-from ..client.agent_rest import RemoteAccess
-from ..client.server import ServerInfo, discover_server
+from ..client.base import SandboxClient
+from ..client.local import LocalClient
+from ..client.resolve import make_client
+from ..sandbox.claims import AgentPlan
 from ..sandbox.errors import InvalidSetting, SandboxError
 from ..sandbox.plans import MAX_PENDING_PLANS
 from ..sandbox.results import RunResult
@@ -118,26 +119,25 @@ class AgentSandbox:
         self.max_output_bytes = max_output_bytes
         self._server = (server or "auto").strip()
         self._token = token
-        self._access: SandboxAccess | None = None
+        self._client: SandboxClient | None = None
         if service is not None:
-            self._access = LocalAccess(service, shared=True)
-        elif self._server == "local":
-            self._access = LocalAccess(SandboxService())
+            self._client = LocalClient(service, shared=True, user=None)
         #: Plans this agent waits for; the claim secrets never leave this object.
-        self._tickets: dict[str, tuple[PlanTicket, str | None]] = {}
+        self._tickets: dict[str, tuple[AgentPlan, str | None]] = {}
 
-    async def access(self) -> SandboxAccess:
-        """The way to the sandbox, found once: a Jupyter server if any, else in-process."""
-        if self._access is None:
-            if self._server == "auto":
-                found = await asyncio.to_thread(discover_server, self.environ)  # it probes
-            else:
-                found = ServerInfo(self._server, self._token or "", "argument")
-            if found is None or found.url.rstrip("/").lower() == "local":
-                self._access = LocalAccess(SandboxService())
-            else:
-                self._access = RemoteAccess(found)
-        return self._access
+    async def client(self) -> SandboxClient:
+        """The way to the sandbox, found once (``auto``: a Jupyter server if any, else here)."""
+        if self._client is None:
+            self._client = await asyncio.to_thread(  # auto probes servers
+                make_client,
+                self._server,
+                self._token or "",
+                environ=self.environ,
+                search=True,
+                service=SandboxService(),
+                user="agent",
+            )
+        return self._client
 
     # -- the tools --------------------------------------------------------------------
 
@@ -172,8 +172,8 @@ class AgentSandbox:
         if self.mode == "deny":
             return AgentReply("denied", render.render_denied(self.mode_source))
         try:
-            access = await self.access()
-            ticket = await access.plan(
+            client = await self.client()
+            ticket = await client.plan_for_agent(
                 language=language,
                 code=code,
                 timeout_sec=timeout_sec,
@@ -182,27 +182,27 @@ class AgentSandbox:
             )
         except SandboxError as exc:
             return _error(exc)
-        plan = ticket.plan
-        if plan["blocked"]:
+        plan = ticket.plan.to_dict()
+        if ticket.plan.blocked:
             return AgentReply("refused", render.render_blocked(plan, command=shown), plan=plan)
         if self.mode == "auto":
-            return await self._run(access, plan, ticket.approval_token, shown)
-        self._tickets[ticket.plan_id] = (ticket, shown)
+            return await self._run(client, plan, ticket.approval_token, shown)
+        self._tickets[ticket.plan.plan_id] = (ticket, shown)
         while len(self._tickets) > MAX_PENDING_PLANS:  # the store has evicted those plans anyway
             del self._tickets[next(iter(self._tickets))]
         if self.approval_wait_sec > 0:
-            return await self.async_wait_for_approval(ticket.plan_id, self.approval_wait_sec)
-        return self._pending(access, plan)
+            return await self.async_wait_for_approval(ticket.plan.plan_id, self.approval_wait_sec)
+        return self._pending(client, plan)
 
-    def _pending(self, access: SandboxAccess, plan: dict[str, Any]) -> AgentReply:
-        text = render.render_pending(plan, where=access.where, in_process=access.in_process)
+    def _pending(self, client: SandboxClient, plan: dict[str, Any]) -> AgentReply:
+        text = render.render_pending(plan, where=client.where, in_process=client.in_process)
         return AgentReply("approval_pending", text, plan=plan)
 
     async def _run(
-        self, access: SandboxAccess, plan: dict[str, Any], token: str | None, shown: str | None
+        self, client: SandboxClient, plan: dict[str, Any], token: str | None, shown: str | None
     ) -> AgentReply:
         try:
-            result = await access.run(plan, token)
+            result = await client.run(token or "")
         except SandboxError as exc:
             reply = _error(exc)
             reply.plan = plan
@@ -226,27 +226,28 @@ class AgentSandbox:
                 error_code="unknown_plan",
             )
         ticket, shown = entry
-        access = await self.access()
+        client = await self.client()
+        plan = ticket.plan.to_dict()
         wait = self.approval_wait_sec if wait_sec is None else wait_sec
         wait = min(max(0.0, float(wait)), MAX_APPROVAL_WAIT_SEC)
         deadline = time.monotonic() + wait
         delay = 0.1
         while True:
             try:
-                answer = await access.claim(plan_id, ticket.claim or "")
+                answer = await client.claim(plan_id, ticket.claim or "")
             except SandboxError as exc:
                 if exc.code not in _GONE_CODES:
                     return _error(exc)
                 del self._tickets[plan_id]
                 text = render.render_not_approved(plan_id, "it was rejected, or evicted")
-                return AgentReply("not_approved", text, plan=ticket.plan, error_code=exc.code)
+                return AgentReply("not_approved", text, plan=plan, error_code=exc.code)
             if answer.state == "approved":
                 del self._tickets[plan_id]
-                return await self._run(access, ticket.plan, answer.approval_token, shown)
+                return await self._run(client, plan, answer.approval_token, shown)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 text = render.render_still_pending(plan_id, wait)
-                return AgentReply("approval_pending", text, plan=ticket.plan)
+                return AgentReply("approval_pending", text, plan=plan)
             # Poll gently: a person takes seconds, the server should not see a busy loop.
             await asyncio.sleep(min(delay, remaining))
             delay = min(delay * 2, 1.0)
@@ -254,11 +255,11 @@ class AgentSandbox:
     async def async_status(self) -> AgentReply:
         """The sandbox status as text (backend, health, approval mode, where plans go)."""
         try:
-            access = await self.access()
-            status = await access.status()
+            client = await self.client()
+            status = await client.status()
         except SandboxError as exc:
             return _error(exc)
-        where = "in-process (no Jupyter server)" if access.in_process else access.where
+        where = "in-process (no Jupyter server)" if client.in_process else client.where
         text = render.render_status(status, mode=f"{self.mode} ({self.mode_source})", where=where)
         return AgentReply("completed", text)
 
@@ -266,11 +267,11 @@ class AgentSandbox:
 
     async def async_approve(self, plan_id: str) -> dict[str, Any]:
         """Approve ``plan_id`` as a person (the host application's approve button)."""
-        return await (await self.access()).approve(plan_id)
+        return await (await self.client()).approve(plan_id, for_planner=True)
 
     async def async_reject(self, plan_id: str) -> None:
         """Reject ``plan_id``: the agent's wait ends with ``not_approved``."""
-        await (await self.access()).reject(plan_id)
+        await (await self.client()).reject(plan_id)
 
     # -- synchronous wrappers ---------------------------------------------------------
 

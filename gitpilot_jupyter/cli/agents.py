@@ -17,8 +17,8 @@ from typing import Any
 
 from ..agents.approval import APPROVAL_MODES
 from ..agents.render import MODEL_OUTPUT_BYTES
-from ..client.agent_rest import RemoteAccess
-from ..client.server import TOKEN_ENV, URL_ENV, ServerInfo, discover_server
+from ..client.rest import RestClient
+from ..client.server import TOKEN_ENV, URL_ENV, discover_server
 from ..sandbox.errors import ServerUnreachable
 from ..sandbox.plans import AGENT_SOURCE, ExecutionPlan
 from ..sandbox.sync import run_sync
@@ -86,10 +86,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p.set_defaults(handler={"plans": cmd_plans, "approve": cmd_approve}.get(name, cmd_reject))
 
 
-def _remote(args: argparse.Namespace) -> RemoteAccess:
+def _remote(args: argparse.Namespace) -> RestClient:
     """The Jupyter server to act on, or :class:`ServerUnreachable` saying how to name one."""
     if args.server:
-        return RemoteAccess(ServerInfo(args.server, os.environ.get(TOKEN_ENV, ""), "--server"))
+        return RestClient(args.server, os.environ.get(TOKEN_ENV, ""))
     found = discover_server(os.environ)
     if found is None:
         raise ServerUnreachable(
@@ -97,7 +97,7 @@ def _remote(args: argparse.Namespace) -> RemoteAccess:
             f"{URL_ENV} and {TOKEN_ENV} (or pass --server). Plans made by an agent without a "
             "Jupyter server live only in that agent's process and cannot be approved from here"
         )
-    return RemoteAccess(found)
+    return RestClient(found.url, found.token)
 
 
 def _print_json(data: Any) -> None:
@@ -105,18 +105,18 @@ def _print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def _print_pending(plan: dict[str, Any]) -> None:
-    print_plan(ExecutionPlan.from_dict(plan))
-    origin = "an agent" if plan.get("source") == AGENT_SOURCE else plan.get("source")
+def _print_pending(plan: ExecutionPlan) -> None:
+    print_plan(plan)
+    origin = "an agent" if plan.source == AGENT_SOURCE else plan.source
     print(f"  requested by {origin}")
-    print_plan_code(ExecutionPlan.from_dict(plan), sys.stdout)
+    print_plan_code(plan, sys.stdout)
 
 
 def cmd_plans(args: argparse.Namespace) -> int:
     """``jupyter sandbox plans``."""
     plans = run_sync(_remote(args).pending())
     if args.json:
-        _print_json(plans)
+        _print_json([plan.to_dict() for plan in plans])
     elif not plans:
         print("no plans are waiting for approval")
     for plan in [] if args.json else plans:
@@ -125,9 +125,9 @@ def cmd_plans(args: argparse.Namespace) -> int:
     return 0
 
 
-def _find(remote: RemoteAccess, plan_id: str) -> dict[str, Any] | None:
+def _find(remote: RestClient, plan_id: str) -> ExecutionPlan | None:
     for plan in run_sync(remote.pending()):
-        if plan.get("plan_id") == plan_id:
+        if plan.plan_id == plan_id:
             return plan
     return None
 
@@ -136,13 +136,13 @@ def cmd_approve(args: argparse.Namespace) -> int:
     """``jupyter sandbox approve PLAN_ID``: show the plan, approve it."""
     remote = _remote(args)
     plan = _find(remote, args.plan_id)
-    answer = run_sync(remote.approve(args.plan_id))
+    answer = run_sync(remote.approve(args.plan_id, for_planner=True))
     if args.json:
         _print_json(answer)
         return 0
     if plan is not None:
         _print_pending(plan)
-    by_agent = plan is not None and plan.get("source") == AGENT_SOURCE
+    by_agent = plan is not None and plan.source == AGENT_SOURCE
     waiting = " The agent that planned it can now run it." if by_agent else ""
     print(f"Approved {args.plan_id} (valid for {answer['expires_in']} s).{waiting}")
     return 0
@@ -180,15 +180,15 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     )
 
     async def serve() -> None:
-        access = await agent.access()
-        where = "in this process (no Jupyter server)" if access.in_process else access.where
+        client = await agent.client()
+        where = "in this process (no Jupyter server)" if client.in_process else client.where
         # stdout is the MCP channel: everything for people goes to stderr.
         print(
             f"gitpilot sandbox MCP server: approval {agent.mode} ({agent.mode_source}); "
-            f"plans go {'to ' + where if not access.in_process else where}",
+            f"plans go {'to ' + where if not client.in_process else where}",
             file=sys.stderr,
         )
-        if agent.mode == "ask" and access.in_process and not args.approve_in_client:
+        if agent.mode == "ask" and client.in_process and not args.approve_in_client:
             print(
                 "warning: in ask mode without a Jupyter server nobody can approve the agent's "
                 f"plans; start JupyterLab (or set {URL_ENV}/{TOKEN_ENV}), or use "

@@ -224,9 +224,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     pipe_closed = False
 
     async def go() -> RunResult:
-        token = None
-        if plan.requires_approval:
-            token = (await service.approve(plan.plan_id, user="cli"))["approval_token"]
+        approval = await service.approve(plan.plan_id, user="cli")
         main_task = asyncio.current_task()
 
         async def echo(stream: str, text: str) -> None:
@@ -244,17 +242,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if main_task is not None:
                     main_task.cancel()
 
-        return await service.run(
-            language=plan.language,
-            code=plan.code,
-            timeout_sec=plan.timeout_sec,
-            stdin=snippet["stdin"],
-            approval_token=token,
-            backend=plan.backend,
-            allow_network=plan.network,
-            user="cli",
-            on_output=None if args.json else echo,
-            env=plan.env,
+        return await service.run_approved(
+            approval["approval_token"], user="cli", on_output=None if args.json else echo
         )
 
     try:

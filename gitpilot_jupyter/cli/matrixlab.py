@@ -106,21 +106,15 @@ def _print_lifecycle(answer: dict[str, Any]) -> None:
 
 
 async def _lifecycle(service: SandboxService, action: str, echo: bool) -> dict[str, Any]:
-    if action == "status":
-        return await service.lifecycle_status()
-    if action == "install":
-        shown: set[tuple[str, str]] = set()
+    shown: set[tuple[str, str]] = set()
 
-        async def progress(event: dict[str, Any]) -> None:
-            line = (str(event.get("image")), f"{event.get('id', '')} {event.get('status', '')}")
-            if echo and line not in shown:  # one line per layer state, not per byte
-                shown.add(line)
-                sys.stderr.write(f"{line[0]}: {line[1].strip()}\n")
+    async def progress(event: dict[str, Any]) -> None:
+        line = (str(event.get("image")), f"{event.get('id', '')} {event.get('status', '')}")
+        if echo and line not in shown:  # one line per layer state, not per byte
+            shown.add(line)
+            sys.stderr.write(f"{line[0]}: {line[1].strip()}\n")
 
-        return await service.lifecycle_install(progress, user="cli")
-    if action == "start":
-        return await service.lifecycle_start(user="cli")
-    return await service.lifecycle_stop(user="cli")
+    return await service.lifecycle(action, progress, user="cli")
 
 
 def cmd_lifecycle(args: argparse.Namespace) -> int:

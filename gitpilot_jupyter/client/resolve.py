@@ -1,18 +1,38 @@
-"""Which client a kernel uses: `local`, a server URL, or `auto` (the server that launched it).
+"""The one resolver of every face outside the server: ``auto | local | URL``.
 
-Finding servers is :mod:`.server`'s job; this module only
-picks, among them, the one that started this kernel.
+* ``local``: the core in this process.
+* a URL: the REST API of that Jupyter server; its token is the one given, else
+  ``GITPILOT_JUPYTER_TOKEN``, else ``JUPYTER_TOKEN``.
+* ``auto``: the server named by ``GITPILOT_JUPYTER_URL`` (with
+  ``GITPILOT_JUPYTER_TOKEN``; the value ``local`` pins the in-process path);
+  else the Jupyter server that launched this process (a kernel's parent) when
+  its sandbox extension answers; else, with
+  ``search=True`` (agents, the CLI), the newest running server whose extension
+  answers; else the core in this process.
+
+Finding and probing servers is :mod:`.server`'s job.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
-from ..sandbox.errors import SandboxError
-from .local import LocalClient, SandboxClient
+from ..sandbox.errors import InvalidSetting
+from ..sandbox.service import SandboxService
+from .base import SandboxClient
+from .local import LocalClient
 from .rest import RestClient
-from .server import ServerInfo, default_runtime_dir, runtime_servers, server_answers
+from .server import (
+    TOKEN_ENV,
+    URL_ENV,
+    ServerInfo,
+    default_runtime_dir,
+    discover_server,
+    runtime_servers,
+    server_answers,
+)
 
 
 def launching_server(
@@ -52,18 +72,43 @@ def _runtime_dirs(default: str) -> list[str]:
     return list(dict.fromkeys(dirs))
 
 
-def make_client(server: str, token: str = "") -> SandboxClient:
-    """The client for the ``server`` setting: ``local``, ``auto`` or a URL."""
-    choice = server.strip()
+def make_client(
+    server: str = "auto",
+    token: str = "",
+    *,
+    environ: Mapping[str, str] | None = None,
+    search: bool = False,
+    service: SandboxService | None = None,
+    user: str | None = "kernel",
+) -> SandboxClient:
+    """The client for ``server``: ``auto``, ``local`` or a URL (see the module doc).
+
+    Blocking (``auto`` probes servers): async callers run it in a thread.
+    ``service`` is the one a local client drives (default: a new one on the cwd);
+    ``user`` is recorded in audit events of local calls.
+    """
+    env = os.environ if environ is None else environ
+    choice = (server or "auto").strip()
+
+    def local() -> LocalClient:
+        return LocalClient(service, user=user)
+
     if choice == "local":
-        return LocalClient()
-    if choice == "auto":
-        found = launching_server()
-        if found is not None and server_answers(found.url, found.token):
-            return RestClient(found.url, found.token)
-        return LocalClient()
+        return local()
     if choice.startswith(("http://", "https://")):
-        return RestClient(choice, token or os.environ.get("JUPYTER_TOKEN", ""))
-    raise SandboxError(
-        f"server must be 'auto', 'local' or an http(s) URL, got {server!r}", code="invalid_setting"
-    )
+        return RestClient(choice, token or env.get(TOKEN_ENV) or env.get("JUPYTER_TOKEN", ""))
+    if choice != "auto":
+        raise InvalidSetting(f"server must be 'auto', 'local' or an http(s) URL, got {server!r}")
+    named = env.get(URL_ENV, "").strip()
+    if named.lower() == "local":  # the env var may pin the in-process path too
+        return local()
+    if named:
+        return RestClient(named, token or env.get(TOKEN_ENV, ""))
+    found = launching_server()
+    if found is not None and server_answers(found.url, found.token):
+        return RestClient(found.url, found.token)
+    if search:
+        running = discover_server(env)
+        if running is not None:
+            return RestClient(running.url, running.token)
+    return local()

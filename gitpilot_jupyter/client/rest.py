@@ -1,23 +1,27 @@
 """The REST client: the sandbox API of a Jupyter server (approvals and audit live there).
 
-Runs and lifecycle actions ask for NDJSON so output and pull progress arrive
-as they happen; a server that answers plain JSON works too.
+Plans made here land in the server's one plan store, where JupyterLab, a notebook
+(``%sandbox plans``) or ``jupyter sandbox approve`` can approve them. Runs and
+lifecycle actions ask for NDJSON so output and pull progress arrive as they
+happen; a server that answers plain JSON works too.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import httpx
 
 from ..sandbox.backend import OutputCallback
-from ..sandbox.errors import SandboxError
+from ..sandbox.claims import AgentPlan, ClaimAnswer
+from ..sandbox.errors import InvalidRequest, SandboxError
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.results import RunResult
+from ..sandbox.settings import MAX_TIMEOUT_SEC
 from ..tls import tls_context
-from .local import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
+from .base import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
 from .server import API, ServerInfo, auth_headers, call_api, error_from_answer, unreachable
 
 NDJSON = "application/x-ndjson"
@@ -37,6 +41,7 @@ class RestClient(SandboxClient):
         super().__init__(session_id)
         self.server = ServerInfo(base_url, token, "argument")
         self.base_url = self.server.url
+        self.where = self.server.url
         self.token = token
         self.timeout = timeout
         self.path = "REST"
@@ -62,12 +67,12 @@ class RestClient(SandboxClient):
         stdin: str | None = None,
         backend: str | None = None,
         allow_network: bool | None = None,
-        env: Sequence[str] | None = None,
+        source: str = "cell",
     ) -> ExecutionPlan:
         body: dict[str, Any] = {
             "language": language,
             "code": code,
-            "source": "cell",
+            "source": source,
             "session_id": self.session_id,
         }
         optional = {
@@ -75,43 +80,24 @@ class RestClient(SandboxClient):
             "stdin": stdin,
             "backend": backend,
             "allow_network": allow_network,
-            "env": list(env) if env else None,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         answer = await self._call("POST", "plan", body)
-        plan = ExecutionPlan.from_dict(answer["plan"])
-        plan.stdin, plan.session_id = stdin, self.session_id
-        return plan
+        return ExecutionPlan.from_dict(answer["plan"])
 
-    async def approve(self, plan: ExecutionPlan, *, approved_by: str = "user") -> str | None:
-        if not plan.requires_approval:
-            return None
-        body = {"plan_id": plan.plan_id, "session_id": self.session_id}
-        answer = await self._call("POST", "approve", body)
-        return str(answer["approval_token"])
+    async def approve(
+        self, plan_id: str, *, approved_by: str = "user", for_planner: bool = False
+    ) -> dict[str, Any]:
+        # For a planner's plan no session_id: the planner runs it from its own session.
+        body = (
+            {"plan_id": plan_id}
+            if for_planner
+            else {"plan_id": plan_id, "session_id": self.session_id}
+        )
+        return dict(await self._call("POST", "approve", body))
 
-    async def run(
-        self,
-        plan: ExecutionPlan,
-        *,
-        token: str | None,
-        stdin: str | None = None,
-        on_output: OutputCallback | None = None,
-    ) -> RunResult:
-        body: dict[str, Any] = {
-            "language": plan.language,
-            "code": plan.code,
-            "timeout_sec": plan.timeout_sec,
-            "session_id": self.session_id,
-            "backend": plan.backend,
-            "allow_network": plan.network,
-        }
-        if plan.env:
-            body["env"] = list(plan.env)
-        if stdin is not None:
-            body["stdin"] = stdin
-        if token is not None:
-            body["approval_token"] = token
+    async def run(self, token: str, *, on_output: OutputCallback | None = None) -> RunResult:
+        body = {"approval_token": token, "session_id": self.session_id}
         streamed = False
 
         async def line(event: dict[str, Any]) -> None:
@@ -121,7 +107,8 @@ class RestClient(SandboxClient):
                 if on_output is not None:
                     await on_output(event["type"], str(event.get("data", "")))
 
-        answer = await self._stream("run", body, line, read_timeout=plan.timeout_sec + self.timeout)
+        # The longest snippet may print nothing until it ends.
+        answer = await self._stream("run", body, line, read_timeout=MAX_TIMEOUT_SEC + self.timeout)
         result = RunResult.from_dict(answer)
         if not streamed:  # a server that answered the whole envelope at once
             await _replay(result, on_output)
@@ -171,13 +158,27 @@ class RestClient(SandboxClient):
         answer = await self._call("GET", "plans")
         return [ExecutionPlan.from_dict(plan) for plan in answer["plans"]]
 
-    async def approve_for_planner(self, plan_id: str) -> None:
-        # No session_id: the planner runs from its own session. The answer's token is
-        # dropped here on purpose; the planner claims it.
-        await self._call("POST", "approve", {"plan_id": plan_id})
-
     async def reject(self, plan_id: str) -> None:
         await self._call("POST", "reject", {"plan_id": plan_id})
+
+    async def plan_for_agent(
+        self, *, language: str, code: str, timeout_sec: int | None, auto_approve: bool
+    ) -> AgentPlan:
+        body: dict[str, Any] = {
+            "language": language,
+            "code": code,
+            "approve": auto_approve,
+            "session_id": self.session_id,
+        }
+        if timeout_sec is not None:
+            body["timeout_sec"] = timeout_sec
+        data = await self._call("POST", "agent/plan", body)
+        plan = ExecutionPlan.from_dict(data["plan"])
+        return AgentPlan(plan, data.get("claim"), data.get("approval_token"))
+
+    async def claim(self, plan_id: str, secret: str) -> ClaimAnswer:
+        data = await self._call("POST", "agent/claim", {"plan_id": plan_id, "claim": secret})
+        return ClaimAnswer(data["state"], data.get("approval_token"), data.get("expires_in"))
 
     async def status(self) -> dict[str, Any]:
         return dict(await self._call("GET", "status"))
@@ -195,7 +196,9 @@ class RestClient(SandboxClient):
         self, action: str, progress: ProgressCallback | None = None
     ) -> dict[str, Any]:
         if action not in LIFECYCLE_ACTIONS:
-            raise SandboxError(f"unknown lifecycle action {action!r}", code="invalid_request")
+            raise InvalidRequest(
+                f"unknown lifecycle action {action!r}; expected one of {list(LIFECYCLE_ACTIONS)}"
+            )
         if action == "status":
             return dict(await self._call("GET", "matrixlab/lifecycle"))
 

@@ -1,7 +1,7 @@
 """Finding and calling a running Jupyter server with the sandbox extension.
 
 The one owner of server discovery for every face outside the server: agents and
-the CLI (:mod:`.agent_rest`) and the kernel (:mod:`.resolve`,
+the CLI and the kernel (:mod:`.resolve`,
 :mod:`.rest`). A server is named by ``GITPILOT_JUPYTER_URL`` /
 ``GITPILOT_JUPYTER_TOKEN`` or found from the ``jpserver-<pid>.json`` runtime
 files that running servers write. Transport failures become the core's one

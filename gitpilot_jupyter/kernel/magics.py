@@ -29,7 +29,8 @@ from IPython.display import display as _display
 from traitlets import Bool, Unicode, observe
 
 from ..cli.render import print_status
-from ..client.local import LocalClient, SandboxClient
+from ..client.base import SandboxClient
+from ..client.local import LocalClient
 from ..client.resolve import make_client
 from ..sandbox.errors import SandboxError
 from ..sandbox.plans import ExecutionPlan
@@ -197,11 +198,11 @@ class SandboxMagics(Magics):
         if plan.blocked:
             raise SandboxBlocked(plan)
         if plan.high_risk and not args.yes:
-            return self._show_card(plan, client, stdin, args.out)
+            return self._show_card(plan, client, args.out)
         echo = CellEcho()
         try:
             with usage_errors():
-                result = run_sync(client.run_approved(plan, stdin=stdin, on_output=echo))
+                result = run_sync(client.run_approved(plan, on_output=echo))
         finally:
             echo.flush()
         self._store(result, args.out)
@@ -212,12 +213,10 @@ class SandboxMagics(Magics):
             raise SandboxRunError(result)
         return None
 
-    def _show_card(
-        self, plan: ExecutionPlan, client: SandboxClient, stdin: str | None, out: str | None
-    ) -> None:
+    def _show_card(self, plan: ExecutionPlan, client: SandboxClient, out: str | None) -> None:
         from ..widgets.approval import ApprovalCard
 
-        card = ApprovalCard(plan, client, stdin=stdin, on_result=lambda r: self._store(r, out))
+        card = ApprovalCard(plan, client, on_result=lambda r: self._store(r, out))
         self.card = card
         display(card)
 
@@ -308,7 +307,7 @@ class SandboxMagics(Magics):
 
     def _line_approve(self, rest: list[str]) -> None:
         plan_id = self._plan_id("approve", rest)
-        run_sync(self.client.approve_for_planner(plan_id))
+        run_sync(self.client.approve(plan_id, for_planner=True))
         print(f"Approved {plan_id}: whoever made it can now run it (the token goes to them).")
 
     def _line_reject(self, rest: list[str]) -> None:

@@ -15,9 +15,10 @@ import hmac
 import secrets
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import ApprovalError, PlanNotFound
-from .plans import PlanStore
+from .plans import ExecutionPlan, PlanStore
 
 
 def _hash(secret: str) -> str:
@@ -39,6 +40,29 @@ class ClaimAnswer:
             data["approval_token"] = self.approval_token
             data["expires_in"] = self.expires_in
         return data
+
+
+@dataclass
+class AgentPlan:
+    """An agent's plan, plus what only its planner holds.
+
+    ``claim`` (``ask`` mode) collects the token once a human approves;
+    ``approval_token`` (``auto`` mode) is the agent's own approval. A blocked
+    plan has neither.
+    """
+
+    plan: ExecutionPlan
+    claim: str | None = None
+    approval_token: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The answer of ``POST /api/sandbox/agent/plan``."""
+        answer: dict[str, Any] = {"plan": self.plan.to_dict()}
+        if self.claim is not None:
+            answer["claim"] = self.claim
+        if self.approval_token is not None:
+            answer["approval_token"] = self.approval_token
+        return answer
 
 
 class ClaimStore:

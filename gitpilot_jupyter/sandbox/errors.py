@@ -141,3 +141,10 @@ class ClusterUnavailable(SandboxError):
 
     code = "cluster_unavailable"
     status = 503
+
+
+class NotPlanOwner(ApprovalError):
+    """An approval token made for another person's plan (under an identity provider with users)."""
+
+    code = "not_plan_owner"
+    status = 403

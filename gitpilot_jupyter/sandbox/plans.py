@@ -8,8 +8,6 @@ A run presents the token with what it wants to run; the store checks it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import secrets
 import threading
 import time
@@ -19,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ApprovalError, PlanBlocked, PlanNotFound
+from .spec import RunSpec, plan_digest
+
+__all__ = ["Approval", "ExecutionPlan", "PlanStore", "new_plan_id", "plan_digest"]
 
 #: The ``source`` of plans made through the agent entry points; no other caller may claim it.
 AGENT_SOURCE = "agent"
@@ -29,39 +30,6 @@ MAX_PENDING_PLANS = 256
 #: Pending plans kept in all; beyond it the oldest plan that is not an agent's goes.
 MAX_PENDING_TOTAL = 16 * MAX_PENDING_PLANS  # the default of PlanStore(max_total=)
 APPROVAL_TTL_SEC = 300
-
-
-def plan_digest(
-    *,
-    language: str,
-    code: str,
-    stdin: str | None,
-    timeout_sec: int,
-    network: bool,
-    backend: str,
-    env: Sequence[str] = (),
-) -> str:
-    """The sha256 over everything that decides what a run does.
-
-    ``env`` (the variable names passed through) is bound only when not empty,
-    so a plan without them keeps the digest it always had.
-    """
-    fields: dict[str, Any] = {
-        "language": language,
-        "code": code,
-        "stdin": stdin,
-        "timeout_sec": timeout_sec,
-        "network": network,
-        "backend": backend,
-    }
-    if env:
-        fields["env"] = sorted(env)
-    material = json.dumps(
-        fields,
-        sort_keys=True,
-        ensure_ascii=False,
-    )
-    return "sha256:" + hashlib.sha256(material.encode("utf-8")).hexdigest()
 
 
 @dataclass
@@ -89,6 +57,10 @@ class ExecutionPlan:
     session_id: str | None = None
     #: Names of server variables passed through to the run (values are never shown).
     env: list[str] = field(default_factory=list)
+    #: What approving this plan lets run (kept server-side; never sent over the wire).
+    spec: RunSpec | None = field(default=None, repr=False, compare=False)
+    #: The identity that made the plan (``None`` under a shared-token login).
+    owner: str | None = None
 
     @property
     def high_risk(self) -> bool:
@@ -138,6 +110,10 @@ class Approval:
     used: bool = field(default=False)
     #: The approved plan's file (a file run), so a backend may send its folder along.
     file: str | None = None
+    #: The approved plan's run, which a run by token alone executes.
+    spec: RunSpec | None = field(default=None, repr=False, compare=False)
+    #: The identity that made the plan; only it may run the approval.
+    owner: str | None = None
 
     def to_dict(self, now: float) -> dict[str, Any]:
         """The approve answer."""
@@ -276,6 +252,8 @@ class PlanStore:
                 expires_at=now + self.ttl_sec,
                 approved_by=approved_by,
                 file=plan.file,
+                spec=plan.spec,
+                owner=plan.owner,
             )
             self._approvals[approval.token] = approval
             return approval
@@ -284,13 +262,15 @@ class PlanStore:
         self,
         token: object,
         *,
-        digest: str,
+        digest: str | None,
         session_id: str | None = None,
         user: str | None = None,
     ) -> Approval:
         """Check ``token`` against what is about to run and spend it.
 
-        A mismatch of what runs leaves the token unspent; every refusal has its own code.
+        ``digest`` is what the caller asked to run (the long form of a run); ``None``
+        runs whatever was approved (a run by token alone). A mismatch of what runs
+        leaves the token unspent; every refusal has its own code.
         """
         if not token:
             raise ApprovalError(
@@ -318,7 +298,7 @@ class PlanStore:
                 raise ApprovalError(
                     "this approval token was granted to another user", code="approval_session"
                 )
-            if approval.digest != digest:
+            if digest is not None and approval.digest != digest:
                 raise ApprovalError(
                     "what you asked to run differs from the approved plan (code, language, "
                     "stdin, timeout, network or backend); the token was not spent",

@@ -1,4 +1,10 @@
-"""SandboxService: the one path every face calls (plan -> approve -> run, status, config)."""
+"""SandboxService: the one door every face calls.
+
+plan -> approve -> run (or run an approved plan by its token alone), pending,
+reject, the agents' plan / claim, status, configure and the MatrixLab lifecycle.
+Each call emits its audit event; no face touches the plan or claim stores.
+A run is defined once, by :meth:`SandboxService.spec` (see :mod:`.spec`).
+"""
 
 from __future__ import annotations
 
@@ -11,11 +17,14 @@ from typing import Any
 
 from .._version import __version__
 from .backend import OutputCallback, ResourceLimits, RunRequest, SandboxBackend
-from .claims import ClaimStore
+from .claims import AgentPlan, ClaimAnswer, ClaimStore
 from .errors import (
     BackendNotAllowed,
     EmptyCode,
     InvalidRequest,
+    NotPlanOwner,
+    PlanNotFound,
+    SandboxError,
     UnknownBackend,
     UnknownLanguage,
 )
@@ -24,11 +33,12 @@ from .languages import CANONICAL_LANGUAGES, Interpreters, canonical_language, la
 from .local.backends import NullSandbox, SubprocessSandbox
 from .local.isolation import Isolator
 from .matrixlab.config import LifecycleConfig
-from .matrixlab.ops import MatrixLabOperations
-from .plans import AGENT_SOURCE, SOURCES, ExecutionPlan, PlanStore, new_plan_id, plan_digest
+from .matrixlab.ops import MatrixLabOperations, ProgressCallback
+from .plans import AGENT_SOURCE, SOURCES, ExecutionPlan, PlanStore, new_plan_id
 from .policy import SandboxPolicy, env_names, find_destructive
 from .results import RunResult
 from .scan import scan
+from .spec import RunSpec
 from .settings import (
     BACKENDS,
     EffectiveSettings,
@@ -51,7 +61,16 @@ def approval_required_by_env(environ: Mapping[str, str]) -> bool:
     return raw not in ("0", "false", "no", "off")
 
 
-class SandboxService(MatrixLabOperations):
+#: What a long-form run that cannot match any plan is checked against.
+_NO_DIGEST = "sha256:none"
+
+
+def _not_found(plan_id: str) -> PlanNotFound:
+    # Someone else's plan is answered as an unknown one: its existence is not disclosed.
+    return PlanNotFound(f"no pending plan {plan_id!r} (unknown, expired or already approved)")
+
+
+class SandboxService:
     """Plans, approves and runs snippets under one policy, on the resolved backend.
 
     The service is pure Python and async; faces (REST, magic, CLI, lab) only
@@ -84,6 +103,8 @@ class SandboxService(MatrixLabOperations):
         self.audit = audit
         #: MatrixLab Runner lifecycle config (server config); env applies on top per call.
         self.lifecycle_config = lifecycle_config or LifecycleConfig()
+        #: Test connection and the Runner lifecycle (Docker), kept out of this module.
+        self.matrixlab = MatrixLabOperations(self.settings, self.lifecycle_config, self._emit)
         self._local: dict[str, SandboxBackend] = {
             "subprocess": SubprocessSandbox(self.interpreters, isolator),
             "off": NullSandbox(self.interpreters),
@@ -156,6 +177,42 @@ class SandboxService(MatrixLabOperations):
             disk_mb=settings.disk_limit_mb,
         )
 
+    # -- the run spec -----------------------------------------------------------------
+
+    def spec(
+        self,
+        *,
+        language: str,
+        code: str,
+        stdin: str | None = None,
+        timeout_sec: int | None = None,
+        backend: str | None = None,
+        allow_network: bool | None = None,
+        env: Sequence[str] | None = None,
+        file: str | None = None,
+    ) -> RunSpec:
+        """The one definition of a run: what planning describes and a long-form run checks.
+
+        Canonical language, the timeout clamped by the policy (the settings' default
+        within the server's maximum), network and backend resolved from the settings,
+        the server variables passed through (``env``, checked names), the resource
+        limits in force and, for a file run, the file. Raises the typed error of the
+        first bad field.
+        """
+        name, effective = self.resolve(backend)
+        settings = effective.settings
+        return RunSpec(
+            language=canonical_language(language),
+            code=code,
+            stdin=stdin,
+            timeout_sec=self.policy.timeout(timeout_sec, settings.timeout_sec),
+            network=settings.allow_network if allow_network is None else bool(allow_network),
+            backend=name,
+            env=env_names(env),
+            limits=self._limits(settings),
+            file=file,
+        )
+
     # -- plan -------------------------------------------------------------------------
 
     def read_file(self, file: str) -> str:
@@ -178,7 +235,7 @@ class SandboxService(MatrixLabOperations):
         env: Sequence[str] | None = None,
         agent: bool = False,
     ) -> ExecutionPlan:
-        """Describe what would run; keep it pending for approval.
+        """Describe what would run; keep it pending for approval. ``user`` owns the plan.
 
         ``env`` names server variables to pass through to the run (``--env NAME``).
         ``agent=True`` is for the agent entry points only: the plan's source becomes
@@ -211,6 +268,7 @@ class SandboxService(MatrixLabOperations):
         )
         if agent:
             plan.source = AGENT_SOURCE
+        plan.owner = user
         self.plans.add(plan, owner=user)
         self._emit(
             "plan",
@@ -265,11 +323,18 @@ class SandboxService(MatrixLabOperations):
             raise EmptyCode("there is no code to run")
         if len(code) > MAX_CODE_CHARS:
             raise InvalidRequest(f"code is longer than {MAX_CODE_CHARS} characters")
-        names = env_names(env)
-        name, effective = self.resolve(backend)
-        settings = effective.settings
-        timeout = self.policy.timeout(timeout_sec, settings.timeout_sec)
-        network = settings.allow_network if allow_network is None else bool(allow_network)
+        spec = self.spec(
+            language=lang,
+            code=code,
+            stdin=stdin,
+            timeout_sec=timeout_sec,
+            backend=backend,
+            allow_network=allow_network,
+            env=env,
+            file=file,
+        )
+        name, names, timeout, network = spec.backend, spec.env, spec.timeout_sec, spec.network
+        settings = self.settings.effective().settings
         runner = self.backend(name, settings)
         command = runner.display_command(lang, file) or self._command(lang)
         blocked_label = find_destructive(" ".join(command))
@@ -311,22 +376,48 @@ class SandboxService(MatrixLabOperations):
             blocked=blocked_label is not None,
             blocked_reason=f"destructive pattern {blocked_label!r}" if blocked_label else None,
             requires_approval=self.require_approval,
-            digest=plan_digest(
-                language=lang,
-                code=code,
-                stdin=stdin,
-                timeout_sec=timeout,
-                network=network,
-                backend=name,
-                env=names,
-            ),
+            digest=spec.digest,
             created_at=time.time(),
             code=code,
             stdin=stdin,
             file=file,
             session_id=session_id,
             env=list(names),
+            spec=spec,
         )
+
+    # -- ownership --------------------------------------------------------------------
+
+    @staticmethod
+    def _visible(plan: ExecutionPlan, user: str | None) -> bool:
+        """Whether ``user`` may see and decide ``plan``.
+
+        A plan belongs to the identity that made it. ``None`` on either side is a
+        shared principal (jupyter_server's token login, an in-process face): no
+        restriction then, as before plans had owners.
+        """
+        return plan.owner is None or user is None or plan.owner == user
+
+    def _pending_plan(self, plan_id: str, user: str | None) -> ExecutionPlan:
+        """A pending plan ``user`` may decide; someone else's is as unknown as a missing one."""
+        plan = self.plans.get(plan_id)
+        if not self._visible(plan, user):
+            raise PlanNotFound(
+                f"no pending plan {plan_id!r} (unknown, expired or already approved)"
+            )
+        return plan
+
+    async def pending(
+        self, *, user: str | None = None, session_id: str | None = None
+    ) -> list[ExecutionPlan]:
+        """Plans waiting for approval that ``user`` may see (their own), oldest first."""
+        return [
+            plan
+            for plan in self.plans.pending()
+            if self._visible(plan, user) and (session_id is None or plan.session_id == session_id)
+        ]
+
+    # -- approve / reject ---------------------------------------------------------------
 
     async def approve(
         self,
@@ -337,7 +428,7 @@ class SandboxService(MatrixLabOperations):
         approved_by: str = "user",
     ) -> dict[str, Any]:
         """Approve a pending plan: ``{approval_token, plan_id, expires_in}``."""
-        plan = self.plans.get(plan_id)
+        plan = self._pending_plan(plan_id, user)
         approval = self.plans.approve(
             plan_id, session_id=session_id, user=user, approved_by=approved_by
         )
@@ -353,6 +444,81 @@ class SandboxService(MatrixLabOperations):
             },
         )
         return approval.to_dict(self.plans.clock())
+
+    async def reject(self, plan_id: str, *, user: str | None = None) -> ExecutionPlan:
+        """Drop a pending plan unapproved: it never runs; a waiting planner learns so."""
+        self._pending_plan(plan_id, user)
+        plan = self.plans.reject(plan_id)
+        self._emit(
+            "reject",
+            {
+                "user": user,
+                "plan_id": plan_id,
+                "digest": plan.digest,
+                "language": plan.language,
+                "backend": plan.backend,
+                "source": plan.source,
+            },
+        )
+        return plan
+
+    # -- agents -------------------------------------------------------------------------
+
+    async def plan_for_agent(
+        self,
+        *,
+        language: str,
+        code: str,
+        timeout_sec: int | None = None,
+        session_id: str | None = None,
+        auto_approve: bool = False,
+        user: str | None = None,
+    ) -> AgentPlan:
+        """An agent's plan: with ``auto_approve`` approved by the agent itself (its token),
+        else a claim secret only the agent holds, to collect the token once a person approves.
+
+        A blocked plan gets neither.
+        """
+        plan = await self.plan(
+            language=language,
+            code=code,
+            timeout_sec=timeout_sec,
+            session_id=session_id,
+            agent=True,
+            user=user,
+        )
+        ticket = AgentPlan(plan)
+        if plan.blocked:
+            return ticket
+        if auto_approve:
+            approval = await self.approve(
+                plan.plan_id, session_id=session_id, user=user, approved_by="agent"
+            )
+            ticket.approval_token = str(approval["approval_token"])
+        else:
+            ticket.claim = self.claims.open(plan.plan_id)
+        return ticket
+
+    async def claim(self, plan_id: str, secret: str, *, user: str | None = None) -> ClaimAnswer:
+        """``pending``, or ``approved`` with the token (handed over once).
+
+        The hand-over of a token is audited (a ``claim`` event); polls that find the
+        plan still pending are not.
+        """
+        try:
+            plan: ExecutionPlan | None = self.plans.get(plan_id)
+        except PlanNotFound:
+            plan = None
+        if plan is not None and not self._visible(plan, user):
+            raise _not_found(plan_id)
+        if plan is None:  # decided: only its owner may collect the token (checked first)
+            approval = self.plans.approval_for(plan_id)
+            if approval is not None:
+                self._check_owner(approval.owner, user)
+        answer = self.claims.claim(plan_id, secret)
+        if answer.state == "approved":
+            self._emit("claim", {"user": user, "plan_id": plan_id, "state": answer.state})
+        return answer
 
     # -- run --------------------------------------------------------------------------
 
@@ -371,56 +537,60 @@ class SandboxService(MatrixLabOperations):
         on_output: OutputCallback | None = None,
         env: Sequence[str] | None = None,
     ) -> RunResult:
-        """Run an approved snippet. Order of checks: approval, language, code, policy.
+        """The long form of a run: what to run, checked against the approved plan's spec.
 
+        Order of checks: backend, approval, language, code, policy. With approval
+        switched off, the spec built here runs; else the approved plan's spec.
         ``env`` must name the same variables as the approved plan (the digest binds them).
         """
-        for name_, text in (("code", code), ("stdin", stdin)):
+        for field_name, text in (("code", code), ("stdin", stdin)):
             if isinstance(text, str):
-                check_text(name_, text)  # a lone surrogate is bad input, never a 500
-        names = env_names(env)
-        name, effective = self.resolve(backend)
-        settings = effective.settings
-        network = settings.allow_network if allow_network is None else bool(allow_network)
+                check_text(field_name, text)  # a lone surrogate is bad input, never a 500
+        self.resolve(backend)  # an unknown or refused backend is a 400 / 403 first
         try:
-            lang = canonical_language(language)
-        except UnknownLanguage:
-            lang = str(language)  # cannot match any plan: the approval check refuses it first
-        requested_timeout = settings.timeout_sec if timeout_sec is None else timeout_sec
-        digest = plan_digest(
-            language=lang,
-            code=code,
-            stdin=stdin,
-            timeout_sec=requested_timeout,
-            network=network,
-            backend=name,
-            env=names,
-        )
+            spec: RunSpec | None = self.spec(
+                language=language,
+                code=code,
+                stdin=stdin,
+                timeout_sec=timeout_sec,
+                backend=backend,
+                allow_network=allow_network,
+                env=env,
+            )
+            invalid: SandboxError | None = None
+        except SandboxError as exc:  # refused after the approval check, as the contract orders
+            spec, invalid = None, exc
         plan_id: str | None = None
-        file: str | None = None
         if self.require_approval:
             approval = self.plans.redeem(
-                approval_token, digest=digest, session_id=session_id, user=user
+                approval_token,
+                digest=spec.digest if spec is not None else _NO_DIGEST,
+                session_id=session_id,
+                user=user,
             )
-            plan_id, file = approval.plan_id, approval.file
-        lang = canonical_language(language)
-        if not isinstance(code, str) or not code.strip():
-            raise EmptyCode("there is no code to run")
-        timeout = self.policy.timeout(timeout_sec, settings.timeout_sec)
-        return await self._launch(
-            name,
-            settings,
-            lang,
-            code,
-            timeout,
-            stdin,
-            network,
-            plan_id,
-            digest,
-            user,
-            on_output,
-            names,
-            file=file,
+            self._check_owner(approval.owner, user)
+            plan_id = approval.plan_id
+            spec = approval.spec or spec
+        if invalid is not None:
+            raise invalid
+        assert spec is not None
+        return await self._execute(spec, plan_id=plan_id, user=user, on_output=on_output)
+
+    async def run_approved(
+        self,
+        approval_token: str | None,
+        *,
+        session_id: str | None = None,
+        user: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> RunResult:
+        """Run an approved plan by its token alone: the code does not travel again."""
+        approval = self.plans.redeem(approval_token, digest=None, session_id=session_id, user=user)
+        self._check_owner(approval.owner, user)
+        if approval.spec is None:  # a plan made before specs (cannot happen in one process)
+            raise InvalidRequest("this approval has no run attached; plan and approve again")
+        return await self._execute(
+            approval.spec, plan_id=approval.plan_id, user=user, on_output=on_output
         )
 
     async def run_plan(
@@ -433,60 +603,58 @@ class SandboxService(MatrixLabOperations):
         """Run ``plan`` under the same policy as :meth:`run`, without asking for its token.
 
         For the core's own callers that hold an approval covering the plan (a batch
-        approved as a whole); never for a face passing on a request.
+        approved as a whole); never for a face passing on a request. A plan that
+        crossed a process boundary (no spec attached) has its spec built again by
+        :meth:`spec`, the one definition of a run.
         """
-        name, effective = self.resolve(plan.backend)
-        settings = effective.settings
-        timeout = self.policy.timeout(plan.timeout_sec, settings.timeout_sec)
-        return await self._launch(
-            name,
-            settings,
-            canonical_language(plan.language),
-            plan.code,
-            timeout,
-            plan.stdin,
-            plan.network,
-            plan.plan_id,
-            plan.digest,
-            user,
-            on_output,
-            env_names(plan.env),
+        spec = plan.spec or self.spec(
+            language=plan.language,
+            code=plan.code,
+            stdin=plan.stdin,
+            timeout_sec=plan.timeout_sec,
+            backend=plan.backend,
+            allow_network=plan.network,
+            env=plan.env,
             file=plan.file,
         )
+        return await self._execute(spec, plan_id=plan.plan_id, user=user, on_output=on_output)
 
-    async def _launch(
+    @staticmethod
+    def _check_owner(owner: str | None, user: str | None) -> None:
+        if owner is not None and user is not None and owner != user:
+            raise NotPlanOwner("this approval is for a plan someone else made")
+
+    async def _execute(
         self,
-        name: str,
-        settings: SandboxSettings,
-        lang: str,
-        code: str,
-        timeout: int,
-        stdin: str | None,
-        network: bool,
+        spec: RunSpec,
+        *,
         plan_id: str | None,
-        digest: str,
         user: str | None,
         on_output: OutputCallback | None,
-        names: Sequence[str] = (),
-        *,
-        file: str | None = None,
     ) -> RunResult:
-        command = self._command(lang)
-        self.policy.check_destructive(lang, code, command)
+        """Run ``spec`` under the policy on its backend; audit the run, whatever happens."""
+        if not isinstance(spec.code, str) or not spec.code.strip():
+            raise EmptyCode("there is no code to run")
+        command = self._command(spec.language)
+        self.policy.check_destructive(spec.language, spec.code, command)
+        name = self.check_allowed(spec.backend)
+        settings = self.settings.effective().settings
         file_path = None
-        if file is not None:
+        if spec.file is not None:
             # A file run: the backend may send the file's folder along (matrixlab does).
             root = self.root_dir or Path.cwd().resolve()
-            file_path = await asyncio.to_thread(path_under_root, root, file)
+            file_path = await asyncio.to_thread(path_under_root, root, spec.file)
         request = RunRequest(
-            language=lang,
-            code=code,
-            timeout_sec=timeout,
-            stdin=stdin,
-            allow_network=network,
-            env=self.policy.scrub_env(os.environ, allow_network=network, passthrough=names),
+            language=spec.language,
+            code=spec.code,
+            timeout_sec=spec.timeout_sec,
+            stdin=spec.stdin,
+            allow_network=spec.network,
+            env=self.policy.scrub_env(
+                os.environ, allow_network=spec.network, passthrough=spec.env
+            ),
             max_output_bytes=self.policy.max_output_bytes,
-            limits=self._limits(settings),
+            limits=spec.limits,
             plan_id=plan_id,
             file=file_path,
         )
@@ -503,8 +671,8 @@ class SandboxService(MatrixLabOperations):
             event: dict[str, Any] = {
                 "user": user,
                 "plan_id": plan_id,
-                "digest": digest,
-                "language": lang,
+                "digest": spec.digest,
+                "language": spec.language,
                 "backend": name,
                 "run_id": result.run_id if result is not None else request.run_id,
                 "exit_code": result.exit_code if result is not None else -1,
@@ -551,24 +719,11 @@ class SandboxService(MatrixLabOperations):
             user=user,
             env=env,
         )
-        token: str | None = None
-        if plan.requires_approval:
-            approval = await self.approve(
-                plan.plan_id, session_id=session_id, user=user, approved_by=approved_by
-            )
-            token = approval["approval_token"]
-        result = await self.run(
-            language=plan.language,
-            code=plan.code,
-            timeout_sec=plan.timeout_sec,
-            stdin=stdin,
-            approval_token=token,
-            session_id=session_id,
-            backend=plan.backend,
-            allow_network=plan.network,
-            user=user,
-            on_output=on_output,
-            env=plan.env,
+        approval = await self.approve(
+            plan.plan_id, session_id=session_id, user=user, approved_by=approved_by
+        )
+        result = await self.run_approved(
+            approval["approval_token"], session_id=session_id, user=user, on_output=on_output
         )
         return plan, result
 
@@ -637,6 +792,20 @@ class SandboxService(MatrixLabOperations):
             },
             "version": __version__,
         }
+
+    # -- MatrixLab ------------------------------------------------------------------------
+
+    async def test_matrixlab(
+        self, url: str | None = None, token: str | None = None
+    ) -> dict[str, Any]:
+        """Test connection to a Runner (the saved URL / token unless unsaved ones are given)."""
+        return await self.matrixlab.test_connection(url=url, token=token)
+
+    async def lifecycle(
+        self, action: str, progress: ProgressCallback | None = None, *, user: str | None = None
+    ) -> dict[str, Any]:
+        """``status`` | ``install`` | ``start`` | ``stop`` of the MatrixLab Runner (audited)."""
+        return await self.matrixlab.lifecycle(action, progress, user=user)
 
     async def aclose(self) -> None:
         """Release backend resources."""

@@ -11,23 +11,9 @@ audit event records ``approved_by: "agent"``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
-
 from tornado import web
 
-from ..sandbox.errors import SandboxError
-from .base import SandboxHandler, authorized_execute, http_error
-
-T = TypeVar("T")
-
-
-def _core(action: Callable[[], T]) -> T:
-    """Run a synchronous core call; its typed errors become HTTP errors."""
-    try:
-        return action()
-    except SandboxError as exc:
-        raise http_error(exc) from None
+from .base import SandboxHandler, authorized_execute
 
 
 class AgentPlanHandler(SandboxHandler):
@@ -39,23 +25,10 @@ class AgentPlanHandler(SandboxHandler):
         """Plan an agent's snippet; answer the plan and its claim secret (or its token)."""
         body = self.body("AgentPlanRequest")
         auto = bool(body.pop("approve", False))
-        plan = await self.call(self.service.plan(**body, agent=True, user=self.username))
-        answer: dict[str, Any] = {"plan": plan.to_dict()}
-        if plan.blocked:
-            pass  # never approvable: no claim, no token
-        elif auto:
-            approval = await self.call(
-                self.service.approve(
-                    plan.plan_id,
-                    session_id=body.get("session_id"),
-                    user=self.username,
-                    approved_by="agent",
-                )
-            )
-            answer["approval_token"] = approval["approval_token"]
-        else:
-            answer["claim"] = _core(lambda: self.service.claims.open(plan.plan_id))
-        self.write_json(answer)
+        ticket = await self.call(
+            self.service.plan_for_agent(**body, auto_approve=auto, user=self.username)
+        )
+        self.write_json(ticket.to_dict())
 
 
 class AgentClaimHandler(SandboxHandler):
@@ -66,7 +39,9 @@ class AgentClaimHandler(SandboxHandler):
     async def post(self) -> None:
         """``pending``, or ``approved`` with the approval token (handed over once)."""
         body = self.body("AgentClaimRequest")
-        answer = _core(lambda: self.service.claims.claim(body["plan_id"], body["claim"]))
+        answer = await self.call(
+            self.service.claim(body["plan_id"], body["claim"], user=self.username)
+        )
         self.write_json(answer.to_dict())
 
 
@@ -78,7 +53,7 @@ class RejectHandler(SandboxHandler):
     async def post(self) -> None:
         """Drop a pending plan unapproved; an agent waiting for it learns it was not approved."""
         body = self.body("RejectRequest")
-        plan = _core(lambda: self.service.plans.reject(body["plan_id"]))
+        plan = await self.call(self.service.reject(body["plan_id"], user=self.username))
         self.write_json({"plan_id": plan.plan_id, "rejected": True})
 
 

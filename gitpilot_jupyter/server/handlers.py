@@ -73,14 +73,10 @@ class PlansHandler(SandboxHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        """Pending plans, oldest first; ``?session_id=`` keeps one session's."""
+        """Pending plans the caller may see, oldest first; ``?session_id=`` keeps one session's."""
         session_id = self.get_query_argument("session_id", None)
-        plans = [
-            plan.to_dict()
-            for plan in self.service.plans.pending()
-            if session_id is None or plan.session_id == session_id
-        ]
-        self.write_json({"plans": plans})
+        pending = await self.call(self.service.pending(user=self.username, session_id=session_id))
+        self.write_json({"plans": [plan.to_dict() for plan in pending]})
 
 
 class ApproveHandler(SandboxHandler):

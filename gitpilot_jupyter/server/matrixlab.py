@@ -38,7 +38,7 @@ class LifecycleStatusHandler(SandboxHandler):
     @authorized
     async def get(self) -> None:
         """Installed, running, Docker available, lifecycle enabled, images, url."""
-        self.write_json(await self.call(self.service.lifecycle_status()))
+        self.write_json(await self.call(self.service.lifecycle("status")))
 
 
 class LifecycleActionHandler(StreamingHandler):
@@ -56,15 +56,10 @@ class LifecycleActionHandler(StreamingHandler):
         service, user = self.service, self.username
 
         async def work(sink: LineSink | None) -> dict[str, Any]:
-            if action == "install":
+            async def progress(event: dict[str, Any]) -> None:
+                assert sink is not None
+                await sink({"type": "progress", **event})
 
-                async def progress(event: dict[str, Any]) -> None:
-                    assert sink is not None
-                    await sink({"type": "progress", **event})
-
-                return await service.lifecycle_install(progress if sink else None, user=user)
-            if action == "start":
-                return await service.lifecycle_start(user=user)
-            return await service.lifecycle_stop(user=user)
+            return await service.lifecycle(action, progress if sink else None, user=user)
 
         await self.answer(work)

@@ -113,13 +113,11 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
         plan: ExecutionPlan,
         client: SandboxClient,
         *,
-        stdin: str | None = None,
         on_result: Callable[[RunResult], None] | None = None,
         runs: bool = True,
     ) -> None:
         self.plan = plan
         self.client = client
-        self.stdin = stdin
         self.on_result = on_result
         self.runs = runs
         self.result: RunResult | None = None
@@ -162,7 +160,7 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
         if self._decided():
             return
         if not self.runs:
-            self._decide(self.client.approve_for_planner, "approved", "Approved", "Not approved")
+            self._decide(self._approve_for_planner, "approved", "Approved", "Not approved")
             return
         self.state = "running"
         self.status.value = "<i>Approved: running…</i>"
@@ -184,10 +182,12 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
             self.on_result(result)
 
     async def _approve_and_run(self) -> RunResult:
-        token = await self.client.approve(self.plan, approved_by="user")
-        return await self.client.run(
-            self.plan, token=token, stdin=self.stdin, on_output=self._append
-        )
+        approval = await self.client.approve(self.plan.plan_id, approved_by="user")
+        return await self.client.run(str(approval["approval_token"]), on_output=self._append)
+
+    async def _approve_for_planner(self, plan_id: str) -> None:
+        # The token in the answer is dropped on purpose: the planner claims it.
+        await self.client.approve(plan_id, for_planner=True)
 
     async def _append(self, stream: str, text: str) -> None:
         if stream == "stdout":

@@ -38,14 +38,9 @@ export async function planAndRun(
   const view = makeOutput();
   try {
     const approval = await client.approve(plan.plan_id);
+    // The token alone: the server runs exactly the plan the user approved.
     const result = await client.run(
-      {
-        language: plan.language,
-        code: plan.code,
-        timeout_sec: plan.timeout_sec,
-        approval_token: approval.approval_token,
-        ...(plan.stdin ? { stdin: plan.stdin } : {})
-      },
+      { approval_token: approval.approval_token },
       (stream, text) => view.append(stream, text)
     );
     view.finish(result);

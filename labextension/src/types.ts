@@ -36,7 +36,6 @@ export interface IPlan {
   created_at: string | number;
   code: string;
   file?: string | null;
-  stdin?: string | null;
 }
 
 /** A plan request: a snippet, or a file under the server's root. */
@@ -51,13 +50,13 @@ export interface IApproval {
   expires_in: number;
 }
 
-/** A run request, the approved plan's language, code and timeout. */
+/**
+ * A run request: the approval token alone. The server runs the plan it approved,
+ * so nothing of the plan is sent back (rest-api.yml's short form of RunRequest).
+ */
 export interface IRunRequest {
-  language: string;
-  code: string;
-  timeout_sec: number;
-  approval_token?: string;
-  stdin?: string | null;
+  approval_token: string;
+  session_id?: string;
 }
 
 /** The result envelope every backend answers. */

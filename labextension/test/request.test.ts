@@ -188,7 +188,7 @@ describe('SandboxClient', () => {
     );
     const seen: string[] = [];
     const result = await client.run(
-      { language: 'python', code: 'x', timeout_sec: 5, approval_token: 't' },
+      { approval_token: 't' },
       (stream, data) => seen.push(`${stream}:${data}`)
     );
     expect(seen).toEqual(['stdout:hello ', 'stderr:warn\n', 'stdout:world\n']);
@@ -197,6 +197,10 @@ describe('SandboxClient', () => {
     expect((calls[0].init.headers as Record<string, string>).Accept).toBe(
       NDJSON
     );
+    // The token alone crosses the wire: the server runs the plan it approved.
+    expect(JSON.parse(String(calls[0].init.body))).toEqual({
+      approval_token: 't'
+    });
   });
 
   it('turns an error line in the stream into a ResponseError', async () => {
@@ -213,7 +217,7 @@ describe('SandboxClient', () => {
     );
     const seen: string[] = [];
     await expect(
-      client.run({ language: 'python', code: 'x', timeout_sec: 5 }, (_s, d) =>
+      client.run({ approval_token: 'tok' }, (_s, d) =>
         seen.push(d)
       )
     ).rejects.toMatchObject({
@@ -232,7 +236,7 @@ describe('SandboxClient', () => {
     );
     await expect(
       client.run(
-        { language: 'python', code: 'x', timeout_sec: 5 },
+        { approval_token: 'tok' },
         () => undefined
       )
     ).rejects.toThrow('ended without a result');
@@ -242,7 +246,7 @@ describe('SandboxClient', () => {
     const { client } = clientAnswering(json({ ...RESULT, stderr: 'oops' }));
     const seen: string[] = [];
     const result = await client.run(
-      { language: 'python', code: 'x', timeout_sec: 5 },
+      { approval_token: 'tok' },
       (stream, data) => seen.push(`${stream}:${data}`)
     );
     expect(seen).toEqual(['stdout:4\n', 'stderr:oops']);
@@ -262,7 +266,7 @@ describe('SandboxClient', () => {
     );
     await expect(
       client.run(
-        { language: 'python', code: 'x', timeout_sec: 5 },
+        { approval_token: 'tok' },
         () => undefined
       )
     ).rejects.toMatchObject({ status: 403, code: 'approval_required' });

@@ -51,11 +51,11 @@ def commands(answer: dict[str, Any]) -> list[str]:
 async def test_start_run_stop_start_again(lifecycle_service: SandboxService) -> None:
     service = lifecycle_service
     token = service.settings.effective().settings.matrixlab_token
-    before = await service.lifecycle_status()
+    before = await service.lifecycle("status")
     assert before["docker_available"] is True and before["installed"] is True
     assert before["running"] is False and before["container"] is None
 
-    started, gap = await without_blocking_the_loop(service.lifecycle_start())
+    started, gap = await without_blocking_the_loop(service.lifecycle("start"))
     assert started["ok"] is True and started["running"] is True, started
     assert gap < 1.0, f"the event loop was blocked for {gap:.2f} s"
     run_line = commands(started)[0]
@@ -72,17 +72,17 @@ async def test_start_run_stop_start_again(lifecycle_service: SandboxService) -> 
     assert (result.exit_code, result.stdout, result.backend) == (0, "42\n", "matrixlab")
     assert result.sandbox_id
 
-    again = await service.lifecycle_start()
+    again = await service.lifecycle("start")
     assert again["ok"] is True and again["container"]["id"] == container_id
     assert again["steps"][0]["stdout"] == "already running"
 
-    stopped = await service.lifecycle_stop()
+    stopped = await service.lifecycle("stop")
     assert stopped["ok"] is True and stopped["running"] is False
     assert stopped["container"]["state"] == "exited"
     assert commands(stopped)[0] == f"docker stop {before['container_name']}"
     assert commands(stopped)[1].startswith("find ") and "-name 'job-*'" in commands(stopped)[1]
 
-    restarted = await service.lifecycle_start()
+    restarted = await service.lifecycle("start")
     assert restarted["ok"] is True and restarted["running"] is True
     assert commands(restarted)[0] == f"docker start {before['container_name']}"
     assert restarted["container"]["id"] == container_id
@@ -98,7 +98,7 @@ async def test_install_skips_present_images_and_reports_a_real_pull_failure(
     async def progress(event: dict[str, Any]) -> None:
         events.append(event)
 
-    answer = await lifecycle_service.lifecycle_install(progress)
+    answer = await lifecycle_service.lifecycle("install", progress)
     assert answer["ok"] is False and missing in answer["error"]
     steps = {step["cmd"]: step for step in answer["steps"]}
     for image in (RUNNER_IMAGE, BASE_IMAGE):
@@ -113,7 +113,7 @@ async def test_start_without_the_runner_image_says_install_first(
     lifecycle_service: SandboxService, monkeypatch: Any
 ) -> None:
     monkeypatch.setenv("GITPILOT_MATRIXLAB_RUNNER_IMAGE", "gitpilot-test/not-installed:latest")
-    answer = await lifecycle_service.lifecycle_start()
+    answer = await lifecycle_service.lifecycle("start")
     assert answer["ok"] is False and "run install first" in answer["error"]
     assert answer["container"] is None and answer["installed"] is False
 

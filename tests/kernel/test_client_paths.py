@@ -50,7 +50,7 @@ def run(
     async def go() -> RunResult:
         stdin = kw.pop("stdin", None)
         plan = await client.plan(language=language, code=code, stdin=stdin, **kw)
-        return await client.run_approved(plan, stdin=stdin, on_output=collect)
+        return await client.run_approved(plan, on_output=collect)
 
     return run_sync(go()), streamed
 
@@ -87,7 +87,7 @@ def test_rest_streams_output_while_the_snippet_runs(server: LiveServer) -> None:
     async def go() -> RunResult:
         code = "import time\nprint('a', flush=True)\ntime.sleep(0.6)\nprint('b', flush=True)\n"
         plan = await client.plan(language="python", code=code)
-        return await client.run_approved(plan, stdin=None, on_output=collect)
+        return await client.run_approved(plan, on_output=collect)
 
     result = run_sync(go())
     assert result.stdout == "a\nb\n"
@@ -111,7 +111,7 @@ def test_errors_keep_their_codes_on_both_paths(both: dict[str, SandboxClient]) -
         plan = run_sync(client.plan(language="bash", code="rm -rf /"))
         assert plan.blocked and plan.blocked_reason == "destructive pattern 'rm -rf /'"
         with pytest.raises(SandboxError) as info:
-            run_sync(client.approve(plan))
+            run_sync(client.approve(plan.plan_id))
         assert info.value.code == "plan_blocked"
     assert codes["REST"] == codes["in-process"]
     assert codes["REST"][0] == "unknown_language"

@@ -83,3 +83,25 @@ async def test_events_reach_the_configured_logging_handlers(api: Api) -> None:
     assert [e["__schema__"].split("/")[-2] for e in sandbox] == ["plan", "approve", "run"]
     assert sandbox[-1]["exit_code"] == 0 and sandbox[-1]["language"] == "bash"
     assert "audited-output" not in "".join(COLLECT.lines)
+
+
+async def test_reject_and_claim_are_audited(
+    api: Api, jp_serverapp: Any, events: list[tuple[str, dict[str, Any]]]
+) -> None:
+    rejected = await api("POST", "api/sandbox/plan", {"language": "python", "code": "1"})
+    plan_id = rejected.body["plan"]["plan_id"]
+    assert (await api("POST", "api/sandbox/reject", {"plan_id": plan_id})).code == 200
+    ticket = await api("POST", "api/sandbox/agent/plan", {"language": "bash", "code": "echo x"})
+    claimed_id, secret = ticket.body["plan"]["plan_id"], ticket.body["claim"]
+    claim = {"plan_id": claimed_id, "claim": secret}
+    assert (await api("POST", "api/sandbox/agent/claim", claim)).body["state"] == "pending"
+    await api("POST", "api/sandbox/approve", {"plan_id": claimed_id})
+    assert (await api("POST", "api/sandbox/agent/claim", claim)).body["state"] == "approved"
+    await jp_serverapp.event_logger.gather_listeners()
+
+    kinds = [kind for kind, _ in events]
+    assert kinds == ["plan", "reject", "plan", "approve", "claim"]  # a pending poll is not
+    reject, claim_event = events[1][1], events[4][1]
+    assert reject["plan_id"] == plan_id and reject["digest"].startswith("sha256:")
+    assert claim_event == {"user": None, "plan_id": claimed_id, "state": "approved"}
+    assert secret not in json.dumps(events)

@@ -91,14 +91,14 @@ def test_a_failing_snippet_marks_the_card_failed(client: LocalClient) -> None:
 
 def test_stdin_reaches_the_approved_run(client: LocalClient) -> None:
     code = "import subprocess\nprint(input().upper())\n"
-    card = ApprovalCard(make_plan(client, code=code, stdin="quiet\n"), client, stdin="quiet\n")
+    card = ApprovalCard(make_plan(client, code=code, stdin="quiet\n"), client)
     card.approve_button.click()
     assert texts(card).startswith("QUIET\n")
 
 
 def test_an_approval_that_can_no_longer_happen_says_why(client: LocalClient) -> None:
     plan = make_plan(client)
-    run_sync(client.approve(plan))  # approved elsewhere: the plan is consumed
+    run_sync(client.approve(plan.plan_id))  # approved elsewhere: the plan is consumed
     card = ApprovalCard(plan, client)
     card.approve_button.click()
     assert card.state == "failed"

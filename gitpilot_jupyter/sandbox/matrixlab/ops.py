@@ -2,34 +2,43 @@
 
 See ``docs/dev/contract.md`` §7-§8.
 
-A mixin of :class:`~gitpilot_jupyter.sandbox.service.SandboxService`: it uses the
-service's settings, lifecycle config and audit hook, and keeps the Docker and
-Runner code out of the module that plans and runs snippets.
+A part of :class:`~gitpilot_jupyter.sandbox.service.SandboxService` (held, not
+inherited): it uses the service's settings, lifecycle config and audit hook, and
+keeps the Docker and Runner code out of the module that plans and runs snippets.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import InvalidRequest
 from ..settings import validate_setting
 
 if TYPE_CHECKING:
     from ..settings import SettingsStore
     from .config import LifecycleConfig
 
+#: The lifecycle actions: ``status`` inspects; the others change Docker (behind the flag).
+LIFECYCLE_ACTIONS = ("status", "install", "start", "stop")
+#: Receives install's pull progress events (``{"image", "status", ...}``).
+ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
+#: The service's audit hook: ``(event_name, data)``.
+Emit = Callable[[str, dict[str, Any]], None]
+
 
 class MatrixLabOperations:
     """Test connection and install / start / stop of the MatrixLab Runner."""
 
-    settings: SettingsStore
-    lifecycle_config: LifecycleConfig
+    def __init__(
+        self, settings: SettingsStore, lifecycle_config: LifecycleConfig, emit: Emit
+    ) -> None:
+        self.settings = settings
+        self.lifecycle_config = lifecycle_config
+        self._emit = emit
 
-    if TYPE_CHECKING:
-        # Defined by SandboxService, the only class this mixin is part of.
-        def _emit(self, event: str, data: dict[str, Any]) -> None: ...
-
-    async def test_matrixlab(
+    async def test_connection(
         self, url: str | None = None, token: str | None = None
     ) -> dict[str, Any]:
         """Test connection to a Runner: the saved URL / token unless unsaved ones are given.
@@ -56,31 +65,31 @@ class MatrixLabOperations:
             config_dir=self.settings.config_dir,
         )
 
-    async def _lifecycle_action(self, action: str, user: str | None, *args: Any) -> dict[str, Any]:
+    async def lifecycle(
+        self, action: str, progress: ProgressCallback | None = None, *, user: str | None = None
+    ) -> dict[str, Any]:
+        """The one dispatch of the Runner lifecycle.
+
+        ``status``: image installed, Runner running, Docker available, flag, images
+        (read-only, not audited). ``install`` pulls the images not present yet
+        (``progress`` gets pull events); ``start`` starts the Runner container,
+        idempotent by name; ``stop`` stops it. The three need the lifecycle flag and
+        each emits a ``lifecycle`` audit event.
+        """
+        if action not in LIFECYCLE_ACTIONS:
+            raise InvalidRequest(
+                f"unknown lifecycle action {action!r}; expected one of {list(LIFECYCLE_ACTIONS)}"
+            )
+        lifecycle = self._lifecycle()
+        if action == "status":
+            status: dict[str, Any] = await lifecycle.status()
+            return status
         started = time.monotonic()
-        answer: dict[str, Any] = await getattr(self._lifecycle(), action)(*args)
+        args = (progress,) if action == "install" else ()
+        answer: dict[str, Any] = await getattr(lifecycle, action)(*args)
         duration_ms = int((time.monotonic() - started) * 1000)
         self._emit(
             "lifecycle",
             {"user": user, "action": action, "ok": answer["ok"], "duration_ms": duration_ms},
         )
         return answer
-
-    async def lifecycle_status(self) -> dict[str, Any]:
-        """Runner image installed, Runner running, Docker available, flag, images: read-only."""
-        status: dict[str, Any] = await self._lifecycle().status()
-        return status
-
-    async def lifecycle_install(
-        self, progress: Any = None, *, user: str | None = None
-    ) -> dict[str, Any]:
-        """Pull the images not present yet (``progress`` gets pull events). Needs the flag."""
-        return await self._lifecycle_action("install", user, progress)
-
-    async def lifecycle_start(self, *, user: str | None = None) -> dict[str, Any]:
-        """Start the Runner container, idempotent by name. Needs the flag."""
-        return await self._lifecycle_action("start", user)
-
-    async def lifecycle_stop(self, *, user: str | None = None) -> dict[str, Any]:
-        """Stop the Runner container. Needs the flag."""
-        return await self._lifecycle_action("stop", user)

@@ -1,0 +1,121 @@
+"""What every way to the sandbox offers: :class:`SandboxClient`.
+
+Two clients implement it: :class:`~.local.LocalClient` (a
+:class:`~gitpilot_jupyter.sandbox.service.SandboxService` in this process) and
+:class:`~.rest.RestClient` (the REST API of a Jupyter server, with NDJSON
+streaming). Both give the same plans and envelopes and raise the same typed
+errors (:class:`~gitpilot_jupyter.sandbox.errors.SandboxError` with the core's
+``code``), so the kernel magic, the widgets, the agents and the CLI never care
+which path runs; :func:`~.resolve.make_client` picks one (``auto | local | URL``).
+
+Runs go by approval token alone: the approved plan is what runs, so no face
+turns a plan back into run arguments.
+"""
+
+from __future__ import annotations
+
+import abc
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from ..sandbox.backend import OutputCallback
+from ..sandbox.claims import AgentPlan, ClaimAnswer
+from ..sandbox.matrixlab.ops import LIFECYCLE_ACTIONS, ProgressCallback
+from ..sandbox.plans import ExecutionPlan
+from ..sandbox.results import RunResult
+
+__all__ = ["LIFECYCLE_ACTIONS", "ProgressCallback", "SandboxClient"]
+
+
+class SandboxClient(abc.ABC):
+    """Plan, approve and run snippets, decide others' plans, settings, MatrixLab."""
+
+    #: Which path runs, as the footer names it (``in-process`` or ``REST``).
+    path: str = ""
+    #: ``in-process`` or the Jupyter server's URL: where plans wait for approval.
+    where: str = ""
+
+    def __init__(self, session_id: str | None = None) -> None:
+        self.session_id = session_id or "kernel-" + uuid.uuid4().hex[:12]
+
+    @property
+    def in_process(self) -> bool:
+        """True when plans live in this process only (nobody else can approve them)."""
+        return False
+
+    @abc.abstractmethod
+    async def plan(
+        self,
+        *,
+        language: str,
+        code: str,
+        timeout_sec: int | None = None,
+        stdin: str | None = None,
+        backend: str | None = None,
+        allow_network: bool | None = None,
+        source: str = "cell",
+    ) -> ExecutionPlan:
+        """Plan a snippet in this client's session."""
+
+    @abc.abstractmethod
+    async def approve(
+        self, plan_id: str, *, approved_by: str = "user", for_planner: bool = False
+    ) -> dict[str, Any]:
+        """Approve a pending plan: ``{approval_token, plan_id, expires_in}``.
+
+        ``for_planner``: approve a plan someone else made (an agent's), not bound to
+        this client's session; the planner collects the token with its claim secret.
+        """
+
+    @abc.abstractmethod
+    async def run(self, token: str, *, on_output: OutputCallback | None = None) -> RunResult:
+        """Run the approved plan ``token`` stands for, streaming its output to ``on_output``."""
+
+    @abc.abstractmethod
+    async def pending(self) -> list[ExecutionPlan]:
+        """Plans waiting for a person's approval that this caller may see, oldest first."""
+
+    @abc.abstractmethod
+    async def reject(self, plan_id: str) -> None:
+        """Drop a pending plan unapproved: it never runs and a waiting planner learns so."""
+
+    @abc.abstractmethod
+    async def plan_for_agent(
+        self, *, language: str, code: str, timeout_sec: int | None, auto_approve: bool
+    ) -> AgentPlan:
+        """An agent's plan: its own token (``auto_approve``) or a claim secret (``ask``)."""
+
+    @abc.abstractmethod
+    async def claim(self, plan_id: str, secret: str) -> ClaimAnswer:
+        """``pending``, or ``approved`` with the token once a person approved."""
+
+    @abc.abstractmethod
+    async def status(self) -> dict[str, Any]:
+        """The service status (backend, masked settings, health, env override...)."""
+
+    @abc.abstractmethod
+    async def configure(self, changes: Mapping[str, object]) -> dict[str, Any]:
+        """Persist a subset of settings; answer the new status."""
+
+    @abc.abstractmethod
+    async def test_matrixlab(
+        self, url: str | None = None, token: str | None = None
+    ) -> dict[str, Any]:
+        """Test connection to a MatrixLab Runner (unsaved url / token allowed)."""
+
+    @abc.abstractmethod
+    async def lifecycle(
+        self, action: str, progress: ProgressCallback | None = None
+    ) -> dict[str, Any]:
+        """``status`` (inspection) or ``install`` / ``start`` / ``stop`` of the Runner.
+
+        ``progress`` receives install's pull events where the path can deliver them.
+        """
+
+    async def run_approved(
+        self, plan: ExecutionPlan, *, on_output: OutputCallback | None = None
+    ) -> RunResult:
+        """Approve (the caller is the approver, e.g. a cell's execution) and run ``plan``."""
+        approval = await self.approve(plan.plan_id, approved_by="cell")
+        return await self.run(str(approval["approval_token"]), on_output=on_output)

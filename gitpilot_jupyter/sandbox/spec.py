@@ -1,0 +1,82 @@
+"""What a run is, defined once: :class:`RunSpec` and its digest.
+
+A plan describes a :class:`RunSpec`; approving the plan binds a token to the
+spec's digest; running the approved plan runs that very spec. The spec is built
+by one function (:meth:`~.service.SandboxService.spec`) for planning and for the
+long form of a run, so the two can never derive a run differently (a timeout
+clamped in one place and not in the other was such a bug).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backend import ResourceLimits
+
+
+def plan_digest(
+    *,
+    language: str,
+    code: str,
+    stdin: str | None,
+    timeout_sec: int,
+    network: bool,
+    backend: str,
+    env: Sequence[str] = (),
+) -> str:
+    """The sha256 over everything that decides what a run does.
+
+    ``env`` (the variable names passed through) is bound only when not empty,
+    so a plan without them keeps the digest it always had.
+    """
+    fields: dict[str, Any] = {
+        "language": language,
+        "code": code,
+        "stdin": stdin,
+        "timeout_sec": timeout_sec,
+        "network": network,
+        "backend": backend,
+    }
+    if env:
+        fields["env"] = sorted(env)
+    material = json.dumps(fields, sort_keys=True, ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run, fully resolved: canonical language, code, stdin, clamped timeout, network,
+    backend, the server variables passed through, the resource limits in force when it
+    was planned and, for a file run, the file.
+
+    The digest covers what the contract binds an approval to (the limits are the
+    administrator's, not the requester's, and the file's text is the code: both are
+    carried along unhashed).
+    """
+
+    language: str
+    code: str
+    stdin: str | None
+    timeout_sec: int
+    network: bool
+    backend: str
+    env: tuple[str, ...] = ()
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    file: str | None = None
+
+    @property
+    def digest(self) -> str:
+        """``sha256:`` + hex over language, code, stdin, timeout, network and backend."""
+        return plan_digest(
+            language=self.language,
+            code=self.code,
+            stdin=self.stdin,
+            timeout_sec=self.timeout_sec,
+            network=self.network,
+            backend=self.backend,
+            env=self.env,
+        )
