@@ -187,9 +187,8 @@ describe('SandboxClient', () => {
       new Response(body, { status: 200, headers: { 'Content-Type': NDJSON } })
     );
     const seen: string[] = [];
-    const result = await client.run(
-      { approval_token: 't' },
-      (stream, data) => seen.push(`${stream}:${data}`)
+    const result = await client.run({ approval_token: 't' }, (stream, data) =>
+      seen.push(`${stream}:${data}`)
     );
     expect(seen).toEqual(['stdout:hello ', 'stderr:warn\n', 'stdout:world\n']);
     expect(result.exit_code).toBe(0);
@@ -217,9 +216,7 @@ describe('SandboxClient', () => {
     );
     const seen: string[] = [];
     await expect(
-      client.run({ approval_token: 'tok' }, (_s, d) =>
-        seen.push(d)
-      )
+      client.run({ approval_token: 'tok' }, (_s, d) => seen.push(d))
     ).rejects.toMatchObject({
       message: 'Runner unreachable',
       code: 'backend_unreachable'
@@ -235,19 +232,15 @@ describe('SandboxClient', () => {
       })
     );
     await expect(
-      client.run(
-        { approval_token: 'tok' },
-        () => undefined
-      )
+      client.run({ approval_token: 'tok' }, () => undefined)
     ).rejects.toThrow('ended without a result');
   });
 
   it('accepts a non-streamed envelope and still delivers its output', async () => {
     const { client } = clientAnswering(json({ ...RESULT, stderr: 'oops' }));
     const seen: string[] = [];
-    const result = await client.run(
-      { approval_token: 'tok' },
-      (stream, data) => seen.push(`${stream}:${data}`)
+    const result = await client.run({ approval_token: 'tok' }, (stream, data) =>
+      seen.push(`${stream}:${data}`)
     );
     expect(seen).toEqual(['stdout:4\n', 'stderr:oops']);
     expect(result.run_id).toBe('run_1');
@@ -265,10 +258,7 @@ describe('SandboxClient', () => {
       )
     );
     await expect(
-      client.run(
-        { approval_token: 'tok' },
-        () => undefined
-      )
+      client.run({ approval_token: 'tok' }, () => undefined)
     ).rejects.toMatchObject({ status: 403, code: 'approval_required' });
   });
 });

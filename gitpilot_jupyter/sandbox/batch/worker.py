@@ -25,8 +25,11 @@ _service: SandboxService | None = None
 
 
 def plan_payload(plan: ExecutionPlan, user: str | None) -> dict[str, Any]:
-    """What a task carries: the item's whole plan (code and stdin included) and the user."""
-    return {"plan": dataclasses.asdict(plan), "user": user}
+    """What a task carries: the item's whole plan (code and stdin included) and the user.
+
+    Not its run spec: the worker builds that again with its own node's limits.
+    """
+    return {"plan": dataclasses.asdict(dataclasses.replace(plan, spec=None)), "user": user}
 
 
 def where() -> str:
