@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..sandbox.backend import OutputCallback
@@ -55,8 +55,9 @@ class SandboxClient(abc.ABC):
         backend: str | None = None,
         allow_network: bool | None = None,
         source: str = "cell",
+        env: Sequence[str] | None = None,
     ) -> ExecutionPlan:
-        """Plan a snippet in this client's session."""
+        """Plan a snippet in this client's session (``env``: server variables to pass through)."""
 
     @abc.abstractmethod
     async def approve(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ class LocalClient(SandboxClient):
         backend: str | None = None,
         allow_network: bool | None = None,
         source: str = "cell",
+        env: Sequence[str] | None = None,
     ) -> ExecutionPlan:
         return await self.service.plan(
             language=language,
@@ -65,6 +66,7 @@ class LocalClient(SandboxClient):
             session_id=self.session_id,
             backend=backend,
             allow_network=allow_network,
+            env=env,
         )
 
     async def approve(

@@ -9,7 +9,7 @@ happen; a server that answers plain JSON works too.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -68,6 +68,7 @@ class RestClient(SandboxClient):
         backend: str | None = None,
         allow_network: bool | None = None,
         source: str = "cell",
+        env: Sequence[str] | None = None,
     ) -> ExecutionPlan:
         body: dict[str, Any] = {
             "language": language,
@@ -80,6 +81,7 @@ class RestClient(SandboxClient):
             "stdin": stdin,
             "backend": backend,
             "allow_network": allow_network,
+            "env": list(env) if env else None,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         answer = await self._call("POST", "plan", body)

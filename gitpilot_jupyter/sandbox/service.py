@@ -26,7 +26,6 @@ from .errors import (
     PlanNotFound,
     SandboxError,
     UnknownBackend,
-    UnknownLanguage,
 )
 from .files import path_under_root, read_under_root
 from .languages import CANONICAL_LANGUAGES, Interpreters, canonical_language, language_for_path
@@ -38,7 +37,6 @@ from .plans import AGENT_SOURCE, SOURCES, ExecutionPlan, PlanStore, new_plan_id
 from .policy import SandboxPolicy, env_names, find_destructive
 from .results import RunResult
 from .scan import scan
-from .spec import RunSpec
 from .settings import (
     BACKENDS,
     EffectiveSettings,
@@ -46,6 +44,7 @@ from .settings import (
     SettingsStore,
     check_backend,
 )
+from .spec import RunSpec
 from .text import check_text
 
 REQUIRE_APPROVAL_ENV = "GITPILOT_SANDBOX_REQUIRE_APPROVAL"
@@ -650,9 +649,7 @@ class SandboxService:
             timeout_sec=spec.timeout_sec,
             stdin=spec.stdin,
             allow_network=spec.network,
-            env=self.policy.scrub_env(
-                os.environ, allow_network=spec.network, passthrough=spec.env
-            ),
+            env=self.policy.scrub_env(os.environ, allow_network=spec.network, passthrough=spec.env),
             max_output_bytes=self.policy.max_output_bytes,
             limits=spec.limits,
             plan_id=plan_id,
