@@ -83,7 +83,13 @@ class SandboxClient(abc.ABC):
 
     @abc.abstractmethod
     async def plan_for_agent(
-        self, *, language: str, code: str, timeout_sec: int | None, auto_approve: bool
+        self,
+        *,
+        language: str,
+        code: str,
+        timeout_sec: int | None,
+        auto_approve: bool,
+        env: Sequence[str] | None = None,
     ) -> AgentPlan:
         """An agent's plan: its own token (``auto_approve``) or a claim secret (``ask``)."""
 

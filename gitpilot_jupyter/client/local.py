@@ -87,7 +87,13 @@ class LocalClient(SandboxClient):
         await self.service.reject(plan_id)
 
     async def plan_for_agent(
-        self, *, language: str, code: str, timeout_sec: int | None, auto_approve: bool
+        self,
+        *,
+        language: str,
+        code: str,
+        timeout_sec: int | None,
+        auto_approve: bool,
+        env: Sequence[str] | None = None,
     ) -> AgentPlan:
         return await self.service.plan_for_agent(
             language=language,
@@ -95,6 +101,7 @@ class LocalClient(SandboxClient):
             timeout_sec=timeout_sec,
             session_id=self.session_id,
             auto_approve=auto_approve,
+            env=env,
         )
 
     async def claim(self, plan_id: str, secret: str) -> ClaimAnswer:

@@ -164,7 +164,13 @@ class RestClient(SandboxClient):
         await self._call("POST", "reject", {"plan_id": plan_id})
 
     async def plan_for_agent(
-        self, *, language: str, code: str, timeout_sec: int | None, auto_approve: bool
+        self,
+        *,
+        language: str,
+        code: str,
+        timeout_sec: int | None,
+        auto_approve: bool,
+        env: Sequence[str] | None = None,
     ) -> AgentPlan:
         body: dict[str, Any] = {
             "language": language,
@@ -174,6 +180,8 @@ class RestClient(SandboxClient):
         }
         if timeout_sec is not None:
             body["timeout_sec"] = timeout_sec
+        if env:
+            body["env"] = list(env)
         data = await self._call("POST", "agent/plan", body)
         plan = ExecutionPlan.from_dict(data["plan"])
         return AgentPlan(plan, data.get("claim"), data.get("approval_token"))

@@ -472,6 +472,7 @@ class SandboxService:
         session_id: str | None = None,
         auto_approve: bool = False,
         user: str | None = None,
+        env: Sequence[str] | None = None,
     ) -> AgentPlan:
         """An agent's plan: with ``auto_approve`` approved by the agent itself (its token),
         else a claim secret only the agent holds, to collect the token once a person approves.
@@ -485,6 +486,7 @@ class SandboxService:
             session_id=session_id,
             agent=True,
             user=user,
+            env=env,
         )
         ticket = AgentPlan(plan)
         if plan.blocked:

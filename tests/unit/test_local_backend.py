@@ -212,11 +212,11 @@ def test_the_kernel_client_passes_named_variables_and_the_digest_binds_them(
     plan = run_sync(client.plan(language="python", code=code, env=["GITPILOT_TEST_NAMED"]))
     assert plan.env == ["GITPILOT_TEST_NAMED"]
     assert any("GITPILOT_TEST_NAMED" in c["label"] for c in plan.checks)
-    result = run_sync(client.run_approved(plan, stdin=None, on_output=None))
+    result = run_sync(client.run_approved(plan))
     assert result.stdout == "named-value\n"
     # An approval for a plan without the name does not cover a run that adds it.
     bare = run_sync(client.plan(language="python", code=code))
-    token = run_sync(client.approve(bare))
+    token = run_sync(client.approve(bare.plan_id))["approval_token"]
     with pytest.raises(ApprovalError):
         run_sync(
             service.run(
