@@ -164,6 +164,20 @@ class SandboxService:
             label = "writable space not capped on this host (see jupyter sandbox status)"
         return {"label": label, "ok": capped}
 
+    def _network_check(self) -> dict[str, Any]:
+        """The plan's line on a network-on run: its own stack (verified layer) or the host's."""
+        local = self._local["subprocess"]
+        own = isinstance(local, SubprocessSandbox) and "egress-only" in local.isolation(
+            allow_network=True
+        )
+        if own:
+            return {"label": "network on: its own stack, the host not reachable", "ok": True}
+        return {
+            "label": "network on shares the host's network: its loopback and services are "
+            "reachable (see jupyter sandbox status)",
+            "ok": False,
+        }
+
     def _command(self, language: str) -> list[str]:
         return self.interpreters.display_command(language)
 
@@ -353,6 +367,8 @@ class SandboxService:
         ]
         if name == "subprocess":
             checks.append(self._disk_check(settings))
+            if network:
+                checks.append(self._network_check())
         if names:
             unset = [n for n in names if n not in os.environ]
             label = "passes the server's " + ", ".join(names)

@@ -480,3 +480,10 @@ async def test_status_claims_only_what_this_server_can_give(api: Api) -> None:
         assert "no-groups" not in claimed
         assert "supplementary groups" in missing["no-groups"]["reason"]
         assert missing["no-groups"]["fix"]
+    # A network-on plan says whether the run gets its own stack or shares the host's.
+    plan = await api(
+        "POST", "api/sandbox/plan", {"language": "python", "code": "1", "allow_network": True}
+    )
+    labels = [c["label"] for c in plan.body["plan"]["checks"]]
+    own = "network on: its own stack, the host not reachable" in labels
+    assert own == ("egress-only" not in missing), labels
