@@ -102,6 +102,7 @@ def status_code_and_code(answer: bytes) -> tuple[int, str | None]:
 def measure_during(live: Live, attack: list[threading.Thread]) -> tuple[float, float]:
     """Run ``attack``; the worst /status latency and the RSS peak seen meanwhile."""
     worst, peak = 0.0, rss_mb(live)
+    start = peak
     for thread in attack:
         thread.start()
     with live.server.client() as http:
@@ -113,6 +114,9 @@ def measure_during(live: Live, attack: list[threading.Thread]) -> tuple[float, f
             time.sleep(0.05)
     for thread in attack:
         thread.join()
+    print(
+        f"during the attack: /status worst {worst * 1000:.0f} ms, RSS {start:.0f} -> {peak:.0f} MB"
+    )
     return worst, peak
 
 
