@@ -16,11 +16,9 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from .._version import __version__
-from .render import describe_plan, shorten
+from ..sandbox.display import code_preview
+from .render import describe_plan
 from .tools import AgentReply, AgentSandbox
-
-#: Bytes of a plan's code shown in the client's approval prompt.
-PROMPT_CODE_BYTES = 4_000
 
 #: Reply statuses a model must treat as "this did not run": isError in MCP terms.
 _ERROR_STATUSES = ("refused", "denied", "not_approved", "error")
@@ -61,11 +59,15 @@ async def _ask_in_client(agent: AgentSandbox, reply: AgentReply, ctx: Context) -
     if reply.plan is None or capabilities is None or capabilities.elicitation is None:
         return reply
     plan, plan_id = reply.plan, str(reply.plan["plan_id"])
+    # The same rule as every approval view: escapes, stated cuts, the digest.
+    preview = code_preview(str(plan["code"]))
     message = "\n".join(
         [
             f"An agent asks to run this {plan['language']} code in the sandbox:",
             *describe_plan(plan),
-            shorten(str(plan["code"]), PROMPT_CODE_BYTES),
+            *preview.lines,
+            *(f"! {note}" for note in preview.notes),
+            f"digest {plan.get('digest')}",
         ]
     )
     answer = await ctx.elicit(message, ApprovalAnswer)

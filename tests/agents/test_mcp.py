@@ -183,3 +183,24 @@ def test_approve_in_client_asks_the_clients_user() -> None:
     run_session(["--server", "local", "--approve-in-client"], {}, scenario, person)
     assert len(prompts) == 2
     assert "An agent asks to run this python code" in prompts[0]
+    assert "digest sha256:" in prompts[0]
+
+
+def test_the_client_prompt_shows_hostile_code_escaped_and_counted() -> None:
+    prompts: list[str] = []
+
+    async def person(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        prompts.append(params.message)
+        return ElicitResult(action="accept", content={"approve": False})
+
+    code = "print('ok')\x1b[2K\x1b[1G\n" + "pass\n" * 50 + "__import__('os').system('id')\n"
+
+    async def scenario(session: ClientSession) -> None:
+        said_no = await session.call_tool("run_in_sandbox", {"language": "python", "code": code})
+        assert envelope(said_no)["status"] == "not_approved"
+
+    run_session(["--server", "local", "--approve-in-client"], {}, scenario, person)
+    (prompt,) = prompts
+    assert "\x1b" not in prompt and "print('ok')\\x1b[2K\\x1b[1G" in prompt
+    assert "12 more lines not shown (the code has 52)" in prompt
+    assert "dynamic import" in prompt
