@@ -56,6 +56,7 @@ lint: $(STAMP) $(JSDEPS) ## ruff, mypy, codespell, and the lab extension's prett
 	$(BIN)/ruff format --check gitpilot_jupyter tests docs/conf.py
 	$(BIN)/mypy
 	$(BIN)/codespell
+	$(BIN)/lint-imports
 	cd labextension && $(JLPM) lint:check
 
 bench: $(STAMP) ## measure what users feel; writes benchmarks/results/latest.{json,md}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..sandbox.output import _utf8_boundary
+from ..sandbox.output import utf8_boundary
 from ..sandbox.results import RunResult
 
 #: Bytes of each stream a model sees by default (head + tail); the sandbox itself keeps 512 KB.
@@ -41,7 +41,7 @@ def shorten(text: str, limit: int = MODEL_OUTPUT_BYTES) -> str:
     data = text.encode("utf-8", errors="replace")
     if len(data) <= limit:
         return text
-    head_end = _utf8_boundary(data, int(limit * _HEAD_SHARE))
+    head_end = utf8_boundary(data, int(limit * _HEAD_SHARE))
     tail_start = len(data) - (limit - head_end)
     # Step forward over continuation bytes (10xxxxxx) so the tail starts on a character.
     while tail_start < len(data) and (data[tail_start] & 0xC0) == 0x80:

@@ -7,6 +7,7 @@ from typing import Any, TextIO
 
 from ..sandbox.display import PREVIEW_LINES, code_preview, escape_text
 from ..sandbox.plans import ExecutionPlan
+from ..sandbox.report import footer, status_text
 from ..sandbox.results import RunResult, result_badges
 
 __all__ = ["print_plan", "print_plan_code", "print_result_footer", "print_status", "result_badges"]
@@ -45,24 +46,9 @@ def print_plan_code(
 
 def print_result_footer(result: RunResult, stream: TextIO = sys.stderr) -> None:
     """The one-line footer after a run."""
-    stream.write(f"[sandbox] {result_badges(result)}\n")
+    stream.write(footer(result) + "\n")
 
 
 def print_status(status: dict[str, Any], stream: TextIO = sys.stdout) -> None:
     """``jupyter sandbox status`` in text."""
-    w = stream.write
-    w(f"backend          {status['backend']}  ({'ok' if status['ok'] else 'NOT OK'})\n")
-    if status.get("error"):
-        w(f"error            {status['error']}\n")
-    if status.get("env_override"):
-        w(f"env override     {status['env_override']}\n")
-    if status.get("settings_error"):
-        w(f"settings error   {status['settings_error']}\n")
-    w(f"require approval {status['require_approval']}\n")
-    w(f"isolation        {', '.join(status['isolation']) or 'none'}\n")
-    for gap in (status.get("isolation_report") or {}).get("unavailable", []):
-        w(f"  missing {gap['layer']}: {gap['reason']}\n    fix: {gap['fix']}\n")
-    langs = ", ".join(f"{k} {'yes' if v else 'missing'}" for k, v in status["languages"].items())
-    w(f"interpreters     {langs}\n")
-    w(f"settings file    {status['settings_path']}\n")
-    w(f"version          {status['version']}\n")
+    stream.write(status_text(status))

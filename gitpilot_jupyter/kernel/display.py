@@ -12,12 +12,18 @@ from subprocess import CalledProcessError
 from typing import TextIO
 
 from ..sandbox.plans import ExecutionPlan
-from ..sandbox.results import RunResult, result_badges
+from ..sandbox.report import blocked_message, failure_message, footer
+from ..sandbox.results import RunResult
 
-
-def footer(result: RunResult, path: str) -> str:
-    """``[sandbox] subprocess · exit 0 · 12 ms · in-process``: one line after every run."""
-    return f"[sandbox] {result_badges(result)} · {path}"
+__all__ = [
+    "CellEcho",
+    "SandboxBlocked",
+    "SandboxCellError",
+    "SandboxRunError",
+    "blocked_message",
+    "failure_message",
+    "footer",
+]
 
 
 class CellEcho:
@@ -45,20 +51,6 @@ class CellEcho:
         """Flush both streams (after the run)."""
         sys.stdout.flush()
         sys.stderr.flush()
-
-
-def failure_message(result: RunResult) -> str:
-    """Why a run counts as failed, in one line."""
-    if result.timed_out:
-        return f"the {result.language} snippet timed out and was killed ({result.duration_ms} ms)"
-    if result.exit_code == -1:
-        return f"the {result.language} snippet could not be launched (see its stderr)"
-    return f"the {result.language} snippet exited with code {result.exit_code}"
-
-
-def blocked_message(plan: ExecutionPlan) -> str:
-    """Why a blocked plan never runs."""
-    return f"refused by policy, nothing ran: {plan.blocked_reason}"
 
 
 class SandboxCellError(Exception):

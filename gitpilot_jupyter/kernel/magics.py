@@ -28,12 +28,12 @@ from IPython.core.magic import line_magic as _line_magic
 from IPython.display import display as _display
 from traitlets import Bool, Unicode, observe
 
-from ..cli.render import print_status
 from ..client.base import SandboxClient
 from ..client.local import LocalClient
 from ..client.resolve import make_client
 from ..sandbox.errors import SandboxError
 from ..sandbox.plans import ExecutionPlan
+from ..sandbox.report import status_text
 from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
 from ..sandbox.settings import parse_setting
@@ -249,7 +249,7 @@ class SandboxMagics(Magics):
 
     def _line_status(self, rest: list[str]) -> None:
         status = run_sync(self.client.status())
-        print_status(status, stream=sys.stdout)
+        sys.stdout.write(status_text(status))
         print(f"{'path':16} {self.client.path}")
 
     def _line_settings(self, rest: list[str]) -> Any:

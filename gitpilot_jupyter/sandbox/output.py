@@ -12,7 +12,7 @@ import codecs
 DEFAULT_OUTPUT_CAP = 512_000
 
 
-def _utf8_boundary(data: bytes, limit: int) -> int:
+def utf8_boundary(data: bytes, limit: int) -> int:
     """The largest index <= ``limit`` that does not split a UTF-8 character."""
     if limit >= len(data):
         return len(data)
@@ -41,7 +41,7 @@ class CappedText:
             return ""
         room = self.cap - self.kept
         if len(data) > room:
-            data = data[: _utf8_boundary(data, room)]
+            data = data[: utf8_boundary(data, room)]
             self.truncated = True
         self.kept += len(data)
         text = self._decoder.decode(data, final=self.truncated)

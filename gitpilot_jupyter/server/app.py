@@ -13,7 +13,8 @@ from typing import Any
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, validate
 
-from ..sandbox.local.isolation import ISOLATION_CHOICES, Isolator, default_isolator
+from ..sandbox.local.isolation import ISOLATION_CHOICES, Isolator
+from ..sandbox.local.layered import default_isolator
 from ..sandbox.matrixlab.config import LifecycleConfig
 from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
 from ..sandbox.policy import ENV_PASSTHROUGH_ENV, SandboxPolicy, admin_passthrough, env_names

@@ -22,7 +22,6 @@ import ipywidgets as ipw
 from traitlets import Enum
 
 from ..client.local import SandboxClient
-from ..kernel.display import failure_message, footer
 from ..sandbox.display import (
     SCROLLING_PREVIEW_LINE_CHARS,
     SCROLLING_PREVIEW_LINES,
@@ -31,6 +30,7 @@ from ..sandbox.display import (
 )
 from ..sandbox.errors import SandboxError
 from ..sandbox.plans import ExecutionPlan
+from ..sandbox.report import failure_message, footer
 from ..sandbox.results import RunResult
 from ..sandbox.sync import run_sync
 

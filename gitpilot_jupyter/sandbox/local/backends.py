@@ -24,7 +24,8 @@ from ..languages import Interpreters, snippet_filename
 from ..output import CappedText
 from ..results import RunResult
 from .cleanup import remove_tree
-from .isolation import Isolator, Launch, default_isolator
+from .isolation import Isolator, Launch
+from .layered import default_isolator
 
 _READ_SIZE = 65536
 #: How long to wait for the pipes to drain once the run is over. Only a process that

@@ -8,7 +8,6 @@ the bare isolator (no OS layer); the layered one
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,12 +63,3 @@ class Isolator:
     def report(self) -> dict[str, Any]:
         """``{"layers": [...], "unavailable": [{"layer", "reason", "fix"}]}`` for status."""
         return {"layers": self.layers(), "unavailable": []}
-
-
-def default_isolator() -> Isolator:
-    """The strongest isolator this platform offers (none on Windows)."""
-    if sys.platform == "win32":
-        return Isolator()
-    from .layered import LayeredIsolator
-
-    return LayeredIsolator()

@@ -386,3 +386,10 @@ class CleanupIsolator(Isolator):
     def layers(self, *, allow_network: bool = False) -> list[str]:
         """``cgroup-cleanup`` when runs get a cgroup of their own, else nothing."""
         return [CLEANUP_LAYER] if self._tree() is not None else []
+
+
+def default_isolator() -> Isolator:
+    """The strongest isolator this platform offers (none on Windows)."""
+    if sys.platform == "win32":
+        return Isolator()
+    return LayeredIsolator()

@@ -1,0 +1,52 @@
+"""Text every face shows the same way: the status block, the run footer, why a run failed.
+
+The neutral home of shared text rendering: the CLI, the kernel magic and the
+widgets format these through here, so no face imports another to print them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .plans import ExecutionPlan
+from .results import RunResult, result_badges
+
+
+def status_text(status: Mapping[str, Any]) -> str:
+    """The service status as a text block (``jupyter sandbox status``, ``%sandbox status``)."""
+    lines = [f"backend          {status['backend']}  ({'ok' if status['ok'] else 'NOT OK'})"]
+    if status.get("error"):
+        lines.append(f"error            {status['error']}")
+    if status.get("env_override"):
+        lines.append(f"env override     {status['env_override']}")
+    if status.get("settings_error"):
+        lines.append(f"settings error   {status['settings_error']}")
+    lines.append(f"require approval {status['require_approval']}")
+    lines.append(f"isolation        {', '.join(status['isolation']) or 'none'}")
+    for gap in (status.get("isolation_report") or {}).get("unavailable", []):
+        lines.append(f"  missing {gap['layer']}: {gap['reason']}\n    fix: {gap['fix']}")
+    langs = ", ".join(f"{k} {'yes' if v else 'missing'}" for k, v in status["languages"].items())
+    lines.append(f"interpreters     {langs}")
+    lines.append(f"settings file    {status['settings_path']}")
+    lines.append(f"version          {status['version']}")
+    return "\n".join(lines) + "\n"
+
+
+def footer(result: RunResult, path: str | None = None) -> str:
+    """``[sandbox] subprocess · exit 0 · 12 ms · in-process``: one line after every run."""
+    return f"[sandbox] {result_badges(result)}" + (f" · {path}" if path else "")
+
+
+def failure_message(result: RunResult) -> str:
+    """Why a run counts as failed, in one line."""
+    if result.timed_out:
+        return f"the {result.language} snippet timed out and was killed ({result.duration_ms} ms)"
+    if result.exit_code == -1:
+        return f"the {result.language} snippet could not be launched (see its stderr)"
+    return f"the {result.language} snippet exited with code {result.exit_code}"
+
+
+def blocked_message(plan: ExecutionPlan) -> str:
+    """Why a blocked plan never runs."""
+    return f"refused by policy, nothing ran: {plan.blocked_reason}"
