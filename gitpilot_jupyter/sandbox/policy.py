@@ -32,6 +32,11 @@ PROXY_VARS = frozenset(
 #: comma- or space-separated variable names.
 ENV_PASSTHROUGH_ENV = "GITPILOT_SANDBOX_ENV_PASSTHROUGH"
 MAX_ENV_NAMES = 64
+#: The server's own credentials: a run holding one could plan and approve its own runs
+#: (threat model row 5), so a caller may never pass them through.
+SERVER_CREDENTIALS = frozenset(
+    {"JUPYTER_TOKEN", "GITPILOT_JUPYTER_TOKEN", "JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN"}
+)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
@@ -50,6 +55,12 @@ def env_names(names: object) -> tuple[str, ...]:
             raise InvalidRequest(
                 f"env: {name!r} is not a variable name (letters, digits, _; "
                 "only names: values are taken from the server's environment)",
+                code="invalid_env",
+            )
+        if name in SERVER_CREDENTIALS:
+            raise InvalidRequest(
+                f"env: {name} is the Jupyter server's own token; a run holding it could "
+                "approve its own plans, so it is never passed to a snippet",
                 code="invalid_env",
             )
         out.add(name)
@@ -120,8 +131,9 @@ class SandboxPolicy:
         return requested
 
     def passes(self, name: str, *, allow_network: bool, passthrough: Iterable[str] = ()) -> bool:
-        """True when ``name`` reaches a run: base set, admin list, or passed by name."""
-        return (
+        """True when ``name`` reaches a run: base set, admin list, or passed by name;
+        never one of :data:`SERVER_CREDENTIALS`."""
+        return name not in SERVER_CREDENTIALS and (
             name in BASE_VARS
             or name in self.allowed_vars
             or name in passthrough

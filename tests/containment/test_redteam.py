@@ -11,10 +11,14 @@ import json
 import os
 import platform
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from gitpilot_jupyter.sandbox.policy import ENV_PASSTHROUGH_ENV
 from tests.server.helpers import Api
 
 from .conftest import attack, nonce, processes_named
@@ -205,3 +209,54 @@ async def test_8_a_fork_bomb_stops_at_the_process_cap(api: Api, reaper: list[str
     while processes_named(name) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert processes_named(name) == []  # from outside: none of them outlived the run
+
+
+# -- 4/5: inherited descriptors; the server's token through --env -------------------------
+
+FDS = r"""
+import json, os
+fds = {}
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        fds[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        pass  # the listing's own descriptor, closed by now
+print(json.dumps(fds))
+"""
+
+
+async def test_4_no_descriptor_of_the_server_reaches_a_run(api: Api) -> None:
+    result = await attack(api, FDS)
+    fds = json.loads(result["stdout"])
+    assert set(fds) <= {"0", "1", "2"}, fds  # no listening socket, cgroup file, settings file
+
+
+async def test_5_a_plan_may_not_pass_the_servers_token(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUPYTER_TOKEN", nonce("token"))
+    for name in ("JUPYTER_TOKEN", "GITPILOT_JUPYTER_TOKEN", "JUPYTERHUB_API_TOKEN"):
+        answer = await api(
+            "POST", "api/sandbox/plan", {"language": "python", "code": "1", "env": [name]}
+        )
+        assert answer.code == 400, answer.text
+        assert answer.body["code"] == "invalid_env"
+        assert "approve its own plans" in answer.body["message"]
+
+
+def test_5_the_cli_never_passes_the_servers_token(sandbox_config_dir: Path) -> None:
+    secret = nonce("token")
+    env = {**os.environ, "JUPYTER_TOKEN": secret, ENV_PASSTHROUGH_ENV: "JUPYTER_TOKEN LANG"}
+    cli = [str(Path(sys.executable).with_name("jupyter-sandbox")), "run", "python", "-c"]
+    code = "import os; print(sorted(os.environ))"
+    named = subprocess.run(
+        [*cli, code, "--yes", "--env", "JUPYTER_TOKEN"],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert named.returncode != 0 and "approve its own plans" in named.stderr, named.stderr
+    admin = subprocess.run(
+        [*cli, code + "; print(os.environ.get('JUPYTER_TOKEN'))", "--yes"],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert admin.returncode == 0, admin.stderr
+    assert secret not in admin.stdout and "JUPYTER_TOKEN" not in admin.stdout.splitlines()[0]
