@@ -58,6 +58,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     net = p.add_mutually_exclusive_group()
     net.add_argument("--network", dest="network", action="store_true", default=None)
     net.add_argument("--no-network", dest="network", action="store_false")
+    p.add_argument(
+        "--env",
+        action="append",
+        metavar="NAME",
+        help="pass this variable of your environment to every snippet (repeatable)",
+    )
     p.add_argument("-y", "--yes", action="store_true", help="approve without asking")
     p.add_argument("--plan", action="store_true", help="show the plan only; run nothing")
     p.add_argument("--show", metavar="ID", action="append", help="open an item of the plan")
@@ -120,6 +126,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         backend=args.backend,
         allow_network=args.network,
         deadline_sec=args.deadline,
+        env=args.env,
         user="cli",
     )
     if args.show:

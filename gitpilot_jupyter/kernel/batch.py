@@ -30,7 +30,8 @@ display: Callable[..., None] = _display
 
 USAGE = (
     "%sandbox batch SOURCE [--each CMD] [--out FILE] [--workers N] [--cluster ADDRESS|local] "
-    "[--timeout N] [--deadline SEC] [--backend B] [--network] [--yes] [--plan] [--show ID]"
+    "[--timeout N] [--deadline SEC] [--backend B] [--network] [--env NAME] [--yes] [--plan] "
+    "[--show ID]"
 )
 
 
@@ -51,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--backend")
     p.add_argument("--network", dest="network", action="store_const", const=True, default=None)
     p.add_argument("--no-network", dest="network", action="store_const", const=False)
+    p.add_argument("--env", action="append")
     p.add_argument("--yes", action="store_true")
     p.add_argument("--plan", action="store_true")
     p.add_argument("--show", action="append")
@@ -81,6 +83,7 @@ def batch_line(user_ns: dict[str, Any], rest: list[str]) -> Any:
         backend=args.backend,
         allow_network=args.network,
         deadline_sec=args.deadline,
+        env=args.env,
         user="kernel",
     )
     if args.show:

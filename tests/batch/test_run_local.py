@@ -111,3 +111,17 @@ def test_leaving_the_loop_cancels_the_rest_and_keeps_what_finished(tmp_path: Pat
         for r in run_batch(given[:1] + [{**g, "code": "echo ok"} for g in given[1:]], out=out)
     ]
     assert sorted(rerun) == ["slow0", "slow1", "slow2", "slow3"]
+
+
+def test_env_names_pass_variables_to_every_item_and_are_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COURSE_NAME", "Programming 101")
+    code = "import os; print(os.environ.get('COURSE_NAME'))"
+    given = [{"id": i, "language": "python", "code": code} for i in range(2)]
+    passed = list(run_batch(given, env=["COURSE_NAME"]))
+    assert [r["stdout"] for r in passed] == ["Programming 101\n"] * 2
+    assert [r["stdout"] for r in run_batch(given)] == ["None\n"] * 2
+    batches = BatchService(SandboxService())
+    with_env = batches.plan(items_from_list(given), env=["COURSE_NAME"])
+    assert with_env.digest != batches.plan(items_from_list(given)).digest

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ async def arun_batch(
     allow_network: bool | None = None,
     deadline_sec: int | None = None,
     each: str | None = None,
+    env: Sequence[str] | None = None,
     service: SandboxService | None = None,
     on_progress: Callable[[BatchProgress], None] | None = None,
     on_start: Callable[[BatchRun], None] | None = None,
@@ -57,6 +58,7 @@ async def arun_batch(
             backend=backend,
             allow_network=allow_network,
             deadline_sec=deadline_sec,
+            env=env,
             user="api",
         )
     token = None

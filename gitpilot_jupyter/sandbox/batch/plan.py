@@ -150,6 +150,7 @@ def plan_batch(
     allow_network: bool | None = None,
     deadline_sec: int | None = None,
     session_id: str | None = None,
+    env: Sequence[str] | None = None,
 ) -> BatchPlan:
     """Plan every item exactly as a single run (``service.describe``); nothing is kept.
 
@@ -170,6 +171,7 @@ def plan_batch(
                 session_id=session_id,
                 backend=backend,
                 allow_network=allow_network,
+                env=env,
             )
         except SandboxError as exc:
             raise type(exc)(f"item {it.id!r}: {exc.message}", code=exc.code) from None

@@ -36,9 +36,13 @@ class BatchService:
         allow_network: bool | None = None,
         deadline_sec: int | None = None,
         session_id: str | None = None,
+        env: Sequence[str] | None = None,
         user: str | None = None,
     ) -> BatchPlan:
-        """Plan every item; keep the batch pending for one approval."""
+        """Plan every item; keep the batch pending for one approval.
+
+        ``env``: names of variables of this process's environment passed to every item.
+        """
         batch = plan_batch(
             self.service,
             items,
@@ -47,6 +51,7 @@ class BatchService:
             allow_network=allow_network,
             deadline_sec=deadline_sec,
             session_id=session_id,
+            env=env,
         )
         self.store.add(batch)
         for plan in batch.items.values():
@@ -80,6 +85,7 @@ class BatchService:
         allow_network: bool | None = None,
         deadline_sec: int | None = None,
         session_id: str | None = None,
+        env: Sequence[str] | None = None,
         user: str | None = None,
     ) -> BatchPlan:
         """Spend the batch's token; the batch to run.
@@ -98,6 +104,7 @@ class BatchService:
                 backend=backend,
                 allow_network=allow_network,
                 deadline_sec=deadline_sec,
+                env=env,
             )
             entries = [(i, p.digest) for i, p in again.items.items()]
             digest = manifest_digest(entries, again.deadline_sec)
