@@ -23,6 +23,7 @@ from ..sandbox.backend import OutputCallback
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.matrixlab.ops import LIFECYCLE_ACTIONS, ProgressCallback
 from ..sandbox.plans import ExecutionPlan
+from ..sandbox.records import Status
 from ..sandbox.results import RunResult
 
 __all__ = ["LIFECYCLE_ACTIONS", "ProgressCallback", "SandboxClient"]
@@ -98,11 +99,11 @@ class SandboxClient(abc.ABC):
         """``pending``, or ``approved`` with the token once a person approved."""
 
     @abc.abstractmethod
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> Status:
         """The service status (backend, masked settings, health, env override...)."""
 
     @abc.abstractmethod
-    async def configure(self, changes: Mapping[str, object]) -> dict[str, Any]:
+    async def configure(self, changes: Mapping[str, object]) -> Status:
         """Persist a subset of settings; answer the new status."""
 
     @abc.abstractmethod

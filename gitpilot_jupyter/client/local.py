@@ -9,6 +9,7 @@ from typing import Any
 from ..sandbox.backend import OutputCallback
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.plans import ExecutionPlan
+from ..sandbox.records import Status
 from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
 from .base import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
@@ -107,10 +108,10 @@ class LocalClient(SandboxClient):
     async def claim(self, plan_id: str, secret: str) -> ClaimAnswer:
         return await self.service.claim(plan_id, secret)
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> Status:
         return await self.service.status()
 
-    async def configure(self, changes: Mapping[str, object]) -> dict[str, Any]:
+    async def configure(self, changes: Mapping[str, object]) -> Status:
         return await self.service.configure(changes, user=self.user)
 
     async def test_matrixlab(

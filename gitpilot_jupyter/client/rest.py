@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -18,6 +18,7 @@ from ..sandbox.backend import OutputCallback
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.errors import InvalidRequest, SandboxError
 from ..sandbox.plans import ExecutionPlan
+from ..sandbox.records import Status
 from ..sandbox.results import RunResult
 from ..sandbox.settings import MAX_TIMEOUT_SEC
 from ..tls import tls_context
@@ -190,11 +191,11 @@ class RestClient(SandboxClient):
         data = await self._call("POST", "agent/claim", {"plan_id": plan_id, "claim": secret})
         return ClaimAnswer(data["state"], data.get("approval_token"), data.get("expires_in"))
 
-    async def status(self) -> dict[str, Any]:
-        return dict(await self._call("GET", "status"))
+    async def status(self) -> Status:
+        return cast(Status, await self._call("GET", "status"))
 
-    async def configure(self, changes: Mapping[str, object]) -> dict[str, Any]:
-        return dict(await self._call("PUT", "config", dict(changes)))
+    async def configure(self, changes: Mapping[str, object]) -> Status:
+        return cast(Status, await self._call("PUT", "config", dict(changes)))
 
     async def test_matrixlab(
         self, url: str | None = None, token: str | None = None

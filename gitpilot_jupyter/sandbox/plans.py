@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ApprovalError, PlanBlocked, PlanNotFound
+from .records import Check, PlanWarning
 from .spec import RunSpec, plan_digest
 
 __all__ = ["Approval", "ExecutionPlan", "PlanStore", "new_plan_id", "plan_digest"]
@@ -44,8 +45,8 @@ class ExecutionPlan:
     backend: str
     timeout_sec: int
     network: bool
-    checks: list[dict[str, Any]]
-    warnings: list[dict[str, str]]
+    checks: list[Check]
+    warnings: list[PlanWarning]
     blocked: bool
     requires_approval: bool
     digest: str

@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from typing import Literal, cast
 
 from .policy import find_destructive
+from .records import PlanWarning
 
 
 @dataclass(frozen=True)
@@ -19,14 +21,16 @@ class Rule:
     """One scan rule: languages it applies to, the pattern, what to say."""
 
     languages: tuple[str, ...]
-    severity: str
+    severity: Literal["high", "medium", "low"]
     label: str
     pattern: re.Pattern[str]
     detail: str
 
 
 def _rule(langs: str, severity: str, label: str, pattern: str, detail: str) -> Rule:
-    return Rule(tuple(langs.split()), severity, label, re.compile(pattern, re.MULTILINE), detail)
+    assert severity in ("high", "medium", "low")
+    level = cast(Literal["high", "medium", "low"], severity)
+    return Rule(tuple(langs.split()), level, label, re.compile(pattern, re.MULTILINE), detail)
 
 
 RULES: tuple[Rule, ...] = (
@@ -182,9 +186,9 @@ def _variants(code: str) -> tuple[str, ...]:
     return (code,) if folded == code else (code, folded)
 
 
-def scan(language: str, code: str) -> list[dict[str, str]]:
+def scan(language: str, code: str) -> list[PlanWarning]:
     """Warnings for ``code``, most severe first; each rule is reported once."""
-    found: list[dict[str, str]] = []
+    found: list[PlanWarning] = []
     variants = _variants(code)
     for rule in RULES:
         if language in rule.languages and any(rule.pattern.search(v) for v in variants):

@@ -35,6 +35,7 @@ from .matrixlab.config import LifecycleConfig
 from .matrixlab.ops import MatrixLabOperations, ProgressCallback
 from .plans import AGENT_SOURCE, SOURCES, ExecutionPlan, PlanStore, new_plan_id
 from .policy import SandboxPolicy, env_names, find_destructive
+from .records import Check, Status
 from .results import RunResult
 from .scan import scan
 from .settings import (
@@ -154,7 +155,7 @@ class SandboxService:
         if self.audit is not None:
             self.audit(event, data)
 
-    def _disk_check(self, settings: SandboxSettings) -> dict[str, Any]:
+    def _disk_check(self, settings: SandboxSettings) -> Check:
         """The plan's line on the run's writable space: capped (verified layer) or not."""
         local = self._local["subprocess"]
         capped = isinstance(local, SubprocessSandbox) and "disk-cap" in local.isolation()
@@ -164,7 +165,7 @@ class SandboxService:
             label = "writable space not capped on this host (see jupyter sandbox status)"
         return {"label": label, "ok": capped}
 
-    def _network_check(self) -> dict[str, Any]:
+    def _network_check(self) -> Check:
         """The plan's line on a network-on run: its own stack (verified layer) or the host's."""
         local = self._local["subprocess"]
         own = isinstance(local, SubprocessSandbox) and "egress-only" in local.isolation(
@@ -353,7 +354,7 @@ class SandboxService:
         blocked_label = find_destructive(" ".join(command))
         if lang == "bash" and blocked_label is None:
             blocked_label = find_destructive(code)
-        checks: list[dict[str, Any]] = [
+        checks: list[Check] = [
             {"label": f"language {lang} is supported", "ok": True},
             {"label": "no destructive pattern", "ok": blocked_label is None},
             {"label": f"timeout {timeout} s within 1..{self.policy.max_timeout_sec}", "ok": True},
@@ -748,9 +749,7 @@ class SandboxService:
         """The effective settings, masked (``has_token``, never the token)."""
         return self.settings.effective().settings.masked()
 
-    async def configure(
-        self, changes: Mapping[str, object], *, user: str | None = None
-    ) -> dict[str, Any]:
+    async def configure(self, changes: Mapping[str, object], *, user: str | None = None) -> Status:
         """Persist a subset of settings (validated, env values never written); return status."""
         if not isinstance(changes, Mapping):
             raise InvalidRequest("the settings must be a JSON object")
@@ -761,7 +760,7 @@ class SandboxService:
         self._emit("config", {"user": user, "keys": sorted(changes)})
         return await self.status()
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> Status:
         """Live backend, masked settings, health, env override, approval and isolation."""
         effective = self.settings.effective()
         settings = effective.settings

@@ -8,7 +8,7 @@ a new token lives in ``token_input`` until Save, which empties it.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
 from traitlets import Bool, Dict, HasTraits, Int, Unicode
@@ -92,7 +92,7 @@ class SandboxSettingsModel(HasTraits):
         finally:
             self.busy = False
 
-    def _apply_status(self, status: dict[str, Any]) -> None:
+    def _apply_status(self, status: Mapping[str, Any]) -> None:
         settings = status.get("settings", {})
         for key in EDITABLE:
             if key in settings:

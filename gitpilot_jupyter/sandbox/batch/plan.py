@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidRequest, PlanNotFound, SandboxError, UnknownLanguage
 from ..languages import language_for_path
 from ..plans import Approval, ExecutionPlan, PlanStore
+from ..records import PlanWarning
 from ..scan import scan
 from .items import BatchItem
 
@@ -127,7 +128,7 @@ def check_deadline(deadline_sec: object) -> int:
     return deadline_sec
 
 
-def file_warnings(file: str, content: str, known: list[dict[str, str]]) -> list[dict[str, str]]:
+def file_warnings(file: str, content: str, known: list[PlanWarning]) -> list[PlanWarning]:
     """The scan of a file run through ``--each``, in its own language (none if unknown)."""
     try:
         language = language_for_path(file)
@@ -135,7 +136,7 @@ def file_warnings(file: str, content: str, known: list[dict[str, str]]) -> list[
         return []
     labels = {w["label"] for w in known}
     return [
-        {**w, "detail": f"in {file}: {w['detail']}"}
+        PlanWarning(severity=w["severity"], label=w["label"], detail=f"in {file}: {w['detail']}")
         for w in scan(language, content)
         if w["label"] not in labels
     ]

@@ -18,7 +18,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from ..local.backends import BASE_LAYERS, SubprocessSandbox
 from ..local.confine import SYSTEM_DIRS, blocked_networks
@@ -130,7 +129,7 @@ async def isolation_layers(probe: SandboxService) -> Stage:
     """The layers in force here; FAIL when Linux has no namespace tool (with the fix)."""
     name = "isolation layers"
     backend = _local(probe)
-    report: dict[str, Any] = backend.isolator.report()
+    report = backend.isolator.report()
     layers = backend.isolation(allow_network=False)
     missing = report.get("unavailable", [])
     gaps = "; ".join(f"{u['layer']}: {u['reason']}" for u in missing)

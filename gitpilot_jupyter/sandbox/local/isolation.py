@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..backend import ResourceLimits
+from ..records import IsolationReport
 
 #: Caps the namespace tool: ``auto`` (bwrap, else unshare), ``bwrap``, ``unshare``, ``none``.
 ISOLATION_ENV = "GITPILOT_SANDBOX_ISOLATION"
@@ -60,6 +60,6 @@ class Isolator:
         """The layers a run gets now (for status)."""
         return []
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> IsolationReport:
         """``{"layers": [...], "unavailable": [{"layer", "reason", "fix"}]}`` for status."""
         return {"layers": self.layers(), "unavailable": []}

@@ -22,9 +22,10 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from ..backend import ResourceLimits
+from ..records import IsolationGap, IsolationReport
 from . import cgroups, confine, namespaces
 from .confine import jupyter_dirs, plan_view
 from .isolation import ISOLATION_CHOICES, ISOLATION_ENV, Isolator, Launch
@@ -303,7 +304,7 @@ class LayeredIsolator(Isolator):
         )
         return out + covered + rlimits.layers
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> IsolationReport:
         """Layers in force, the mechanism, and each missing layer with its reason and fix."""
         tool, missing = self._namespaces()
         tree, cg_missing = self._cgroups()
@@ -337,7 +338,7 @@ class LayeredIsolator(Isolator):
             "namespaces": tool.kind if tool is not None else "none",
             "cgroups": f"v{tree.version}" if tree is not None else "none",
             "choice": self.choice,
-            "unavailable": missing,
+            "unavailable": cast(list[IsolationGap], missing),
         }
 
 

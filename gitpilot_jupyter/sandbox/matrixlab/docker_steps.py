@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import DockerUnavailable
+from ..records import LifecycleStep
 
 PING_TIMEOUT_SEC = 5
 CALL_TIMEOUT_SEC = 120
@@ -25,7 +26,7 @@ class Transcript:
     """The ``steps`` of one answer; runs each blocking call in a thread."""
 
     def __init__(self) -> None:
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[LifecycleStep] = []
 
     def add(
         self, cmd: str, exit_code: int, stdout: str = "", stderr: str = "", ms: int = 0

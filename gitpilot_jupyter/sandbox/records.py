@@ -1,0 +1,79 @@
+"""Typed records: the shapes that cross faces (status, checks, warnings, gaps, steps).
+
+They are :class:`~typing.TypedDict` so they stay plain JSON-ready dicts on the
+wire while the type checker holds every reader (the CLI, the magic, the widgets,
+the agents' text) to the same keys. ``rest-api.yml`` documents the same shapes
+(``Status``, ``Check``, ``Warning``, ``Step``), and a test holds the lab's
+TypeScript types to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+
+class Check(TypedDict):
+    """One pre-flight check of a plan."""
+
+    label: str
+    ok: bool
+
+
+class PlanWarning(TypedDict):
+    """One finding of the code scan."""
+
+    severity: Literal["high", "medium", "low"]
+    label: str
+    detail: str
+
+
+class IsolationGap(TypedDict):
+    """An isolation layer this host cannot give: why, and how to enable it."""
+
+    layer: str
+    reason: str
+    fix: str
+
+
+class _IsolationLayers(TypedDict):
+    layers: list[str]
+    unavailable: list[IsolationGap]
+
+
+class IsolationReport(_IsolationLayers, total=False):
+    """The local isolation stack: layers in force and the missing ones (with the mechanism)."""
+
+    namespaces: str
+    cgroups: str
+    choice: str
+
+
+class LifecycleStep(TypedDict):
+    """One Docker call of a lifecycle action, written as the equivalent ``docker`` command."""
+
+    cmd: str
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_ms: int
+
+
+class Status(TypedDict):
+    """``GET /api/sandbox/status``: the live backend, settings (masked), health, isolation."""
+
+    backend: str | None
+    settings: dict[str, Any]
+    has_token: bool
+    ok: bool
+    error: str | None
+    remote: Any
+    env_override: str | None
+    env_error: str | None
+    require_approval: bool
+    isolation: list[str]
+    isolation_report: IsolationReport
+    settings_error: str | None
+    settings_path: str
+    allowed_backends: list[str]
+    languages: dict[str, bool]
+    version: str
