@@ -260,3 +260,40 @@ def test_5_the_cli_never_passes_the_servers_token(sandbox_config_dir: Path) -> N
     )  # fmt: skip
     assert admin.returncode == 0, admin.stderr
     assert secret not in admin.stdout and "JUPYTER_TOKEN" not in admin.stdout.splitlines()[0]
+
+
+# -- 6: a backdoor in the interpreter the server imports from; hard links to host files ----
+
+BACKDOOR = r"""
+import json, os, site, sysconfig
+name = %(name)r
+out = {}
+for folder in {sysconfig.get_paths()["purelib"], os.path.dirname(os.__file__), "/etc",
+               "/usr/local/lib", "/usr/lib"}:
+    target = os.path.join(folder, name + ".pth")
+    try:
+        with open(target, "w") as f:
+            f.write("import os; os.system('touch /tmp/" + name + "')\n")
+        out[folder] = "written"
+    except OSError as exc:
+        out[folder] = type(exc).__name__
+for source in ("/etc/passwd", os.__file__):
+    try:
+        os.link(source, name)
+        out["link " + source] = "linked"
+    except OSError as exc:
+        out["link " + source] = type(exc).__name__
+print(json.dumps(out))
+"""
+
+
+async def test_6_no_backdoor_in_the_servers_interpreter_and_no_hard_link(api: Api) -> None:
+    import sysconfig
+
+    name = nonce("backdoor")
+    result = await attack(api, BACKDOOR % {"name": name})
+    seen = json.loads(result["stdout"])
+    assert "written" not in seen.values() and "linked" not in seen.values(), seen
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    assert not (purelib / f"{name}.pth").exists()  # from outside: nothing for the next import
+    assert not (Path("/etc") / f"{name}.pth").exists()
