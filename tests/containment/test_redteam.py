@@ -297,3 +297,33 @@ async def test_6_no_backdoor_in_the_servers_interpreter_and_no_hard_link(api: Ap
     purelib = Path(sysconfig.get_paths()["purelib"])
     assert not (purelib / f"{name}.pth").exists()  # from outside: nothing for the next import
     assert not (Path("/etc") / f"{name}.pth").exists()
+
+
+# -- 2/6: the other syscall ABIs of x86_64 (x32 numbers, i386 int 0x80) ---------------------
+
+OTHER_ABIS = r"""
+import ctypes, json, mmap, os
+def in_child(action):
+    pid = os.fork()
+    if pid == 0:
+        action()
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.WTERMSIG(status) if os.WIFSIGNALED(status) else -os.WEXITSTATUS(status)
+def x32_keyctl():
+    ctypes.CDLL(None).syscall(0x40000000 | 250, 0, -4, 1)  # keyctl through the x32 table
+def i386_keyctl():
+    # mov eax, 288 (i386 keyctl); xor ebx, ebx; xor ecx, ecx; xor edx, edx; int 0x80; ret
+    code = b"\xb8" + (288).to_bytes(4, "little") + b"\x31\xdb\x31\xc9\x31\xd2\xcd\x80\xc3"
+    page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(code)
+    ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(page)))()
+print(json.dumps({"x32": in_child(x32_keyctl), "i386": in_child(i386_keyctl)}))
+"""
+
+
+async def test_2_the_other_syscall_abis_are_killed(api: Api) -> None:
+    if platform.machine() != "x86_64":
+        pytest.skip("x32 and i386 are x86_64's other ABIs")
+    result = await attack(api, OTHER_ABIS)
+    assert json.loads(result["stdout"]) == {"x32": 31, "i386": 31}  # SIGSYS, filter's arch check
