@@ -14,7 +14,7 @@ from ..sandbox.languages import language_for_path
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
-from ..sandbox.settings import FIELD_NAMES, parse_setting
+from ..sandbox.settings import FIELD_NAMES, parse_assignments
 from ..sandbox.sync import run_sync
 from .render import print_plan, print_plan_code, print_result_footer, print_status
 
@@ -123,12 +123,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     """``jupyter sandbox config [--set KEY=VALUE ...]``."""
     service = make_service()
     if args.changes:
-        changes: dict[str, object] = {}
-        for item in args.changes:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise InvalidRequest(f"--set takes KEY=VALUE, got {item!r}")
-            changes[key.strip()] = parse_setting(key.strip(), value)
+        changes = parse_assignments(args.changes, what="--set")
         run_sync(service.configure(changes, user="cli"))
     config = service.config()
     if args.json:

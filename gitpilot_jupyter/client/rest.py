@@ -23,7 +23,16 @@ from ..sandbox.results import RunResult
 from ..sandbox.settings import MAX_TIMEOUT_SEC
 from ..tls import tls_context
 from .base import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
-from .server import API, ServerInfo, auth_headers, call_api, error_from_answer, unreachable
+from .server import (
+    API,
+    INSTALL_READ_TIMEOUT_SEC,
+    REQUEST_TIMEOUT_SEC,
+    ServerInfo,
+    auth_headers,
+    call_api,
+    error_from_answer,
+    unreachable,
+)
 
 NDJSON = "application/x-ndjson"
 
@@ -37,7 +46,7 @@ class RestClient(SandboxClient):
         token: str = "",
         *,
         session_id: str | None = None,
-        timeout: float = 30.0,
+        timeout: float = REQUEST_TIMEOUT_SEC,
     ) -> None:
         super().__init__(session_id)
         self.server = ServerInfo(base_url, token, "argument")
@@ -217,8 +226,9 @@ class RestClient(SandboxClient):
             if event.pop("type", None) == "progress" and progress is not None:
                 await progress(event)
 
-        # Pulling images can take minutes: no read timeout beyond the lines' own pace.
-        return await self._stream(f"matrixlab/{action}", {}, line, read_timeout=600)
+        return await self._stream(
+            f"matrixlab/{action}", {}, line, read_timeout=INSTALL_READ_TIMEOUT_SEC
+        )
 
 
 async def _replay(result: RunResult, on_output: OutputCallback | None) -> None:

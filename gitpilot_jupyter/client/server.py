@@ -29,6 +29,10 @@ TOKEN_ENV = "GITPILOT_JUPYTER_TOKEN"
 API = "api/sandbox"
 #: Seconds a probe of ``GET /api/sandbox/status`` may take before the server counts as absent.
 PROBE_TIMEOUT = 3.0
+#: Seconds a plan / approve / status / config call to a server may take.
+REQUEST_TIMEOUT_SEC = 30.0
+#: Seconds an install's stream may stay silent (a layer of a large image can take minutes).
+INSTALL_READ_TIMEOUT_SEC = 600.0
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,7 @@ async def call_api(
     route: str,
     body: Any = None,
     *,
-    timeout: float = 10.0,
+    timeout: float = REQUEST_TIMEOUT_SEC,
 ) -> Any:
     """One JSON request to ``/api/sandbox/<route>``; the answer's JSON (``None`` if not JSON)."""
     try:

@@ -36,7 +36,7 @@ from ..sandbox.plans import ExecutionPlan
 from ..sandbox.report import status_text
 from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
-from ..sandbox.settings import parse_setting
+from ..sandbox.settings import parse_assignments
 from ..sandbox.sync import run_sync
 from .display import CellEcho, SandboxBlocked, SandboxRunError, footer
 
@@ -259,12 +259,7 @@ class SandboxMagics(Magics):
         return SandboxSettingsPanel.for_client(self.client)
 
     def _line_config(self, rest: list[str]) -> None:
-        changes: dict[str, object] = {}
-        for item in rest:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise UsageError(f"sandbox: config takes KEY=VALUE, got {item!r}")
-            changes[key.strip()] = parse_setting(key.strip(), value)
+        changes = parse_assignments(rest, what="config")
         status = run_sync(self.client.configure(changes)) if changes else None
         status = status or run_sync(self.client.status())
         for key, value in status["settings"].items():

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from .output import DEFAULT_OUTPUT_CAP
 from .results import RunResult, new_run_id
 
 #: Called with ``("stdout" | "stderr", text)`` as output is produced.
@@ -38,7 +39,7 @@ class RunRequest:
     stdin: str | None = None
     allow_network: bool = False
     env: dict[str, str] = field(default_factory=dict)
-    max_output_bytes: int = 512_000
+    max_output_bytes: int = DEFAULT_OUTPUT_CAP
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     run_id: str = field(default_factory=new_run_id)
     plan_id: str | None = None

@@ -44,6 +44,7 @@ from .settings import (
     SandboxSettings,
     SettingsStore,
     check_backend,
+    env_flag,
 )
 from .spec import RunSpec
 from .text import check_text
@@ -57,8 +58,7 @@ AuditHook = Callable[[str, dict[str, Any]], None]
 
 def approval_required_by_env(environ: Mapping[str, str]) -> bool:
     """False only when ``GITPILOT_SANDBOX_REQUIRE_APPROVAL`` is set to a false value."""
-    raw = environ.get(REQUIRE_APPROVAL_ENV, "").strip().lower()
-    return raw not in ("0", "false", "no", "off")
+    return env_flag(environ, REQUIRE_APPROVAL_ENV, default=True)
 
 
 #: What a long-form run that cannot match any plan is checked against.

@@ -15,7 +15,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -23,11 +23,13 @@ from urllib.parse import urlparse
 
 from .backend import DEFAULT_DISK_MB
 from .display import escape_text, needs_escape
-from .errors import InvalidSetting, SettingsNotSaved, UnknownBackend
+from .errors import InvalidRequest, InvalidSetting, SettingsNotSaved, UnknownBackend
 
 BACKENDS = ("matrixlab", "off", "subprocess")
 DEFAULT_BACKEND = "subprocess"
 MAX_TIMEOUT_SEC = 600
+#: A run's timeout when neither the caller nor the settings file names one.
+DEFAULT_TIMEOUT_SEC = 120
 
 #: env var -> settings field, in the order that decides ``env_override``.
 ENV_VARS = {
@@ -62,7 +64,7 @@ class SandboxSettings:
     matrixlab_token: str = ""
     matrixlab_image: str = ""
     allow_network: bool = False
-    timeout_sec: int = 120
+    timeout_sec: int = DEFAULT_TIMEOUT_SEC
     memory_limit_mb: int = 1024
     max_processes: int = 256
     max_file_size_mb: int = 128
@@ -133,6 +135,27 @@ def validate_setting(key: str, value: object) -> object:
     return value
 
 
+#: Words a flag (an env var, a ``KEY=VALUE`` boolean) reads as true or false.
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def parse_flag(text: str | None) -> bool | None:
+    """``True`` / ``False`` for the flag words (any case, trimmed); ``None`` for anything else."""
+    lowered = (text or "").strip().lower()
+    if lowered in TRUE_WORDS:
+        return True
+    if lowered in FALSE_WORDS:
+        return False
+    return None
+
+
+def env_flag(environ: Mapping[str, str], name: str, *, default: bool) -> bool:
+    """The boolean env var ``name``: its flag word, else ``default`` (unset or not a flag word)."""
+    value = parse_flag(environ.get(name))
+    return default if value is None else value
+
+
 def parse_setting(key: str, text: str) -> object:
     """Parse ``KEY=VALUE`` text (CLI, magic) into a typed value, then validate it."""
     if key not in FIELD_NAMES:
@@ -140,15 +163,26 @@ def parse_setting(key: str, text: str) -> object:
     default = getattr(SandboxSettings(), key)
     value: object = text
     if isinstance(default, bool):
-        lowered = text.strip().lower()
-        if lowered in ("1", "true", "yes", "on"):
-            value = True
-        elif lowered in ("0", "false", "no", "off"):
-            value = False
+        flag = parse_flag(text)
+        value = text if flag is None else flag
     elif isinstance(default, int):
         with contextlib.suppress(ValueError):
             value = int(text.strip())
     return validate_setting(key, value)
+
+
+def parse_assignments(items: Iterable[str], *, what: str) -> dict[str, object]:
+    """``KEY=VALUE`` words (``--set``, ``%sandbox config``) as typed, validated settings.
+
+    Nothing is returned unless every word is valid, so nothing is saved half-way.
+    """
+    changes: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InvalidRequest(f"{what} takes KEY=VALUE, got {item!r}")
+        changes[key.strip()] = parse_setting(key.strip(), value)
+    return changes
 
 
 @dataclass

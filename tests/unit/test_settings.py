@@ -159,3 +159,29 @@ def test_config_dir_follows_env(tmp_path: Path) -> None:
 )
 def test_parse_setting_types_text(key: str, text: str, value: object) -> None:
     assert parse_setting(key, text) == value
+
+
+@pytest.mark.parametrize(
+    ("value", "approval", "lifecycle"),
+    [("", True, False), ("0", False, False), ("OFF ", False, False), ("yes", True, True),
+     ("1", True, True), ("maybe", True, False)],
+)  # fmt: skip
+def test_env_flags_read_the_same_words_everywhere(
+    value: str, approval: bool, lifecycle: bool
+) -> None:
+    from gitpilot_jupyter.sandbox.matrixlab.config import LIFECYCLE_FLAG, lifecycle_enabled
+    from gitpilot_jupyter.sandbox.service import REQUIRE_APPROVAL_ENV, approval_required_by_env
+
+    # Unset or not a flag word: each flag keeps its safe default (approval on, lifecycle off).
+    assert approval_required_by_env({REQUIRE_APPROVAL_ENV: value}) is approval
+    assert lifecycle_enabled({LIFECYCLE_FLAG: value}) is lifecycle
+
+
+def test_key_value_words_are_parsed_once_for_every_face() -> None:
+    from gitpilot_jupyter.sandbox.errors import InvalidRequest
+    from gitpilot_jupyter.sandbox.settings import parse_assignments
+
+    changes = parse_assignments(["allow_network=on", "timeout_sec= 30"], what="--set")
+    assert changes == {"allow_network": True, "timeout_sec": 30}
+    with pytest.raises(InvalidRequest, match="config takes KEY=VALUE, got 'timeout_sec'"):
+        parse_assignments(["allow_network=1", "timeout_sec"], what="config")

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from ..errors import InvalidSetting, LifecycleDisabled
+from ..settings import env_flag
 
 LIFECYCLE_FLAG = "GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE"
 RUNNER_IMAGE = "ruslanmv/matrixlab-runner:latest"
@@ -45,7 +46,7 @@ JOBS_MAX_AGE_SEC = 3600
 
 def lifecycle_enabled(environ: Mapping[str, str]) -> bool:
     """True when ``GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE`` is set to a true value."""
-    return environ.get(LIFECYCLE_FLAG, "").strip().lower() in ("1", "true", "yes", "on")
+    return env_flag(environ, LIFECYCLE_FLAG, default=False)
 
 
 def require_enabled(environ: Mapping[str, str]) -> None:
