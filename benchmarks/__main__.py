@@ -25,6 +25,7 @@ BENCHMARKS = (
     "streaming",
     "peers",
     "profile_run",
+    "launch_chain",
     "batch",
 )
 
