@@ -15,6 +15,7 @@ the untraced medians are the real cost.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import statistics
@@ -148,8 +149,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.launch_chain")
     parser.add_argument("--runs", type=int, default=25)
     parser.add_argument("--network", action="store_true")
+    parser.add_argument("--json", action="store_true", help="raw seconds, for comparisons")
     args = parser.parse_args()
     prepare, child, steps = measure(args.runs, args.network)
+    if args.json:
+        print(json.dumps({"prepare": prepare, "launch": child, **steps}))
+        return
     print(f"prepare (server side)   {_ms(prepare):8.2f} ms")
     print(f"launch `true` untraced  {_ms(child):8.2f} ms")
     for name, values in sorted(steps.items(), key=lambda kv: -statistics.median(kv[1])):

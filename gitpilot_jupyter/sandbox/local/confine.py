@@ -22,6 +22,7 @@ the staging tmpfs first, and bound back read-only at their own path.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import itertools
 import os
@@ -61,6 +62,10 @@ SECCOMP_FD = 3
 SNIPPET_FD = 4
 #: Where the run's stage is moved in its own mount namespace (a folder anyone can enter).
 STAGE_TARGET = "/tmp"
+#: The run's mounts of its stage, one fstab line each (see :meth:`Confinement.command`).
+FSTAB_FILE = ".stage.fstab"
+#: The read-only, empty tmpfs hidden folders are covered with (one inode: nothing fits).
+EMPTY_OPTIONS = "ro,size=4k,nr_inodes=1,mode=0755,nosuid,nodev,noexec,X-mount.mkdir"
 TOOLS_FIX = "install util-linux (it provides unshare and setpriv)"
 
 
@@ -97,6 +102,11 @@ def blocked_networks() -> list[str]:
     return sorted(out)
 
 
+def _fstab(field: str) -> str:
+    """``field`` escaped for an fstab line (octal for blanks and backslashes)."""
+    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in field)
+
+
 def sandbox_ids() -> tuple[int, int]:
     """The uid and gid a run drops to when the server is root (``nobody``, else 65534)."""
     try:
@@ -128,18 +138,27 @@ def jupyter_dirs(environ: Mapping[str, str]) -> list[Path]:
 
 def needed_paths(argv0: str) -> list[Path]:
     """Folders a run cannot do without: the interpreter and the Python installation."""
+    return list(_needed_paths(argv0, os.environ.get("PATH")))
+
+
+@functools.lru_cache(maxsize=64)
+def _needed_paths(argv0: str, search: str | None) -> tuple[Path, ...]:
+    # Per interpreter (and PATH): resolved once, not per run. A folder that vanished
+    # later makes bubblewrap fail the run, so nothing is left unchecked.
     paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent}
-    exe = shutil.which(argv0) or argv0
+    exe = shutil.which(argv0, path=search) or argv0
     paths.add(Path(exe).parent)
     paths.add(Path(exe).resolve().parent)
-    return sorted(p.resolve() for p in paths if p.is_dir())
+    return tuple(sorted(p.resolve() for p in paths if p.is_dir()))
 
 
 def inside(path: Path, folder: Path) -> bool:
-    """True when ``path`` is ``folder`` or below it."""
-    return path == folder or folder in path.parents
+    """True when ``path`` is ``folder`` or below it (both absolute and resolved)."""
+    parts = folder.parts
+    return path.parts[: len(parts)] == parts
 
 
+@functools.cache
 def _system_trees() -> list[Path]:
     return [Path(d).resolve() for d in SYSTEM_DIRS if os.path.isdir(d)]
 
@@ -251,19 +270,32 @@ class Confinement:
         lines = ["set -e"]
         if opened:
             lines.append("exec " + " ".join(opened))
-        lines.append(
-            f"mount -t tmpfs -o size={disk_mb}m,nr_inodes={disk_mb * INODES_PER_MB},"
-            f"mode=0755,nosuid,nodev gitpilot-run {q(str(stage))}"
-        )
         writable = ["run", "tmp", "shm"]
         staged = ["ro" + str(p) for p in view.interpreters]
-        lines.append("mkdir -p " + " ".join(q(str(stage / p)) for p in ["empty", *staged]))
+        # One ``mount`` for every mount of the stage (an fstab of this run): the
+        # size-capped tmpfs, an empty read-only one to cover hidden folders with, and
+        # the interpreter folders, each mount point made by mount itself.
+        table = [
+            (
+                "gitpilot-run",
+                stage,
+                "tmpfs",
+                f"size={disk_mb}m,nr_inodes={disk_mb * INODES_PER_MB},mode=0755,nosuid,nodev",
+            ),
+            ("gitpilot-empty", stage / "empty", "tmpfs", EMPTY_OPTIONS),
+            *(
+                (str(source), stage / target, "none", "bind,X-mount.mkdir")
+                for source, target in zip(view.interpreters, staged, strict=True)
+            ),
+        ]
+        fstab = workdir / FSTAB_FILE
+        fstab.write_text(
+            "".join(f"{_fstab(str(a))} {_fstab(str(b))} {c} {d} 0 0\n" for a, b, c, d in table)
+        )
+        lines.append(f"mount --all --fstab {q(str(fstab))}")
         # The writable folders are the run's alone (0700), as the run folder on the host.
-        lines.append("umask 077 && mkdir " + " ".join(q(str(stage / p)) for p in writable))
-        if self.as_root:
-            lines.append(f"chown {uid}:{gid} " + " ".join(q(str(stage / p)) for p in writable))
-        for source, target in zip(view.interpreters, staged, strict=True):
-            lines.append(f"mount --bind {q(str(source))} {q(str(stage / target))}")
+        owner = f"-o {uid} -g {gid} " if self.as_root else ""
+        lines.append(f"install -d -m 0700 {owner}" + " ".join(q(str(stage / p)) for p in writable))
         enter = ""
         if allow_network and egress and self.net_tools is not None:
             slirp, nsenter, ip = (q(t) for t in self.net_tools)

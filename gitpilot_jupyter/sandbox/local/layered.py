@@ -29,7 +29,7 @@ from ..records import IsolationGap, IsolationReport
 from . import cgroups, confine, namespaces
 from .confine import jupyter_dirs, plan_view
 from .isolation import ISOLATION_CHOICES, ISOLATION_ENV, Isolator, Launch
-from .rlimits import RlimitPlan, plan_rlimits, unavailable_reasons
+from .rlimits import ULIMIT_CANDIDATES, RlimitPlan, capped, plan_rlimits, unavailable_reasons
 
 LINUX = sys.platform == "linux"
 _CGROUP_CACHE: list[tuple[cgroups.CgroupTree | None, list[str]]] = []
@@ -66,6 +66,42 @@ def launch_tools() -> tuple[str, str] | None:
     return (SHELL, prlimit) if done.returncode == 7 else None
 
 
+@functools.cache
+def shell_ulimits() -> dict[int, tuple[str, int]]:
+    """The rlimits :data:`SHELL`'s ``ulimit`` builtin sets exactly, soft = hard, probed once.
+
+    Each candidate option is run once and the shell's own ``/proc/$$/limits`` read back
+    (builtins only): a shell whose ``ulimit`` means something else is simply not used
+    for that limit, and ``prlimit`` sets it instead.
+    """
+    found: dict[int, tuple[str, int]] = {}
+    if not LINUX or not os.access(SHELL, os.X_OK):
+        return found
+    for which, (name, value, candidates) in ULIMIT_CANDIDATES.items():
+        target = capped(which, value)
+        for letter, unit in candidates:
+            count = target // unit
+            script = (
+                f"ulimit -{letter} {count} && "
+                'while IFS= read -r line; do echo "$line"; done </proc/$$/limits'
+            )
+            try:
+                done = subprocess.run(
+                    [SHELL, "-c", script], capture_output=True, text=True, timeout=10, check=False
+                )
+            except (OSError, subprocess.SubprocessError):
+                continue
+            want = str(count * unit)
+            for line in done.stdout.splitlines():
+                if line.startswith(name + " "):
+                    fields = line[len(name) :].split()
+                    if done.returncode == 0 and fields[:2] == [want, want]:
+                        found[which] = (letter, unit)
+            if which in found:
+                break
+    return found
+
+
 def exec_prefix(
     tools: tuple[str, str], rlimits: RlimitPlan, cgroup: cgroups.CgroupRun | None
 ) -> list[str] | None:
@@ -73,19 +109,24 @@ def exec_prefix(
 
     The shell writes its own pid to each ``cgroup.procs`` (a builtin: no fork), so it
     and all it becomes and starts (the namespace tool, its pid namespace, the
-    interpreter) are in the run cgroup; ``prlimit`` then sets the limits on itself and
-    execs the command, which inherits them. A failed join or limit stops the launch
-    before the command runs. None when a limit has no ``prlimit`` option.
+    interpreter) are in the run cgroup; its ``ulimit`` builtin then sets the limits
+    (where the shell states them exactly, else ``prlimit`` sets them on itself) and
+    it execs the command, which inherits them. A failed join or limit stops the
+    launch before the command runs. None when a limit has no ``prlimit`` option.
     """
     sh, prlimit = tools
     options = rlimits.prlimit_options()
     if options is None:
         return None
-    prefix = [prlimit, *options, "--"] if options else []
+    builtins = rlimits.ulimit_commands(shell_ulimits())
+    prefix = [prlimit, *options, "--"] if options and builtins is None else []
     procs = [str(path) for path in cgroup.procs_files()] if cgroup is not None else []
+    steps = [f'echo "$$" >"${i}"' for i in range(1, len(procs) + 1)]
     if procs:
-        joins = " && ".join(f'echo "$$" >"${i}"' for i in range(1, len(procs) + 1))
-        script = f'{joins} && shift {len(procs)} && exec "$@"'
+        steps.append(f"shift {len(procs)}")
+    steps += builtins or []
+    if steps:
+        script = " && ".join([*steps, 'exec "$@"'])
         prefix = [sh, "-c", script, "sh", *procs, *prefix]
     return prefix
 
@@ -264,7 +305,9 @@ class LayeredIsolator(Isolator):
         if tool is not None:
             hidden = self.hidden_paths()
             layers += tool.layers(allow_network=allow_network)
-            if "hidden-credentials" in layers and plan_view(argv, hidden).kept:
+            # Planned once per run: the hidden paths are re-checked every time.
+            view = plan_view(argv, hidden) if tool.kind == "bwrap" else None
+            if "hidden-credentials" in layers and view is not None and view.kept:
                 layers.remove("hidden-credentials")  # one holds the interpreter: left visible
             argv = tool.wrap(
                 argv,
@@ -272,6 +315,7 @@ class LayeredIsolator(Isolator):
                 allow_network=allow_network,
                 hidden=hidden,
                 disk_mb=limits.disk_mb,
+                view=view,
             )
         run: cgroups.CgroupRun | None = None
         if tree is not None:

@@ -18,6 +18,7 @@ from ..backend import DEFAULT_DISK_MB
 from .confine import (
     TOOLS_FIX,
     Confinement,
+    View,
     confinement,
     inside,
     needed_paths,
@@ -122,11 +123,13 @@ class Namespaces:
         allow_network: bool,
         hidden: Hidden = ((), ()),
         disk_mb: int = DEFAULT_DISK_MB,
+        view: View | None = None,
     ) -> list[str]:
         """``argv`` wrapped to run in the namespaces, with ``workdir`` as its cwd.
 
         ``hidden`` (folders, files) are covered by empty ones (bwrap only);
-        ``disk_mb`` caps the run's writable space (bwrap only).
+        ``disk_mb`` caps the run's writable space (bwrap only); ``view`` is the
+        :func:`plan_view` of ``argv`` and ``hidden`` when the caller has it already.
         """
         if self.kind == "bwrap":
             assert self.confine is not None
@@ -134,7 +137,7 @@ class Namespaces:
                 argv,
                 workdir=workdir,
                 allow_network=allow_network,
-                view=plan_view(argv, hidden),
+                view=view if view is not None else plan_view(argv, hidden),
                 disk_mb=disk_mb,
                 bpf=seccomp_filter()[0],
                 egress=self.egress_error is None,

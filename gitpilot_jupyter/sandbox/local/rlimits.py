@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..backend import ResourceLimits
@@ -28,6 +29,19 @@ _PRLIMIT_OPTIONS = (
         resource.RLIMIT_NPROC: "nproc",
         resource.RLIMIT_FSIZE: "fsize",
         resource.RLIMIT_CPU: "cpu",
+    }
+    if sys.platform != "win32"
+    else {}
+)
+#: ``ulimit`` options (and their units) a POSIX shell may use for each rlimit; which one
+#: this shell really has is probed (dash: ``-p`` for processes, bash: ``-u``).
+#: Each with its line in ``/proc/PID/limits`` and a value to probe with.
+ULIMIT_CANDIDATES: dict[int, tuple[str, int, tuple[tuple[str, int], ...]]] = (
+    {
+        resource.RLIMIT_DATA: ("Max data size", 64 * MIB, (("d", 1024),)),
+        resource.RLIMIT_NPROC: ("Max processes", 999, (("p", 1), ("u", 1))),
+        resource.RLIMIT_FSIZE: ("Max file size", 8 * MIB, (("f", 512),)),
+        resource.RLIMIT_CPU: ("Max cpu time", 3600, (("t", 1),)),
     }
     if sys.platform != "win32"
     else {}
@@ -62,11 +76,30 @@ class RlimitPlan:
             option = _PRLIMIT_OPTIONS.get(which)
             if option is None:
                 return None
-            _, hard = resource.getrlimit(which)
-            if hard != resource.RLIM_INFINITY:
-                value = min(value, hard)
+            value = capped(which, value)
             out.append(f"--{option}={value}:{value}")
         return out
+
+    def ulimit_commands(self, options: Mapping[int, tuple[str, int]]) -> list[str] | None:
+        """The same limits as shell ``ulimit`` builtins (soft = hard), or None.
+
+        ``options`` is what the shell was probed to set exactly (option, unit); None
+        when a limit has no option there or its value is not a whole number of units.
+        """
+        out: list[str] = []
+        for which, value in self.limits:
+            option = options.get(which)
+            value = capped(which, value)
+            if option is None or value % option[1]:
+                return None
+            out.append(f"ulimit -{option[0]} {value // option[1]}")
+        return out
+
+
+def capped(which: int, value: int) -> int:
+    """``value`` capped at this process's hard limit of ``which`` (the child inherits it)."""
+    _, hard = resource.getrlimit(which)
+    return value if hard == resource.RLIM_INFINITY else min(value, hard)
 
 
 def _user_task_count(uid: int) -> int:
