@@ -68,7 +68,8 @@ def _label(path: str, args: str) -> str:
     name = Path(path).name
     words = re.findall(r'"((?:[^"\\]|\\.)*)"', args)[1:]
     if name == "mount":
-        kind = "--bind" if "--bind" in words else "--move" if "--move" in words else "tmpfs"
+        kinds = {"--bind": "--bind", "--move": "--move", "--all": "--all (fstab)"}
+        kind = next((kinds[w] for w in words if w in kinds), "tmpfs")
         return f"mount {kind}"
     if name == "sh":
         script = words[1] if len(words) > 1 else ""
