@@ -4,6 +4,9 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# `make run` installs what running needs (the package, JupyterLab, the kernel, the Docker SDK for the
+# MatrixLab lifecycle); everything else (`make test`, lint, docs, install) adds the test and docs tools.
+RUN_STAMP := $(VENV)/.installed-run
 STAMP  := $(VENV)/.installed
 PORT   ?= 8888
 # The JupyterLab extension: rebuilt when its sources change, linked into the venv so lab sees it.
@@ -17,26 +20,30 @@ JSDEPS     := labextension/node_modules/.yarn-state.yml
 
 .DEFAULT_GOAL := help
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@# The wheel maps labextension/install.json itself: a stray copy in the build output would clash.
 	rm -f gitpilot_jupyter/labextension/install.json
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,docker,docs]"
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[lab,docker]"
+	touch $@
 
-$(JSDEPS): labextension/package.json labextension/yarn.lock | $(STAMP)
+$(STAMP): $(RUN_STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[lab,docker,test,docs]"
+	touch $@
+
+$(JSDEPS): labextension/package.json labextension/yarn.lock | $(RUN_STAMP)
 	cd labextension && $(JLPM) install
 	touch $@
 
-$(LABEXT): $(LABEXT_SRC) $(JSDEPS) | $(STAMP)
+$(LABEXT): $(LABEXT_SRC) $(JSDEPS) | $(RUN_STAMP)
 	cd labextension && $(JLPM) build
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter labextension develop --overwrite .
 	touch $@
 
-install: $(STAMP) ## create .venv and install the package with its test tools
+install: $(STAMP) ## create .venv and install the package with its test and docs tools
 
-run: $(STAMP) $(LABEXT) ## start JupyterLab with the sandbox on the getting-started notebook (PORT=8888)
+run: $(RUN_STAMP) $(LABEXT) ## start JupyterLab with the sandbox on the getting-started notebook (PORT=8888; Ctrl-C stops)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --port=$(PORT) \
 		--LabApp.default_url=/lab/tree/01-getting-started.ipynb $(if $(filter 0,$(shell id -u)),--allow-root,)
 
@@ -70,7 +77,7 @@ docs: $(STAMP) ## build the documentation site into docs/_build/html (warnings a
 help: ## list the targets with what they do
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-debug: $(STAMP) ## walk the whole sandbox path and say what breaks
+debug: $(RUN_STAMP) ## walk the whole sandbox path and say what breaks
 	$(BIN)/jupyter-sandbox debug
 
 clean: ## remove .venv and every build, cache and docs output

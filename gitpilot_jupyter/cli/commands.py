@@ -11,14 +11,18 @@ from typing import Any
 
 from ..sandbox.errors import InvalidRequest
 from ..sandbox.languages import language_for_path
+from ..sandbox.local.off import off_confirmation
 from ..sandbox.plans import ExecutionPlan
-from ..sandbox.results import RunResult
+from ..sandbox.report import stopped_message
+from ..sandbox.results import RunResult, new_run_id
 from ..sandbox.service import SandboxService
 from ..sandbox.settings import FIELD_NAMES, parse_assignments
 from ..sandbox.sync import run_sync
 from .render import print_plan, print_plan_code, print_result_footer, print_status
 
 EXIT_TIMEOUT = 124
+#: A run stopped by Ctrl-C exits as a shell's interrupted command does (128 + SIGINT).
+EXIT_STOPPED = 130
 
 
 def make_service() -> SandboxService:
@@ -47,6 +51,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="set one setting (repeatable); nothing is written if any value is invalid",
     )
     p.add_argument("--json", action="store_true", help="print the settings as JSON")
+    p.add_argument(
+        "-y",
+        "--yes",
+        action="store_true",
+        help="confirm without asking (switching to backend off asks otherwise)",
+    )
     p.set_defaults(handler=cmd_config)
 
     for name, helptext in (
@@ -124,6 +134,9 @@ def cmd_config(args: argparse.Namespace) -> int:
     service = make_service()
     if args.changes:
         changes = parse_assignments(args.changes, what="--set")
+        question = off_confirmation(changes, service.config()["backend"])
+        if question is not None and not _ask(question, args.yes, "switch"):
+            return 2
         run_sync(service.configure(changes, user="cli"))
     config = service.config()
     if args.json:
@@ -179,6 +192,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 2 if plan.blocked else 0
 
 
+def _ask(question: str, yes: bool, what: str) -> bool:
+    """True when ``--yes`` was given or the user answers yes on the terminal."""
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        print(
+            f"error: {question}\nNo terminal to ask on: re-run with --yes to {what}.",
+            file=sys.stderr,
+        )
+        return False
+    print(question, file=sys.stderr)
+    answer = input("Continue? [y/N] ").strip().lower()
+    return answer in ("y", "yes")
+
+
 def _confirm(plan: ExecutionPlan, yes: bool) -> bool:
     if yes:
         return True
@@ -195,7 +223,9 @@ def _confirm(plan: ExecutionPlan, yes: bool) -> bool:
 
 
 def exit_status(result: RunResult) -> int:
-    """The CLI's exit status for a result: the snippet's, or 124 on timeout."""
+    """The CLI's exit status for a result: the snippet's, 124 on timeout, 130 when stopped."""
+    if result.cancelled:
+        return EXIT_STOPPED
     if result.timed_out:
         return EXIT_TIMEOUT
     if result.exit_code < 0:
@@ -217,6 +247,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
 
     pipe_closed = False
+    run_id = new_run_id()
+
+    async def stop() -> None:
+        service.cancel(run_id, user="cli")
 
     async def go() -> RunResult:
         approval = await service.approve(plan.plan_id, user="cli")
@@ -238,17 +272,26 @@ def cmd_run(args: argparse.Namespace) -> int:
                     main_task.cancel()
 
         return await service.run_approved(
-            approval["approval_token"], user="cli", on_output=None if args.json else echo
+            approval["approval_token"],
+            user="cli",
+            on_output=None if args.json else echo,
+            run_id=run_id,
         )
 
+    # Ctrl-C stops the run (its process tree is killed) and still prints its envelope.
     try:
-        result = run_sync(go())
+        result = run_sync(go(), on_interrupt=stop)
+    except KeyboardInterrupt:
+        print(f"\n{stopped_message(None)}", file=sys.stderr)
+        return EXIT_STOPPED
     except asyncio.CancelledError:
         if pipe_closed:
             raise BrokenPipeError from None
         raise
     if args.json:
         _print_json(result.to_dict())
+    elif result.cancelled:
+        print(f"\n{stopped_message(result.duration_ms / 1000)}", file=sys.stderr)
     else:
         print_result_footer(result, stream=sys.stderr)
     return exit_status(result)

@@ -71,8 +71,17 @@ class SandboxClient(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def run(self, token: str, *, on_output: OutputCallback | None = None) -> RunResult:
-        """Run the approved plan ``token`` stands for, streaming its output to ``on_output``."""
+    async def run(
+        self, token: str, *, on_output: OutputCallback | None = None, run_id: str | None = None
+    ) -> RunResult:
+        """Run the approved plan ``token`` stands for, streaming its output to ``on_output``.
+
+        ``run_id`` names the run so :meth:`cancel` can stop it before it ends.
+        """
+
+    @abc.abstractmethod
+    async def cancel(self, run_id: str) -> None:
+        """Stop the run ``run_id``: it is killed where it runs and answers ``cancelled``."""
 
     @abc.abstractmethod
     async def pending(self) -> list[ExecutionPlan]:
@@ -122,8 +131,12 @@ class SandboxClient(abc.ABC):
         """
 
     async def run_approved(
-        self, plan: ExecutionPlan, *, on_output: OutputCallback | None = None
+        self,
+        plan: ExecutionPlan,
+        *,
+        on_output: OutputCallback | None = None,
+        run_id: str | None = None,
     ) -> RunResult:
         """Approve (the caller is the approver, e.g. a cell's execution) and run ``plan``."""
         approval = await self.approve(plan.plan_id, approved_by="cell")
-        return await self.run(str(approval["approval_token"]), on_output=on_output)
+        return await self.run(str(approval["approval_token"]), on_output=on_output, run_id=run_id)

@@ -76,10 +76,15 @@ class LocalClient(SandboxClient):
         session = None if for_planner else self.session_id
         return await self.service.approve(plan_id, session_id=session, approved_by=approved_by)
 
-    async def run(self, token: str, *, on_output: OutputCallback | None = None) -> RunResult:
+    async def run(
+        self, token: str, *, on_output: OutputCallback | None = None, run_id: str | None = None
+    ) -> RunResult:
         return await self.service.run_approved(
-            token, session_id=self.session_id, user=None, on_output=on_output
+            token, session_id=self.session_id, user=None, on_output=on_output, run_id=run_id
         )
+
+    async def cancel(self, run_id: str) -> None:
+        self.service.cancel(run_id)
 
     async def pending(self) -> list[ExecutionPlan]:
         return await self.service.pending()

@@ -108,8 +108,12 @@ class RestClient(SandboxClient):
         )
         return dict(await self._call("POST", "approve", body))
 
-    async def run(self, token: str, *, on_output: OutputCallback | None = None) -> RunResult:
+    async def run(
+        self, token: str, *, on_output: OutputCallback | None = None, run_id: str | None = None
+    ) -> RunResult:
         body = {"approval_token": token, "session_id": self.session_id}
+        if run_id is not None:
+            body["run_id"] = run_id
         streamed = False
 
         async def line(event: dict[str, Any]) -> None:
@@ -169,6 +173,10 @@ class RestClient(SandboxClient):
     async def pending(self) -> list[ExecutionPlan]:
         answer = await self._call("GET", "plans")
         return [ExecutionPlan.from_dict(plan) for plan in answer["plans"]]
+
+    async def cancel(self, run_id: str) -> None:
+        # (Closing a run's stream stops it as well; this says so while the stream stays open.)
+        await self._call("DELETE", f"runs/{run_id}")
 
     async def reject(self, plan_id: str) -> None:
         await self._call("POST", "reject", {"plan_id": plan_id})

@@ -68,6 +68,14 @@ class SandboxBlocked(SandboxCellError):
         self.plan = plan
 
 
+class SandboxStopped(SandboxCellError):
+    """The user interrupted the cell; the run was killed where it ran (``result`` if any)."""
+
+    def __init__(self, message: str, result: RunResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 class SandboxRunError(SandboxCellError, CalledProcessError):
     """The snippet exited non-zero, timed out or could not launch (as ``%%bash`` raises).
 

@@ -17,11 +17,12 @@ import contextlib
 import json
 import shlex
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
 from IPython.core import magic_arguments as ma
-from IPython.core.error import UsageError
+from IPython.core.error import StdinNotImplementedError, UsageError
 from IPython.core.magic import Magics, magics_class
 from IPython.core.magic import cell_magic as _cell_magic
 from IPython.core.magic import line_magic as _line_magic
@@ -32,20 +33,27 @@ from ..client.base import SandboxClient
 from ..client.local import LocalClient
 from ..client.resolve import make_client
 from ..sandbox.errors import SandboxError
+from ..sandbox.local.off import off_confirmation
 from ..sandbox.plans import ExecutionPlan
-from ..sandbox.report import status_text
-from ..sandbox.results import RunResult
+from ..sandbox.report import status_text, stopped_message
+from ..sandbox.results import RunResult, new_run_id
 from ..sandbox.service import SandboxService
 from ..sandbox.settings import parse_assignments
 from ..sandbox.sync import run_sync
-from .display import CellEcho, SandboxBlocked, SandboxRunError, footer
+from .display import (
+    CellEcho,
+    SandboxBlocked,
+    SandboxRunError,
+    SandboxStopped,
+    footer,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Why ``%sandbox plans`` may miss an agent's plan: it waits on a server this kernel does not use.
 NO_SERVER_NOTE = (
-    "No Jupyter server is reachable from this kernel (in-process path): only this kernel's own "
-    "pending plans are listed. Agents' plans wait on a Jupyter server; to approve them here, "
+    "No Jupyter server is reachable from this kernel (in-process path): only plans agents made "
+    "in this kernel are listed. Agents' plans wait on a Jupyter server; to approve them here, "
     "%config SandboxMagics.server = 'http://HOST:PORT/' (and SandboxMagics.server_token)."
 )
 
@@ -58,7 +66,7 @@ line_magic = cast(Callable[[str], Callable[[F], F]], _line_magic)
 display: Callable[..., None] = _display
 
 LINE_USAGE = (
-    "%sandbox status | settings | config [KEY=VALUE ...] | debug [--matrixlab] | last"
+    "%sandbox status | settings | config [--yes] [KEY=VALUE ...] | debug [--matrixlab] | last"
     " | plans | approve PLAN_ID | reject PLAN_ID | batch SOURCE [options]"
 )
 
@@ -183,29 +191,45 @@ class SandboxMagics(Magics):
             raise UsageError("sandbox: give --network or --no-network, not both")
         stdin = self._stdin(args.stdin)
         client = self.client
-        with usage_errors():
-            plan = run_sync(
-                client.plan(
-                    language=args.language or self.default_language,
-                    code=cell,
-                    timeout_sec=args.timeout,
-                    stdin=stdin,
-                    backend=args.backend,
-                    allow_network=args.network,
-                    env=args.env,
+        try:
+            with usage_errors():
+                plan = run_sync(
+                    client.plan(
+                        language=args.language or self.default_language,
+                        code=cell,
+                        timeout_sec=args.timeout,
+                        stdin=stdin,
+                        backend=args.backend,
+                        allow_network=args.network,
+                        env=args.env,
+                    )
                 )
-            )
+        except KeyboardInterrupt:
+            raise SandboxStopped(stopped_message(None)) from None
         if plan.blocked:
             raise SandboxBlocked(plan)
         if plan.high_risk and not args.yes:
             return self._show_card(plan, client, args.out)
         echo = CellEcho()
+        # The run has its own id so an interrupt (the kernel's stop button) can stop it
+        # where it runs, on the server too, and the cell still gets its envelope.
+        run_id = new_run_id()
+        started = time.monotonic()
         try:
             with usage_errors():
-                result = run_sync(client.run_approved(plan, on_output=echo))
+                result = run_sync(
+                    client.run_approved(plan, on_output=echo, run_id=run_id),
+                    on_interrupt=lambda: client.cancel(run_id),
+                )
+        except KeyboardInterrupt:
+            # The stop could not be asked for (a second interrupt, a gone server): the
+            # run was cancelled on this side, which closes its stream on the server.
+            raise SandboxStopped(stopped_message(time.monotonic() - started, client.path)) from None
         finally:
             echo.flush()
         self._store(result, args.out)
+        if result.cancelled:
+            raise SandboxStopped(stopped_message(result.duration_ms / 1000, client.path), result)
         if self.show_footer:
             print(footer(result, client.path), flush=True)
         raise_error = self.raise_error if args.raise_error is None else args.raise_error
@@ -259,11 +283,31 @@ class SandboxMagics(Magics):
         return SandboxSettingsPanel.for_client(self.client)
 
     def _line_config(self, rest: list[str]) -> None:
-        changes = parse_assignments(rest, what="config")
+        yes = "--yes" in rest
+        changes = parse_assignments([word for word in rest if word != "--yes"], what="config")
+        if changes and not yes:
+            current = run_sync(self.client.status())["settings"]["backend"]
+            question = off_confirmation(changes, current)
+            if question is not None and not self._confirmed(question):
+                print("Not saved: the settings are as they were.")
+                return
         status = run_sync(self.client.configure(changes)) if changes else None
         status = status or run_sync(self.client.status())
         for key, value in status["settings"].items():
             print(f"{key:18} {json.dumps(value)}")
+
+    @staticmethod
+    def _confirmed(question: str) -> bool:
+        """Ask ``question`` in the notebook (an input box); a frontend without one says how."""
+        print(question)
+        try:
+            answer = input("Type yes to confirm: ")
+        except (StdinNotImplementedError, EOFError, OSError):
+            raise UsageError(
+                "sandbox: this needs a confirmation and the frontend cannot ask for one; "
+                "add --yes: %sandbox config --yes KEY=VALUE ..."
+            ) from None
+        return answer.strip().lower() in ("y", "yes")
 
     def _line_debug(self, rest: list[str]) -> None:
         """Walk the whole sandbox path (always in-process: it probes this machine)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,9 @@ class RunRequest:
     #: For a file run, the approved file on this machine: a backend may send its folder
     #: along. What runs is always ``code``, as approved, never the file's current text.
     file: Path | None = None
+    #: Set when someone stops the run: the backend kills it and answers ``cancelled=True``
+    #: with the output so far. A backend that ignores it is cancelled by the service.
+    stop: asyncio.Event | None = field(default=None, repr=False, compare=False)
 
 
 class SandboxBackend(abc.ABC):

@@ -74,6 +74,13 @@ class PlanNotFound(SandboxError):
     status = 404
 
 
+class RunNotFound(SandboxError):
+    """No run with that id is under way (unknown, or already over): nothing to stop."""
+
+    code = "run_not_found"
+    status = 404
+
+
 class PlanBlocked(SandboxError):
     """A blocked plan can never be approved."""
 

@@ -26,11 +26,17 @@ __all__ = ["Approval", "ExecutionPlan", "PlanStore", "new_plan_id", "plan_digest
 AGENT_SOURCE = "agent"
 #: The sources a caller may give a plan (``agent`` is set by the agent entry points only).
 SOURCES = ("code_block", "cell", "file_run", "chat", "rerun", "api")
+#: Sources whose plans wait for someone else's decision (an agent in ``ask`` mode): the
+#: plans Pending Plans lists and counts. A cell's, a ▶ Run's or a REST caller's plan is
+#: decided by whoever made it, where it was made.
+WAITING_SOURCES = (AGENT_SOURCE,)
 #: Pending plans kept per identity and kind (agent plans apart): the oldest is evicted.
 MAX_PENDING_PLANS = 256
 #: Pending plans kept in all; beyond it the oldest plan that is not an agent's goes.
 MAX_PENDING_TOTAL = 16 * MAX_PENDING_PLANS  # the default of PlanStore(max_total=)
 APPROVAL_TTL_SEC = 300
+#: Seconds an undecided plan is kept; then it expires and leaves (an agent waits an hour at most).
+PLAN_TTL_SEC = 3600
 
 
 @dataclass
@@ -62,6 +68,15 @@ class ExecutionPlan:
     spec: RunSpec | None = field(default=None, repr=False, compare=False)
     #: The identity that made the plan (``None`` under a shared-token login).
     owner: str | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """True when the plan waits for someone else's decision and can get one.
+
+        An agent's plan in ``ask`` mode does; a blocked plan never can, and a cell's,
+        a ▶ Run's or a REST caller's plan is decided where it was made.
+        """
+        return self.source in WAITING_SOURCES and not self.blocked
 
     @property
     def high_risk(self) -> bool:
@@ -141,7 +156,7 @@ class PlanStore:
     them each user's agent plans, keep at most ``max_pending`` (oldest evicted), so
     no other traffic can evict a plan an agent waits on, and no client can evict
     another user's plans. ``max_total`` bounds the store; beyond it the oldest plan
-    that is not an agent's is evicted.
+    that is not an agent's is evicted. An undecided plan expires after ``plan_ttl_sec``.
     """
 
     def __init__(
@@ -150,11 +165,13 @@ class PlanStore:
         max_pending: int = MAX_PENDING_PLANS,
         max_total: int | None = None,
         ttl_sec: float = APPROVAL_TTL_SEC,
+        plan_ttl_sec: float = PLAN_TTL_SEC,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.max_pending = max_pending
         self.max_total = max_total if max_total is not None else max(MAX_PENDING_TOTAL, max_pending)
         self.ttl_sec = ttl_sec
+        self.plan_ttl_sec = plan_ttl_sec
         self.clock = clock
         self._plans: OrderedDict[str, ExecutionPlan] = OrderedDict()
         self._bucket_of: dict[str, _Bucket] = {}
@@ -166,6 +183,7 @@ class PlanStore:
         """Keep ``plan`` pending for ``owner``; evict the oldest of the same owner and kind."""
         key: _Bucket = (owner, plan.source == AGENT_SOURCE)
         with self._lock:
+            self._forget_stale_plans()
             self._plans[plan.plan_id] = plan
             self._bucket_of[plan.plan_id] = key
             bucket = self._buckets.setdefault(key, OrderedDict())
@@ -193,6 +211,7 @@ class PlanStore:
     def get(self, plan_id: str) -> ExecutionPlan:
         """A pending plan, or :class:`PlanNotFound`."""
         with self._lock:
+            self._forget_stale_plans()
             plan = self._plans.get(plan_id)
         if plan is None:
             raise PlanNotFound(
@@ -201,9 +220,21 @@ class PlanStore:
         return plan
 
     def pending(self) -> list[ExecutionPlan]:
-        """Plans waiting for approval, oldest first."""
+        """Every undecided, unexpired plan, oldest first (whoever decides it)."""
         with self._lock:
+            self._forget_stale_plans()
             return list(self._plans.values())
+
+    def waiting(self, session_id: str | None = None) -> list[ExecutionPlan]:
+        """The plans waiting for someone else's decision (:attr:`ExecutionPlan.waiting`).
+
+        What Pending Plans lists and the status counts; ``session_id`` keeps one session's.
+        """
+        return [
+            plan
+            for plan in self.pending()
+            if plan.waiting and (session_id is None or plan.session_id == session_id)
+        ]
 
     def reject(self, plan_id: str) -> ExecutionPlan:
         """Drop a pending plan unapproved (a human said no); :class:`PlanNotFound` if gone."""
@@ -232,10 +263,11 @@ class PlanStore:
     ) -> Approval:
         """Consume a pending plan and mint its single-use token."""
         with self._lock:
+            self._forget_stale_plans()
             plan = self._plans.get(plan_id)
             if plan is None:
                 raise PlanNotFound(
-                    f"no pending plan {plan_id!r} (unknown, evicted or already approved)"
+                    f"no pending plan {plan_id!r} (unknown, evicted, expired or already approved)"
                 )
             if plan.blocked:
                 raise PlanBlocked(
@@ -307,6 +339,12 @@ class PlanStore:
                 )
             approval.used = True
             return approval
+
+    def _forget_stale_plans(self) -> None:
+        # Called with the lock held: undecided plans past their time leave the store.
+        cutoff = self.clock() - self.plan_ttl_sec
+        for plan_id in [p for p, plan in self._plans.items() if plan.created_at < cutoff]:
+            del self._plans[plan_id]
 
     def _forget_expired(self, now: float) -> None:
         # Used tokens are kept until they expire so a replay says "used", not "unknown".

@@ -40,11 +40,21 @@ def footer(result: RunResult, path: str | None = None) -> str:
 
 def failure_message(result: RunResult) -> str:
     """Why a run counts as failed, in one line."""
+    if result.cancelled:
+        return stopped_message(result.duration_ms / 1000)
     if result.timed_out:
         return f"the {result.language} snippet timed out and was killed ({result.duration_ms} ms)"
     if result.exit_code == -1:
         return f"the {result.language} snippet could not be launched (see its stderr)"
     return f"the {result.language} snippet exited with code {result.exit_code}"
+
+
+def stopped_message(seconds: float | None, where: str | None = None) -> str:
+    """The one line a stopped run ends with (an interrupted cell, the CLI's Ctrl-C)."""
+    if seconds is None:
+        return "stopped before the snippet started: nothing ran"
+    place = f" ({where})" if where else ""
+    return f"stopped after {seconds:.1f} s: the snippet was killed{place}"
 
 
 def blocked_message(plan: ExecutionPlan) -> str:

@@ -16,7 +16,10 @@ def new_run_id() -> str:
 class RunResult:
     """What happened to one snippet: the same fields on every backend.
 
-    ``exit_code`` is -1 when the snippet timed out or could not be launched.
+    ``exit_code`` is -1 when the snippet timed out, was stopped or could not be
+    launched. ``cancelled`` is True when someone stopped the run before it ended
+    (Stop, a kernel interrupt, Ctrl-C, ``DELETE /api/sandbox/runs/{run_id}``, a
+    closed stream); the output produced until then is kept, as on a timeout.
     ``isolation`` lists only the layers that were really in force; ``notes`` says
     which limits were not enforced as asked.
     """
@@ -30,6 +33,7 @@ class RunResult:
     duration_ms: int = 0
     truncated: bool = False
     timed_out: bool = False
+    cancelled: bool = False
     sandbox_id: str | None = None
     run_id: str = field(default_factory=new_run_id)
     plan_id: str | None = None
@@ -41,7 +45,7 @@ class RunResult:
     @property
     def ok(self) -> bool:
         """True when the snippet exited 0 and was not killed."""
-        return self.exit_code == 0 and not self.timed_out
+        return self.exit_code == 0 and not self.timed_out and not self.cancelled
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON envelope."""
@@ -55,8 +59,10 @@ class RunResult:
 
 
 def result_badges(result: RunResult) -> str:
-    """``backend · exit N · 12 ms`` plus ``timed out`` / ``truncated``: one line for every face."""
+    """``backend · exit N · 12 ms`` plus ``stopped`` / ``timed out`` / ``truncated``: one line."""
     parts = [result.backend, f"exit {result.exit_code}", f"{result.duration_ms} ms"]
+    if result.cancelled:
+        parts.append("stopped")
     if result.timed_out:
         parts.append("timed out")
     if result.truncated:

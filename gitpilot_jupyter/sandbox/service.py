@@ -9,9 +9,13 @@ A run is defined once, by :meth:`SandboxService.spec` (see :mod:`.spec`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,7 @@ from .errors import (
     InvalidRequest,
     NotPlanOwner,
     PlanNotFound,
+    RunNotFound,
     SandboxError,
     UnknownBackend,
 )
@@ -31,12 +36,13 @@ from .files import path_under_root, read_under_root
 from .languages import CANONICAL_LANGUAGES, Interpreters, canonical_language, language_for_path
 from .local.backends import NullSandbox, SubprocessSandbox
 from .local.isolation import Isolator
+from .local.off import OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
 from .matrixlab.config import LifecycleConfig
 from .matrixlab.ops import MatrixLabOperations, ProgressCallback
 from .plans import AGENT_SOURCE, SOURCES, ExecutionPlan, PlanStore, new_plan_id
 from .policy import SandboxPolicy, env_names, find_destructive
 from .records import Check, Status
-from .results import RunResult
+from .results import RunResult, new_run_id
 from .scan import scan
 from .settings import (
     BACKENDS,
@@ -51,9 +57,30 @@ from .text import check_text
 
 REQUIRE_APPROVAL_ENV = "GITPILOT_SANDBOX_REQUIRE_APPROVAL"
 MAX_CODE_CHARS = 1_000_000
+#: A run id a caller may choose (so it can stop the run before the answer comes back).
+RUN_ID_PATTERN = re.compile(r"^run_[0-9a-f]{16}$")
+#: Seconds a stopped backend gets to answer its own envelope (with the output so far)
+#: before the service cancels it outright.
+STOP_GRACE_SEC = 5.0
 
 #: Receives ``(event_name, data)`` for every plan, approval, run and config change.
 AuditHook = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class ActiveRun:
+    """A run under way: who started it, and how to stop it from any thread."""
+
+    run_id: str
+    user: str | None
+    backend: str
+    loop: asyncio.AbstractEventLoop
+    stop: asyncio.Event
+    started: float
+
+    def request_stop(self) -> None:
+        """Ask the run to stop (thread-safe: the event belongs to the run's loop)."""
+        self.loop.call_soon_threadsafe(self.stop.set)
 
 
 def approval_required_by_env(environ: Mapping[str, str]) -> bool:
@@ -63,6 +90,12 @@ def approval_required_by_env(environ: Mapping[str, str]) -> bool:
 
 #: What a long-form run that cannot match any plan is checked against.
 _NO_DIGEST = "sha256:none"
+
+
+def check_run_id(run_id: str | None) -> None:
+    """Refuse a caller-chosen run id that is not ``run_`` + 16 hex digits."""
+    if run_id is not None and not RUN_ID_PATTERN.match(str(run_id)):
+        raise InvalidRequest("run_id must be 'run_' followed by 16 hex digits")
 
 
 def _not_found(plan_id: str) -> PlanNotFound:
@@ -105,6 +138,9 @@ class SandboxService:
         self.lifecycle_config = lifecycle_config or LifecycleConfig()
         #: Test connection and the Runner lifecycle (Docker), kept out of this module.
         self.matrixlab = MatrixLabOperations(self.settings, self.lifecycle_config, self._emit)
+        #: Runs under way by run id, so :meth:`cancel` can stop them.
+        self._runs: dict[str, ActiveRun] = {}
+        self._runs_lock = threading.Lock()
         self._local: dict[str, SandboxBackend] = {
             "subprocess": SubprocessSandbox(self.interpreters, isolator),
             "off": NullSandbox(self.interpreters),
@@ -215,12 +251,13 @@ class SandboxService:
         """
         name, effective = self.resolve(backend)
         settings = effective.settings
+        requested = settings.allow_network if allow_network is None else bool(allow_network)
         return RunSpec(
             language=canonical_language(language),
             code=code,
             stdin=stdin,
             timeout_sec=self.policy.timeout(timeout_sec, settings.timeout_sec),
-            network=settings.allow_network if allow_network is None else bool(allow_network),
+            network=network_for(name, requested),  # off: the host's network, whatever was asked
             backend=name,
             env=env_names(env),
             limits=self._limits(settings),
@@ -358,7 +395,7 @@ class SandboxService:
             {"label": f"language {lang} is supported", "ok": True},
             {"label": "no destructive pattern", "ok": blocked_label is None},
             {"label": f"timeout {timeout} s within 1..{self.policy.max_timeout_sec}", "ok": True},
-            {"label": "network disabled" if not network else "network allowed", "ok": not network},
+            {"label": self._network_label(name, network), "ok": not network},
         ]
         if name in self._local:
             found = self.interpreters.resolve(lang) is not None
@@ -388,12 +425,12 @@ class SandboxService:
             timeout_sec=timeout,
             network=network,
             checks=checks,
-            warnings=scan(lang, code),
+            warnings=([dict(OFF_WARNING)] if is_off(name) else []) + scan(lang, code),
             blocked=blocked_label is not None,
             blocked_reason=f"destructive pattern {blocked_label!r}" if blocked_label else None,
             requires_approval=self.require_approval,
             digest=spec.digest,
-            created_at=time.time(),
+            created_at=self.plans.clock(),
             code=code,
             stdin=stdin,
             file=file,
@@ -401,6 +438,12 @@ class SandboxService:
             env=list(names),
             spec=spec,
         )
+
+    @staticmethod
+    def _network_label(backend: str, network: bool) -> str:
+        if is_off(backend):
+            return OFF_NETWORK_CHECK
+        return "network allowed" if network else "network disabled"
 
     # -- ownership --------------------------------------------------------------------
 
@@ -426,12 +469,13 @@ class SandboxService:
     async def pending(
         self, *, user: str | None = None, session_id: str | None = None
     ) -> list[ExecutionPlan]:
-        """Plans waiting for approval that ``user`` may see (their own), oldest first."""
-        return [
-            plan
-            for plan in self.plans.pending()
-            if self._visible(plan, user) and (session_id is None or plan.session_id == session_id)
-        ]
+        """Plans waiting for someone else's decision that ``user`` may see, oldest first.
+
+        What Pending Plans lists and the status counts (:meth:`PlanStore.waiting`): an
+        agent's undecided plans that can still be approved; a cell's, ▶ Run's or a REST
+        caller's own plans are decided where they were made, blocked ones never can be.
+        """
+        return [plan for plan in self.plans.waiting(session_id) if self._visible(plan, user)]
 
     # -- approve / reject ---------------------------------------------------------------
 
@@ -554,13 +598,18 @@ class SandboxService:
         user: str | None = None,
         on_output: OutputCallback | None = None,
         env: Sequence[str] | None = None,
+        run_id: str | None = None,
     ) -> RunResult:
         """The long form of a run: what to run, checked against the approved plan's spec.
 
         Order of checks: backend, approval, language, code, policy. With approval
         switched off, the spec built here runs; else the approved plan's spec.
         ``env`` must name the same variables as the approved plan (the digest binds them).
+        ``run_id`` (``run_`` + 16 hex) lets the caller stop the run with :meth:`cancel`
+        before it ends; one is made up when none is given. A stopped run answers its
+        envelope with ``cancelled=True`` and the output produced until then.
         """
+        check_run_id(run_id)
         for field_name, text in (("code", code), ("stdin", stdin)):
             if isinstance(text, str):
                 check_text(field_name, text)  # a lone surrogate is bad input, never a 500
@@ -592,7 +641,9 @@ class SandboxService:
         if invalid is not None:
             raise invalid
         assert spec is not None
-        return await self._execute(spec, plan_id=plan_id, user=user, on_output=on_output)
+        return await self._execute(
+            spec, plan_id=plan_id, user=user, on_output=on_output, run_id=run_id
+        )
 
     async def run_approved(
         self,
@@ -601,14 +652,20 @@ class SandboxService:
         session_id: str | None = None,
         user: str | None = None,
         on_output: OutputCallback | None = None,
+        run_id: str | None = None,
     ) -> RunResult:
         """Run an approved plan by its token alone: the code does not travel again."""
+        check_run_id(run_id)
         approval = self.plans.redeem(approval_token, digest=None, session_id=session_id, user=user)
         self._check_owner(approval.owner, user)
         if approval.spec is None:  # a plan made before specs (cannot happen in one process)
             raise InvalidRequest("this approval has no run attached; plan and approve again")
         return await self._execute(
-            approval.spec, plan_id=approval.plan_id, user=user, on_output=on_output
+            approval.spec,
+            plan_id=approval.plan_id,
+            user=user,
+            on_output=on_output,
+            run_id=run_id,
         )
 
     async def run_plan(
@@ -649,6 +706,7 @@ class SandboxService:
         plan_id: str | None,
         user: str | None,
         on_output: OutputCallback | None,
+        run_id: str | None = None,
     ) -> RunResult:
         """Run ``spec`` under the policy on its backend; audit the run, whatever happens."""
         if not isinstance(spec.code, str) or not spec.code.strip():
@@ -673,12 +731,15 @@ class SandboxService:
             limits=spec.limits,
             plan_id=plan_id,
             file=file_path,
+            run_id=run_id or new_run_id(),
         )
         result: RunResult | None = None
         failure: BaseException | None = None
         started = time.monotonic()
         try:
-            result = await self.backend(name, settings).run(request, on_output)
+            result = await self._run_stoppable(
+                self.backend(name, settings), request, on_output, user
+            )
         except BaseException as exc:
             failure = exc
             raise
@@ -696,12 +757,94 @@ class SandboxService:
                 if result is not None
                 else int((time.monotonic() - started) * 1000),
                 "timed_out": result.timed_out if result is not None else False,
+                # A caller cancelled mid-run (an interrupted cell): the run was stopped.
+                "cancelled": result.cancelled
+                if result is not None
+                else isinstance(failure, asyncio.CancelledError),
                 "truncated": result.truncated if result is not None else False,
             }
             if failure is not None:
                 event["error"] = type(failure).__name__
             self._emit("run", event)
         return result
+
+    async def _run_stoppable(
+        self,
+        backend: SandboxBackend,
+        request: RunRequest,
+        on_output: OutputCallback | None,
+        user: str | None,
+    ) -> RunResult:
+        """Run ``request`` on ``backend`` while it can be stopped by :meth:`cancel`."""
+        stop = asyncio.Event()
+        request.stop = stop
+        active = ActiveRun(
+            run_id=request.run_id,
+            user=user,
+            backend=backend.name,
+            loop=asyncio.get_running_loop(),
+            stop=stop,
+            started=time.monotonic(),
+        )
+        with self._runs_lock:
+            if request.run_id in self._runs:
+                raise InvalidRequest(
+                    f"a run with id {request.run_id} is already under way", code="run_id_in_use"
+                )
+            self._runs[request.run_id] = active
+        task = asyncio.ensure_future(backend.run(request, on_output))
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                # Stopped: a backend that honours request.stop answers with its output so far.
+                await asyncio.wait({task}, timeout=STOP_GRACE_SEC)
+            if task.done():
+                return task.result()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return RunResult(
+                backend=backend.name,
+                language=request.language,
+                command=self._command(request.language),
+                exit_code=-1,
+                cancelled=True,
+                duration_ms=int((time.monotonic() - active.started) * 1000),
+                run_id=request.run_id,
+                plan_id=request.plan_id,
+                isolation=backend.isolation(),
+            )
+        finally:
+            stopped.cancel()
+            if not task.done():
+                # The caller itself was cancelled (an interrupted cell): the backend's
+                # clean-up kills the process tree before this returns.
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            with self._runs_lock:
+                self._runs.pop(request.run_id, None)
+
+    def cancel(self, run_id: str, *, user: str | None = None) -> dict[str, Any]:
+        """Stop a run under way: its process is killed and its envelope says ``cancelled``.
+
+        Callable from any thread; it returns at once (the run answers its envelope).
+        :class:`RunNotFound` when no such run is under way (unknown, or already over),
+        or when it belongs to another user.
+        """
+        with self._runs_lock:
+            active = self._runs.get(str(run_id))
+        if active is None or (active.user is not None and user is not None and active.user != user):
+            raise RunNotFound(f"no run {run_id!r} is under way (unknown, or already over)")
+        active.request_stop()
+        self._emit("cancel", {"user": user, "run_id": active.run_id, "backend": active.backend})
+        return {"run_id": active.run_id, "cancelled": True}
+
+    def active_runs(self) -> list[str]:
+        """The ids of the runs under way, oldest first."""
+        with self._runs_lock:
+            return list(self._runs)
 
     async def run_approved_here(
         self,
@@ -718,6 +861,7 @@ class SandboxService:
         user: str | None = None,
         on_output: OutputCallback | None = None,
         env: Sequence[str] | None = None,
+        run_id: str | None = None,
     ) -> tuple[ExecutionPlan, RunResult]:
         """Plan, approve in-process and run: for faces where the caller is the approver.
 
@@ -739,7 +883,11 @@ class SandboxService:
             plan.plan_id, session_id=session_id, user=user, approved_by=approved_by
         )
         result = await self.run_approved(
-            approval["approval_token"], session_id=session_id, user=user, on_output=on_output
+            approval["approval_token"],
+            session_id=session_id,
+            user=user,
+            on_output=on_output,
+            run_id=run_id,
         )
         return plan, result
 
@@ -756,6 +904,7 @@ class SandboxService:
         if "backend" in changes:
             # Saving a backend the server refuses would break every later run.
             self.check_allowed(check_backend(changes["backend"]))
+        # Switching to ``off`` is confirmed by each face (sandbox.local.off.off_confirmation).
         self.settings.update(changes)
         self._emit("config", {"user": user, "keys": sorted(changes)})
         return await self.status()
@@ -801,6 +950,7 @@ class SandboxService:
             "settings_error": effective.settings_error,
             "settings_path": str(self.settings.path),
             "allowed_backends": list(self.allowed_backends),
+            "waiting_plans": len(self.plans.waiting()),
             "languages": {
                 lang: self.interpreters.resolve(lang) is not None for lang in CANONICAL_LANGUAGES
             },

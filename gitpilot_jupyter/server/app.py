@@ -226,6 +226,7 @@ class SandboxApp(ExtensionApp):
                 (f"{API}/batch/plan", batch.BatchPlanHandler),
                 (f"{API}/batch/approve", batch.BatchApproveHandler),
                 (f"{API}/batch", batch.BatchRunHandler),
+                (f"{API}/runs/(?P<run_id>[^/]+)", run.RunCancelHandler),
                 (f"{API}/matrixlab/test", matrixlab.ConnectionTestHandler),
                 (f"{API}/matrixlab/lifecycle", matrixlab.LifecycleStatusHandler),
                 (f"{API}/matrixlab/(install|start|stop)", matrixlab.LifecycleActionHandler),

@@ -68,12 +68,16 @@ class PlanHandler(SandboxHandler):
 
 
 class PlansHandler(SandboxHandler):
-    """``GET /api/sandbox/plans``: what waits for approval (for UIs approving elsewhere)."""
+    """``GET /api/sandbox/plans``: what waits for someone else's decision (Pending Plans)."""
 
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        """Pending plans the caller may see, oldest first; ``?session_id=`` keeps one session's."""
+        """Waiting plans the caller may see, oldest first; ``?session_id=`` keeps one session's.
+
+        The same rule the status counts as ``waiting_plans``: an agent's plans in ``ask``
+        mode that can still be approved; not cells', ▶ Run's or REST callers' own plans.
+        """
         session_id = self.get_query_argument("session_id", None)
         pending = await self.call(self.service.pending(user=self.username, session_id=session_id))
         self.write_json({"plans": [plan.to_dict() for plan in pending]})

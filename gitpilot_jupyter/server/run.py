@@ -1,18 +1,25 @@
-"""``POST /api/sandbox/run``: one JSON envelope, or an NDJSON stream of output then the envelope.
+"""``POST /api/sandbox/run``: one JSON envelope, or an NDJSON stream of output then the envelope;
+``DELETE /api/sandbox/runs/{run_id}``: stop a run under way.
 
 Two forms of body: ``{approval_token, session_id?}`` runs the approved plan (the
 code does not cross the wire a third time); the long form ``{language, code, ...}``
 is kept for compatibility and checked against the approved plan's spec.
+
+A run stops when its caller asks (``DELETE``) or goes away: closing the
+connection of a run that has not answered yet stops it too, so an interrupted
+client never leaves its snippet running on the server.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from tornado import web
 
-from ..sandbox.errors import InvalidRequest
-from .base import authorized_execute, http_error
+from ..sandbox.errors import InvalidRequest, SandboxError
+from ..sandbox.results import new_run_id
+from .base import SandboxHandler, authorized_execute, http_error
 from .stream import LineSink, StreamingHandler
 
 #: Fields that only the long form of a run may carry.
@@ -22,11 +29,15 @@ _LONG_FORM = ("language", "code", "timeout_sec", "stdin", "backend", "allow_netw
 class RunHandler(StreamingHandler):
     """Run an approved snippet; stream its output when the client accepts NDJSON."""
 
+    _run_id: str | None = None
+
     @web.authenticated
     @authorized_execute
     async def post(self) -> None:
         """Check the body, then let the service check approval, language, code and policy."""
         body = self.body("RunRequest")
+        # The caller may choose the id (to stop the run before the answer arrives).
+        run_id = self._run_id = body.pop("run_id", None) or new_run_id()
         short = not any(key in body for key in _LONG_FORM)
         if not short and not {"language", "code"} <= body.keys():
             missing = "language" if "language" not in body else "code"
@@ -50,9 +61,34 @@ class RunHandler(StreamingHandler):
                     session_id=body.get("session_id"),
                     user=self.username,
                     on_output=stream,
+                    run_id=run_id,
                 )
             else:
-                result = await self.service.run(**body, user=self.username, on_output=stream)
+                result = await self.service.run(
+                    **body, user=self.username, on_output=stream, run_id=run_id
+                )
             return result.to_dict()
 
         await self.answer(work)
+
+    def on_connection_close(self) -> None:
+        """The client went away before the answer: stop its run (the audit still records it)."""
+        super().on_connection_close()
+        if self._run_id is not None and self._run_id in self.service.active_runs():
+            self.log.info("sandbox run %s: the client went away; stopping it", self._run_id)
+            with contextlib.suppress(SandboxError):  # it ended meanwhile
+                self.service.cancel(self._run_id, user=self.username)
+
+
+class RunCancelHandler(SandboxHandler):
+    """``DELETE /api/sandbox/runs/{run_id}``."""
+
+    @web.authenticated
+    @authorized_execute
+    async def delete(self, run_id: str) -> None:
+        """Stop a run under way; its envelope then says ``cancelled``."""
+        try:
+            answer = self.service.cancel(run_id, user=self.username)
+        except SandboxError as exc:
+            raise http_error(exc) from None
+        self.write_json(answer)

@@ -14,6 +14,7 @@ checks, warnings, the code). Each card decides once: a second click does nothing
 
 from __future__ import annotations
 
+import contextlib
 import html
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -31,7 +32,7 @@ from ..sandbox.display import (
 from ..sandbox.errors import SandboxError
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.report import failure_message, footer
-from ..sandbox.results import RunResult
+from ..sandbox.results import RunResult, new_run_id
 from ..sandbox.sync import run_sync
 
 _SEVERITY_COLOURS = {"high": "#b71c1c", "medium": "#e65100", "low": "#455a64"}
@@ -164,11 +165,19 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
             return
         self.state = "running"
         self.status.value = "<i>Approved: running…</i>"
+        run_id = new_run_id()
         try:
-            result = run_sync(self._approve_and_run())
+            # A kernel interrupt while it runs stops the run where it runs, as in a cell.
+            result = run_sync(
+                self._approve_and_run(run_id), on_interrupt=lambda: self.client.cancel(run_id)
+            )
         except SandboxError as exc:
             self.state = "failed"
             self.status.value = f"<b>Not run:</b> {html.escape(exc.message)}"
+            return
+        except KeyboardInterrupt:
+            self.state = "failed"
+            self.status.value = "<b>Stopped:</b> the snippet was killed."
             return
         self.result = result
         self.output.append_stdout(footer(result, self.client.path) + "\n")
@@ -181,9 +190,11 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
         if self.on_result is not None:
             self.on_result(result)
 
-    async def _approve_and_run(self) -> RunResult:
+    async def _approve_and_run(self, run_id: str) -> RunResult:
         approval = await self.client.approve(self.plan.plan_id, approved_by="user")
-        return await self.client.run(str(approval["approval_token"]), on_output=self._append)
+        return await self.client.run(
+            str(approval["approval_token"]), on_output=self._append, run_id=run_id
+        )
 
     async def _approve_for_planner(self, plan_id: str) -> None:
         # The token in the answer is dropped on purpose: the planner claims it.
@@ -196,12 +207,16 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
             self.output.append_stderr(text)
 
     def reject(self) -> None:
-        """Reject the plan: nothing runs (a listed plan is also dropped on the server)."""
+        """Reject the plan: nothing runs, and the plan is dropped where it waits (the server)."""
         if self._decided():
             return
         if not self.runs:
             self._decide(self.client.reject, "rejected", "Rejected", "Not rejected")
             return
+        # The cell's own plan: rejected here and in the service, so no other view of the
+        # plans (Pending Plans, %sandbox plans, the CLI) keeps offering it.
+        with contextlib.suppress(SandboxError):  # already gone (expired): rejected all the same
+            run_sync(self.client.reject(self.plan.plan_id))
         self.state = "rejected"
         self.status.value = "<b>Rejected:</b> nothing ran."
 

@@ -15,6 +15,7 @@ from traitlets import Bool, Dict, HasTraits, Int, Unicode
 
 from ..client.local import SandboxClient
 from ..sandbox.errors import SandboxError
+from ..sandbox.local.off import off_confirmation
 from ..sandbox.sync import run_sync
 
 T = TypeVar("T")
@@ -73,6 +74,13 @@ class SandboxSettingsModel(HasTraits):
     transcript = Unicode("", help="The steps of the last lifecycle action.")
     busy = Bool(False, help="True while an action runs (the view shows progress).")
     path = Unicode("", help="Which path the client takes: in-process or REST.")
+    question = Unicode(
+        "",
+        help="A Save that needs a yes first (switching to off, an unreachable Runner); "
+        "confirm() saves, cancel() drops it ('' = none).",
+    )
+    test_ok = Bool(None, allow_none=True, help="The last Test connection's verdict (None: none).")
+    tested_url = Unicode("", help="The URL the last Test connection tried.")
 
     def __init__(self, client: SandboxClient, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -139,18 +147,62 @@ class SandboxSettingsModel(HasTraits):
             changed["matrixlab_token"] = self.token_input
         return changed
 
-    def save(self) -> None:
-        """Persist only what the user set; the typed token is sent once, then forgotten."""
+    def save_question(self, changes: dict[str, object]) -> str | None:
+        """What to ask before saving ``changes``, or None when they can be saved at once."""
+        question = off_confirmation(changes, str(self._loaded.get("backend", self.backend)))
+        if question is not None:
+            return question
+        if (
+            self.backend == "matrixlab"
+            and ("backend" in changes or "matrixlab_url" in changes)
+            and self.test_ok is False
+            and self.tested_url == self.matrixlab_url
+        ):
+            return (
+                f"The Runner at {self.matrixlab_url} was not reachable when you tested it: "
+                "with MatrixLab saved, every run fails until it answers. "
+                "Save anyway, or start the Runner (Install / Start) first?"
+            )
+        return None
+
+    def save(self, *, confirmed: bool = False) -> None:
+        """Persist only what the user changed; the typed token is sent once, then forgotten.
+
+        Switching to ``off``, or to a Runner that just failed its test, asks first:
+        :attr:`question` holds the question and nothing is saved until :meth:`confirm`.
+        """
         changes = self.changes()
-        self.token_input = ""
         if not changes:
+            self.token_input = ""
             self.message = "Nothing to save."
             return
+        question = None if confirmed else self.save_question(changes)
+        if question is not None:
+            self.question = question
+            self.message = f"⚠ {question} Nothing is saved yet."
+            return
+        self.question = ""
+        self.token_input = ""
         status = self._call(self.client.configure(changes))
         if status is not None:
             self._apply_status(status)
             self.message = f"Saved {', '.join(sorted(changes))}."
             self.refresh_lifecycle()  # the Runner URL or token may have changed
+
+    def confirm(self) -> None:
+        """Yes to :attr:`question`: save what was asked."""
+        if self.question:
+            self.save(confirmed=True)
+
+    def cancel(self) -> None:
+        """No to :attr:`question`: nothing is saved and the fields go back to the saved values."""
+        if not self.question:
+            return
+        self.question = ""
+        self.token_input = ""
+        for key, value in self._loaded.items():
+            setattr(self, key, value)
+        self.message = "Not saved: the settings are as they were."
 
     def clear_token(self) -> None:
         """Remove the saved bearer token."""
@@ -167,6 +219,8 @@ class SandboxSettingsModel(HasTraits):
         )
         if report is not None:
             self.test_result = format_test(report)
+            self.test_ok = bool(report.get("ok"))
+            self.tested_url = self.matrixlab_url
 
     async def _progress(self, event: dict[str, Any]) -> None:
         # Docker reports every layer many times: keep one live line per image and layer.

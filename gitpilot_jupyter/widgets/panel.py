@@ -52,6 +52,10 @@ class SandboxSettingsPanel(ipw.VBox):  # type: ignore[misc]
         self.progress = ipw.IntProgress(value=1, min=0, max=1, bar_style="info")
         self.transcript = ipw.Textarea(disabled=True, layout=ipw.Layout(width="100%", height="8em"))
         self.message = ipw.HTML()
+        #: Shown while a Save waits for a yes (switching to off, an unreachable Runner).
+        self.confirm = ipw.Button(description="Save anyway", button_style="danger", icon="check")
+        self.cancel = ipw.Button(description="Cancel", icon="times")
+        self.question = ipw.HBox([self.confirm, self.cancel])
 
         for trait, widget in (
             ("backend", self.backend),
@@ -67,11 +71,15 @@ class SandboxSettingsPanel(ipw.VBox):  # type: ignore[misc]
             ipw.dlink((model, trait), (getattr(self, trait), "value"), html.escape)
 
         self.save.on_click(lambda _: model.save())
+        self.confirm.on_click(lambda _: model.confirm())
+        self.cancel.on_click(lambda _: model.cancel())
         self.clear_token.on_click(lambda _: model.clear_token())
         self.test.on_click(lambda _: model.test_connection())
         for action in ("install", "start", "stop"):
             getattr(self, action).on_click(lambda _, a=action: model.run_lifecycle(a))
-        model.observe(self._refresh, names=["has_token", "env_override", "busy", "transcript"])
+        model.observe(
+            self._refresh, names=["has_token", "env_override", "busy", "transcript", "question"]
+        )
         model.observe(self._refresh, names=["lifecycle_enabled", "lifecycle_reason", "lifecycle"])
 
         matrixlab = ipw.VBox(
@@ -97,6 +105,7 @@ class SandboxSettingsPanel(ipw.VBox):  # type: ignore[misc]
                 self.timeout,
                 self.save,
                 self.message,
+                self.question,
             ]
         )
         self._refresh()
@@ -121,6 +130,10 @@ class SandboxSettingsPanel(ipw.VBox):  # type: ignore[misc]
             else ""
         )
         _shown(self.progress, m.busy)
+        _shown(self.question, bool(m.question))
+        self.confirm.description = (
+            "Switch to Pass-through" if m.question and m.backend == "off" else "Save anyway"
+        )
         _shown(self.transcript, bool(m.transcript))
         for button in (self.save, self.test, self.clear_token):
             button.disabled = m.busy

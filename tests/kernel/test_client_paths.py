@@ -267,10 +267,23 @@ def test_the_approval_card_over_rest(server: LiveServer) -> None:
         assert answer.status_code == 200
         return answer.text
 
-    assert plan.plan_id in pending()  # waiting on the server for the click
+    # Decided on its card, by whoever ran the cell: not in anyone's Pending Plans.
+    assert plan.plan_id not in pending()
     card = ApprovalCard(plan, client)
     card.approve_button.click()
     shown = "".join(o.get("text", "") for o in card.output.outputs)
     assert card.state == "done" and shown.startswith("approved over rest\n")
     assert shown.rstrip().endswith(" · REST")
-    assert plan.plan_id not in pending()  # approved (and spent) on the server
+
+
+def test_rejecting_on_the_card_rejects_on_the_server(server: LiveServer) -> None:
+    from gitpilot_jupyter.widgets.approval import ApprovalCard
+
+    client = RestClient(server.url, server.token)
+    plan = run_sync(client.plan(language="python", code="import subprocess\nprint(1)"))
+    card = ApprovalCard(plan, client)
+    card.reject_button.click()
+    assert card.state == "rejected"
+    with server.client() as http:
+        approve = http.post("/api/sandbox/approve", json={"plan_id": plan.plan_id})
+    assert approve.status_code == 404 and approve.json()["code"] == "plan_not_found"

@@ -15,6 +15,8 @@ import pytest
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.manager import start_new_kernel
 
+from tests.support.live_server import LiveServer
+
 TIMEOUT = 60
 
 
@@ -112,24 +114,48 @@ def test_the_card_runs_on_a_frontend_click(kernel: BlockingKernelClient) -> None
     ), "a second click must not run the snippet again"
 
 
-def test_interrupting_the_kernel_stops_the_snippet(kernel: BlockingKernelClient) -> None:
+@pytest.mark.parametrize("path", ["in-process", "REST"])
+def test_interrupting_the_kernel_stops_the_snippet(
+    kernel: BlockingKernelClient, path: str, request: pytest.FixtureRequest
+) -> None:
     from jupyter_client.manager import KernelManager
 
-    code = "%%sandbox --timeout 60\nimport time\nprint('started', flush=True)\n"
+    from tests.server.test_cancel import appears, new_marker, processes_with
+
+    if path == "REST":
+        live: LiveServer = request.getfixturevalue("server")
+        run(
+            kernel,
+            f"%config SandboxMagics.server = {live.url!r}\n"
+            f"%config SandboxMagics.server_token = {live.token!r}",
+        )
+    marker = new_marker()
+    code = "%%sandbox --yes --timeout 60 --out r\nimport subprocess, time\n"
+    code += f"subprocess.Popen(['sleep', '{marker}'])\nprint('started', flush=True)\n"
     code += "time.sleep(2)\nprint('still alive', flush=True)\ntime.sleep(60)"
     msg_id = kernel.execute(code)
     seen: list[dict[str, Any]] = []
     deadline = time.monotonic() + TIMEOUT
     while "started" not in streams(seen, msg_id) and time.monotonic() < deadline:
         seen.append(kernel.get_iopub_msg(timeout=TIMEOUT))
+    assert appears(marker), "the snippet's child should be running"
     started = time.monotonic()
     km: KernelManager = kernel.parent
     km.interrupt_kernel()
     seen += messages_until_idle(kernel, msg_id)
-    errors = [m["content"]["ename"] for m in seen if m["msg_type"] == "error"]
-    assert errors == ["KeyboardInterrupt"]
+    errors = [m["content"] for m in seen if m["msg_type"] == "error"]
+    # One short line, no traceback of the machinery (sync.py, threading.py).
+    assert len(errors) == 1 and errors[0]["ename"] == "SandboxStopped"
+    (line,) = errors[0]["traceback"]
+    assert line.startswith("SandboxStopped: stopped after ") and "the snippet was killed" in line
+    assert f"({path})" in line
     assert time.monotonic() - started < 20
-    time.sleep(3)  # long enough for the snippet to print again, were it still running
+    # Killed where it ran (the server, on the REST path), not only forgotten by the kernel.
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not processes_with(marker)
+    time.sleep(2.5)  # long enough for the snippet to print again, were it still running
     while True:
         try:
             seen.append(kernel.get_iopub_msg(timeout=0.5))
@@ -138,5 +164,6 @@ def test_interrupting_the_kernel_stops_the_snippet(kernel: BlockingKernelClient)
     assert "still alive" not in "".join(
         m["content"].get("text", "") for m in seen if m["msg_type"] == "stream"
     )
-    check = kernel.execute("print('kernel fine')")
-    assert streams(messages_until_idle(kernel, check), check) == "kernel fine\n"
+    # The envelope says so, and the kernel goes on.
+    check = kernel.execute("print(r['cancelled'], r['exit_code'], r['stdout'].strip())")
+    assert streams(messages_until_idle(kernel, check), check) == "True -1 started\n"

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from IPython.core.error import UsageError
+from IPython.core.error import StdinNotImplementedError, UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from traitlets.config import Config
 
 from gitpilot_jupyter.kernel.display import SandboxBlocked, SandboxRunError
 from gitpilot_jupyter.kernel.magics import NO_SERVER_NOTE, SandboxMagics
+from gitpilot_jupyter.sandbox.sync import run_sync
 from tests.support.system import require_system
 
 
@@ -297,16 +298,51 @@ def test_line_magic_errors(shell: InteractiveShell, line: str, message: str) -> 
 def test_backend_flag_and_env_override(
     shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # An off plan carries a high-severity warning: its card waits for a click, or --yes.
     with capture_output():
         cell(shell, "--backend off --out r", "print('host')")
+    assert "r" not in shell.user_ns
+    with capture_output():
+        cell(shell, "--backend off --yes --out r", "print('host')")
     assert shell.user_ns["r"]["backend"] == "off"
     monkeypatch.setenv("GITPILOT_SANDBOX", "off")
     with capture_output():
-        cell(shell, "--out r", "print('host')")
+        cell(shell, "--yes --out r", "print('host')")
     assert shell.user_ns["r"]["backend"] == "off"
     with capture_output():
         cell(shell, "--backend subprocess --out r", "print('sandboxed')")
     assert shell.user_ns["r"]["backend"] == "subprocess"
+
+
+def test_config_asks_before_switching_to_off(
+    shell: InteractiveShell, sandbox_config_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answers = iter(["no", "yes"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(answers))
+    with capture_output() as out:
+        shell.run_line_magic("sandbox", "config backend=off")
+    assert "No isolation: runs on the host as you, network not blocked" in out.stdout
+    assert "Not saved" in out.stdout
+    assert not (sandbox_config_dir / "settings.json").exists()
+    with capture_output() as out:
+        shell.run_line_magic("sandbox", "config backend=off")
+    assert 'backend            "off"' in out.stdout
+
+
+def test_config_to_off_without_a_way_to_ask_needs_yes(
+    shell: InteractiveShell, sandbox_config_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_stdin(prompt: str = "") -> str:
+        raise StdinNotImplementedError("raw_input was called, but this frontend does not support")
+
+    monkeypatch.setattr("builtins.input", no_stdin)
+    with capture_output(), pytest.raises(UsageError, match="add --yes"):
+        shell.run_line_magic("sandbox", "config backend=off")
+    assert not (sandbox_config_dir / "settings.json").exists()
+    with capture_output():
+        shell.run_line_magic("sandbox", "config --yes backend=off")
+    saved = json.loads((sandbox_config_dir / "settings.json").read_text())["sandbox"]
+    assert saved == {"backend": "off"}
 
 
 def test_settings_shows_the_panel(shell: InteractiveShell, sandbox_config_dir: Path) -> None:
@@ -357,10 +393,19 @@ def test_plans_in_process_says_so_and_lists_the_local_store(
         cell(shell, "", "import subprocess\nprint('cell plan')")  # waits on its card
     with capture_output() as cap:
         shell.run_line_magic("sandbox", "plans")
+    # A cell's plan is decided on its own card: it waits for nobody else.
+    assert "no plans are waiting for approval" in cap.stdout and magics.plan_cards == []
+    service = magics.client.service  # type: ignore[attr-defined]
+    agent = run_sync(service.plan(language="python", code="print('agent')", source="agent"))
+    with capture_output() as cap:
+        shell.run_line_magic("sandbox", "plans")
     assert NO_SERVER_NOTE in cap.stdout
     [card] = magics.plan_cards
-    assert card.plan.plan_id == magics.card.plan.plan_id
-    assert "source <b>cell</b>" in card.children[0].value
+    assert card.plan.plan_id == agent.plan_id
+    assert "source <b>agent</b>" in card.children[0].value
     card.approve_button.click()  # approves only: nothing runs in the listing's card
     assert card.state == "approved" and card.output.outputs == ()
-    assert magics.client.service.plans.pending() == []  # type: ignore[attr-defined]
+    assert service.plans.waiting() == []
+    # The cell's card rejected: the plan leaves the service too.
+    magics.card.reject_button.click()
+    assert service.plans.pending() == []

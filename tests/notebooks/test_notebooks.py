@@ -1,19 +1,31 @@
-"""Every notebook in notebooks/ runs top to bottom in a real kernel, and says what it should.
+"""Every notebook in notebooks/ runs top to bottom, and says what it should, both ways a
+user opens it:
+
+* ``server``: launched from a real ``jupyter server`` with the extension, as
+  ``make run`` / JupyterLab opens it: the server starts the kernel (a session for
+  the notebook's path), so the magic finds the server that launched it and takes
+  the REST path, and settings live in the server's settings folder;
+* ``alone``: a kernel of its own (nbclient, ``jupyter nbconvert --execute``): the
+  in-process path (notebook 04 is pointed at a server by its env fallback).
 
 Cells are found by their ids. Notebooks are stored without outputs; they run in
-a copy inside a temp folder, with the private settings folder of the test.
+a copy inside a temp folder, with a private settings folder.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 
 from tests.support.live_server import LiveServer, start_live_server
@@ -21,10 +33,44 @@ from tests.support.system import require_system
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 CELL_TIMEOUT_SEC = 120
+MODES = ("server", "alone")
 
 
-def execute(name: str, workdir: Path) -> dict[str, Any]:
-    """Run ``notebooks/<name>`` in the venv's python3 kernel; return its cells by id."""
+class ServerKernel(AsyncKernelManager):  # type: ignore[misc]
+    """A kernel the Jupyter server started (found by its connection file), as a tab has it."""
+
+    def __init__(self, server: LiveServer, kernel_id: str, connection_file: Path) -> None:
+        super().__init__(connection_file=str(connection_file))
+        self.load_connection_file()
+        self.server, self.kernel_id = server, kernel_id
+
+    @property
+    def has_kernel(self) -> bool:
+        return True
+
+    async def _async_is_alive(self) -> bool:
+        return True
+
+    is_alive = _async_is_alive
+
+    async def _async_interrupt_kernel(self) -> None:
+        with self.server.client() as http:
+            http.post(f"/api/kernels/{self.kernel_id}/interrupt")
+
+    interrupt_kernel = _async_interrupt_kernel
+
+
+@dataclass
+class Opened:
+    """Where a notebook ran: its folder, the settings folder it used, the server if any."""
+
+    workdir: Path
+    config_dir: Path
+    server: LiveServer | None
+
+
+def execute_alone(name: str, workdir: Path) -> dict[str, Any]:
+    """Run ``notebooks/<name>`` in a kernel of its own (the venv's python3)."""
     path = workdir / name
     shutil.copy(NOTEBOOKS / name, path)
     nb = nbformat.read(path, as_version=4)
@@ -36,6 +82,77 @@ def execute(name: str, workdir: Path) -> dict[str, Any]:
     )
     client.execute()
     return {cell.id: cell for cell in nb.cells}
+
+
+def execute_on_server(name: str, server: LiveServer) -> dict[str, Any]:
+    """Open ``notebooks/<name>`` on ``server`` as JupyterLab does and run every cell."""
+    shutil.copy(NOTEBOOKS / name, server.root_dir / name)
+    nb = nbformat.read(server.root_dir / name, as_version=4)
+    body = {"path": name, "name": name, "type": "notebook", "kernel": {"name": "python3"}}
+    with server.client() as http:
+        session = http.post("/api/sessions", json=body)
+        assert session.status_code == 201, session.text
+        kernel_id = session.json()["kernel"]["id"]
+    runtime = Path(server.env["JUPYTER_RUNTIME_DIR"])
+    km = ServerKernel(server, kernel_id, runtime / f"kernel-{kernel_id}.json")
+    client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT_SEC, kernel_name="python3")
+    try:
+        client.execute()
+    finally:
+        if client.kc is not None:
+            client.kc.stop_channels()
+        with server.client() as http:
+            http.delete(f"/api/sessions/{session.json()['id']}")
+    return {cell.id: cell for cell in nb.cells}
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    """How the notebook is opened: launched from a server, or alone."""
+    return str(request.param)
+
+
+@pytest.fixture
+def opener(
+    mode: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    sandbox_config_dir: Path,
+) -> Iterator[Any]:
+    """``open(name, env={...})`` runs a notebook in this test's mode; ``.where`` says where."""
+    servers: list[LiveServer] = []
+
+    class Open:
+        where: Opened
+
+        def __call__(self, name: str, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+            if mode == "alone":
+                workdir = tmp_path_factory.mktemp("nb-alone")
+                for key, value in (env or {}).items():
+                    os.environ[key] = value
+                try:
+                    cells = execute_alone(name, workdir)
+                finally:
+                    for key in env or {}:
+                        os.environ.pop(key, None)
+                self.where = Opened(workdir, sandbox_config_dir, None)
+                return cells
+            venv_kernels = {"JUPYTER_PATH": os.path.join(sys.prefix, "share", "jupyter")}
+            server = start_live_server(
+                tmp_path_factory.mktemp("nb-server"), env={**venv_kernels, **(env or {})}
+            )
+            servers.append(server)
+            self.where = Opened(server.root_dir, server.config_dir, server)
+            return execute_on_server(name, server)
+
+    yield Open()
+    for server in servers:
+        server.stop()
+
+
+def saved_settings(config_dir: Path) -> dict[str, Any]:
+    """The sandbox settings written to ``config_dir`` ({} when nothing was saved)."""
+    path = config_dir / "settings.json"
+    return json.loads(path.read_text())["sandbox"] if path.exists() else {}
 
 
 def text(cell: Any, name: str = "stdout") -> str:
@@ -58,25 +175,50 @@ def widget_shown(cell: Any) -> bool:
     )
 
 
-def test_stored_without_outputs() -> None:
+#: What a notebook's metadata holds once JupyterLab opened it with the python3 kernel: stored so,
+#: opening a demo notebook changes nothing and it does not show as modified.
+LAB_METADATA = {
+    "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+    "language_info": {
+        "codemirror_mode": {"name": "ipython", "version": 3},
+        "file_extension": ".py",
+        "mimetype": "text/x-python",
+        "name": "python",
+        "nbconvert_exporter": "python",
+        "pygments_lexer": "ipython3",
+    },
+}
+
+
+def test_stored_clean() -> None:
+    """No outputs, no execution counts, no metadata noise; written as Jupyter writes it."""
     for path in sorted(NOTEBOOKS.glob("*.ipynb")):
-        nb = nbformat.read(path, as_version=4)
+        raw = path.read_text(encoding="utf-8")
+        nb = nbformat.reads(raw, as_version=4)
         nbformat.validate(nb)
+        assert raw == nbformat.writes(nb) + "\n", f"{path.name}: not in Jupyter's own format"
+        assert (nb.nbformat, nb.nbformat_minor) == (4, 5), path.name
+        language_info = dict(nb.metadata.get("language_info", {}))
+        language_info.pop("version", None)  # the Python the kernel runs; Lab writes it too
+        assert {**nb.metadata, "language_info": language_info} == LAB_METADATA, path.name
         for cell in nb.cells:
+            assert set(cell.metadata) <= {"tags"}, f"{path.name} {cell.id}: {dict(cell.metadata)}"
             if cell.cell_type == "code":
                 assert cell.outputs == [] and cell.execution_count is None, path.name
 
 
-def test_01_getting_started(tmp_path: Path) -> None:
+def test_01_getting_started(opener: Any, mode: str) -> None:
     require_system("node", shutil.which("node") is not None, "notebook 1 says hello in JavaScript")
-    cells = execute("01-getting-started.ipynb", tmp_path)
-    assert "backend          subprocess  (ok)" in text(cells["status"])
+    cells = opener("01-getting-started.ipynb")
+    status = text(cells["status"])
+    assert "backend          subprocess  (ok)" in status
+    assert ("REST" if mode == "server" else "in-process") in status.splitlines()[-1]
     python = text(cells["hello-python"])
     assert python.startswith("Hello from Python 3.") and "6 x 7 = 42" in python
     assert "[sandbox] subprocess · exit 0" in python
     assert text(cells["hello-javascript"]).startswith("Hello from JavaScript\n")
     bash = text(cells["hello-bash"])
-    assert bash.startswith("Hello from bash\nI run in /") and str(tmp_path) not in bash
+    assert bash.startswith("Hello from bash\nI run in /") and str(opener.where.workdir) not in bash
     assert "visible in the kernel? False" in text(cells["not-here"])
     plan = text(cells["plan"])
     assert "language: python | backend: subprocess" in plan
@@ -94,8 +236,8 @@ def test_01_getting_started(tmp_path: Path) -> None:
     assert "'exit_code': 1" in text(cells["last"], "result")
 
 
-def test_02_teaching_safely(tmp_path: Path) -> None:
-    cells = execute("02-teaching-safely.ipynb", tmp_path)
+def test_02_teaching_safely(opener: Any, mode: str) -> None:
+    cells = opener("02-teaching-safely.ipynb")
     loop = text(cells["loop-result"])
     assert "timed out: True | exit code: -1" in loop
     assert "kept output: counting forever..." in loop
@@ -109,10 +251,13 @@ def test_02_teaching_safely(tmp_path: Path) -> None:
     assert "exit code 1 after" in asked and "EOFError" in asked
     assert int(asked.split(" after ")[1].split(" ms")[0]) < 10_000
     assert "Ada would be 210 in 2025" in text(cells["stdin-run"])
+    # Where the snippet's environment comes from: the server's (REST) or this kernel's.
+    assert ("REST" if mode == "server" else "in-process") in text(cells["secrets"])
     secrets = text(cells["secrets-run"])
     assert "OPENAI_API_KEY       <not visible>" in secrets
     assert "GRADEBOOK_PASSWORD   <not visible>" in secrets
-    assert "COURSE_NAME          Programming 101" in secrets
+    assert "secret-looking variables the snippet sees: []" in secrets
+    assert "COURSE_NAME = Programming 101" in text(cells["pass-run"])  # passed on purpose
     assert "destructive pattern 'rm -rf /'" in text(cells["destructive"], "error")
     assert "cleaning up" not in text(cells["destructive"])
     assert "removed my own scratch folder" in text(cells["harmless"])
@@ -125,15 +270,9 @@ def test_02_teaching_safely(tmp_path: Path) -> None:
     ]
 
 
-def test_03_matrixlab_against_the_runner_standin(
-    tmp_path: Path,
-    runner_standin: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    sandbox_config_dir: Path,
-) -> None:
-    monkeypatch.setenv("DEMO_RUNNER_URL", runner_standin.url)
-    monkeypatch.setenv("DEMO_RUNNER_TOKEN", runner_standin.token)
-    cells = execute("03-matrixlab.ipynb", tmp_path)
+def test_03_matrixlab_against_the_runner_standin(opener: Any, runner_standin: Any) -> None:
+    env = {"DEMO_RUNNER_URL": runner_standin.url, "DEMO_RUNNER_TOKEN": runner_standin.token}
+    cells = opener("03-matrixlab.ipynb", env=env)
     assert "backend          subprocess" in text(cells["status-before"])
     assert widget_shown(cells["panel"])
     assert text(cells["test"]).startswith("✓ connected")
@@ -152,27 +291,26 @@ def test_03_matrixlab_against_the_runner_standin(
     assert "Runner answering: True" in lifecycle
     assert "Token cleared." in text(cells["restore"])
     assert "backend          subprocess" in text(cells["status-restored"])
-    saved = json.loads((sandbox_config_dir / "settings.json").read_text())["sandbox"]
+    saved = saved_settings(opener.where.config_dir)
     assert saved["backend"] == "subprocess" and "matrixlab_token" not in saved
     for cell in cells.values():  # the token never reached the notebook
         assert runner_standin.token not in json.dumps(cell.get("outputs", []))
 
 
-@pytest.fixture
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    server = start_live_server(tmp_path_factory.mktemp("nb-server"))
-    yield server
-    server.stop()
-
-
-def test_04_rest_api(
-    tmp_path: Path, live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Run headless, the kernel has no launching server: the notebook's documented fallback.
-    monkeypatch.setenv("JUPYTER_SERVER_URL", live_server.url)
-    monkeypatch.setenv("JUPYTER_TOKEN", live_server.token)
-    cells = execute("04-rest-api.ipynb", tmp_path)
-    assert f"talking to {live_server.url}" in text(cells["find"])
+def test_04_rest_api(opener: Any, mode: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    env: dict[str, str] = {}
+    alone_server: LiveServer | None = None
+    if mode == "alone":
+        # A kernel of its own has no launching server: the notebook's documented fallback.
+        alone_server = start_live_server(tmp_path_factory.mktemp("nb-04-server"))
+        env = {"JUPYTER_SERVER_URL": alone_server.url, "JUPYTER_TOKEN": alone_server.token}
+    try:
+        cells = opener("04-rest-api.ipynb", env=env)
+    finally:
+        if alone_server is not None:
+            alone_server.stop()
+    server = alone_server or opener.where.server
+    assert f"talking to {server.url}" in text(cells["find"])
     assert "backend: subprocess | ok: True | approval required: True" in text(cells["status"])
     assert "blocked: False" in text(cells["plan"])
     refused = text(cells["refused"])
@@ -199,15 +337,20 @@ def test_04_rest_api(
     assert "400 unknown sandbox backend 'docker'" in config
 
 
-def test_03_without_a_runner_says_why_and_still_ends_local(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox_config_dir: Path
-) -> None:
-    monkeypatch.setenv("DEMO_RUNNER_URL", "http://127.0.0.1:9")
-    cells = execute("03-matrixlab.ipynb", tmp_path)
+def test_03_without_a_runner_explains_and_leaves_the_settings(opener: Any) -> None:
+    # A fresh setup: nothing answers at the Runner URL.
+    cells = opener("03-matrixlab.ipynb", env={"DEMO_RUNNER_URL": "http://127.0.0.1:9"})
     verdict = text(cells["test"])
     assert verdict.startswith("✗ not usable") and "—" in verdict  # with a hint
-    assert "backend_unreachable" in text(cells["run-python"], "stderr")
+    save = text(cells["save"])
+    assert "was not reachable when you tested it" in save
+    assert "Not saved: the settings are as they were." in save
+    assert "backend          subprocess" in text(cells["status-after"])
+    # The cells meant for the Runner run locally: no outage error, no UsageError.
+    assert "[sandbox] subprocess · exit 0" in text(cells["run-python"])
     assert "[sandbox] subprocess · exit 0" in text(cells["run-local"])
+    code = [cell for cell in cells.values() if cell.cell_type == "code"]
+    assert not [cell.id for cell in code if text(cell, "error")]
+    assert all("UsageError" not in text(cell, "stderr") for cell in code)
     assert "backend          subprocess" in text(cells["status-restored"])
-    saved = json.loads((sandbox_config_dir / "settings.json").read_text())["sandbox"]
-    assert saved["backend"] == "subprocess"
+    assert saved_settings(opener.where.config_dir).get("backend", "subprocess") == "subprocess"

@@ -23,7 +23,8 @@ def test_document_is_valid_openapi() -> None:
 def mounted_routes(app: Any) -> set[str]:
     """The API paths the extension mounts, with regex groups written as the document does."""
     routes = set()
-    for pattern, *_ in app.handlers:
+    for raw, *_ in app.handlers:
+        pattern = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", raw)  # (?P<run_id>...) -> {run_id}
         alternatives = re.fullmatch(r"(.*)\((.+)\)", pattern)
         if alternatives:
             routes |= {alternatives[1] + name for name in alternatives[2].split("|")}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -64,7 +65,7 @@ def test_file_run_guesses_the_language(tmp_path: Path) -> None:
 
 
 def test_config_set_and_show(sandbox_config_dir: Path) -> None:
-    assert cli("config", "--set", "timeout_sec=30", "--set", "backend=off").returncode == 0
+    assert cli("config", "--set", "timeout_sec=30", "--set", "backend=off", "--yes").returncode == 0
     shown = json.loads(cli("config", "--json").stdout)
     assert shown["timeout_sec"] == 30 and shown["backend"] == "off"
     bad = cli("config", "--set", "backend=docker")
@@ -73,6 +74,45 @@ def test_config_set_and_show(sandbox_config_dir: Path) -> None:
         json.loads((sandbox_config_dir / "settings.json").read_text())["sandbox"]["backend"]
         == "off"
     )
+
+
+def test_switching_to_off_asks_first_and_saves_nothing_unconfirmed(
+    sandbox_config_dir: Path,
+) -> None:
+    refused = cli("config", "--set", "backend=off", "--set", "timeout_sec=30", stdin="")
+    assert refused.returncode == 2
+    assert "No isolation: runs on the host as you, network not blocked" in refused.stderr
+    assert "--yes" in refused.stderr
+    assert not (sandbox_config_dir / "settings.json").exists()  # nothing of it was saved
+    assert json.loads(cli("config", "--json").stdout)["backend"] == "subprocess"
+    # Already off: no question (and other settings change freely).
+    assert cli("config", "--set", "backend=off", "--yes").returncode == 0
+    assert cli("config", "--set", "backend=off", "--set", "timeout_sec=20").returncode == 0
+
+
+def test_ctrl_c_stops_the_run_and_kills_the_snippet() -> None:
+    from tests.server.test_cancel import appears, new_marker, processes_with, sleeper
+
+    marker = new_marker()
+    proc = subprocess.Popen(
+        [str(BIN / "jupyter-sandbox"), "run", "python", "-c", sleeper(marker), "--yes"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "started\n"
+    assert appears(marker)
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "stopped after" in err and "the snippet was killed" in err
+    assert "Traceback" not in err and "never printed" not in out
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not processes_with(marker)
 
 
 def test_token_never_printed(sandbox_config_dir: Path) -> None:

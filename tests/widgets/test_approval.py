@@ -77,8 +77,8 @@ def test_reject_runs_nothing(client: LocalClient) -> None:
     card.approve_button.click()
     assert card.state == "rejected" and card.result is None and not seen
     assert card.output.outputs == ()
-    # The plan was never approved: it is still pending in the service.
-    assert client.service.plans.get(plan.plan_id) is plan
+    # Rejected in the service too: no other view (Pending Plans, the CLI) offers it again.
+    assert plan.plan_id not in [p.plan_id for p in client.service.plans.pending()]
 
 
 def test_a_failing_snippet_marks_the_card_failed(client: LocalClient) -> None:

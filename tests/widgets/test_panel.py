@@ -71,10 +71,70 @@ def test_save_writes_only_what_the_user_changed(
     panel.timeout.value = 30
     panel.backend.value = "off"
     panel.save.click()
+    # Pass-through asks first: nothing is saved until the user says yes.
+    assert saved(sandbox_config_dir) == {}
+    assert panel.question.layout.display is None
+    assert "No isolation: runs on the host as you, network not blocked" in panel.message.value
+    assert panel.confirm.description == "Switch to Pass-through"
+    panel.confirm.click()
     assert saved(sandbox_config_dir) == {"timeout_sec": 30, "backend": "off"}
     assert "Saved backend, timeout_sec" in panel.message.value
+    assert panel.question.layout.display == "none"
     panel.save.click()
     assert "Nothing to save" in panel.message.value
+
+
+def test_cancelling_the_switch_to_off_leaves_the_settings_as_they_were(
+    panel: SandboxSettingsPanel, sandbox_config_dir: Path
+) -> None:
+    panel.backend.value = "off"
+    panel.save.click()
+    panel.cancel.click()
+    assert saved(sandbox_config_dir) == {}
+    assert panel.backend.value == "subprocess" and "Not saved" in panel.message.value
+    assert panel.question.layout.display == "none"
+
+
+class Recording(LocalClient):
+    """The real in-process client, remembering what each Save sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[dict[str, object]] = []
+
+    async def configure(self, changes: Any) -> dict[str, Any]:
+        self.sent.append(dict(changes))
+        return await super().configure(changes)
+
+
+def test_save_sends_only_the_fields_that_changed() -> None:
+    client = Recording()
+    panel = SandboxSettingsPanel.for_client(client)
+    panel.timeout.value = 45
+    panel.save.click()
+    panel.network.value = True
+    panel.url.value = "http://127.0.0.1:9"
+    panel.url.value = "http://localhost:8765"  # typed, then put back: not a change
+    panel.save.click()
+    assert client.sent == [{"timeout_sec": 45}, {"allow_network": True}]
+
+
+def test_saving_matrixlab_right_after_not_reachable_warns(
+    panel: SandboxSettingsPanel, sandbox_config_dir: Path
+) -> None:
+    panel.url.value = "http://127.0.0.1:9"  # nothing listens there
+    panel.test.click()
+    assert panel.test_result.value.startswith("✗ not usable")
+    panel.backend.value = "matrixlab"
+    panel.save.click()
+    assert saved(sandbox_config_dir) == {}
+    assert "was not reachable when you tested it" in panel.message.value
+    assert panel.confirm.description == "Save anyway"
+    panel.confirm.click()  # the user insists: it is saved, as asked
+    assert saved(sandbox_config_dir) == {
+        "backend": "matrixlab",
+        "matrixlab_url": "http://127.0.0.1:9",
+    }
 
 
 def test_invalid_values_are_refused_with_a_message(

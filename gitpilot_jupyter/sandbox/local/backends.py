@@ -3,7 +3,8 @@
 Each snippet runs in a fresh 0700 temp dir that is removed afterwards, in its
 own process group, with stdin from ``/dev/null`` unless text is given. Both
 pipes are drained concurrently under the output cap; on timeout the whole
-group is killed and the output produced so far is kept.
+group is killed and the output produced so far is kept; so it is when the
+run is stopped (``request.stop``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..backend import OutputCallback, RunRequest, SandboxBackend
 from ..languages import Interpreters, snippet_filename
@@ -210,11 +211,21 @@ class SubprocessSandbox(SandboxBackend):
         ]
         if request.stdin is not None:
             readers.append(asyncio.ensure_future(_feed_stdin(proc, request.stdin)))
+        exited = asyncio.ensure_future(_exited(proc))
+        waiters: set[asyncio.Future[Any]] = {exited}
+        if request.stop is not None:
+            waiters.add(asyncio.ensure_future(request.stop.wait()))
         try:
-            await asyncio.wait_for(_exited(proc), timeout=request.timeout_sec)
-        except asyncio.TimeoutError:
-            result.timed_out = True
+            done, _ = await asyncio.wait(
+                waiters, timeout=request.timeout_sec, return_when=asyncio.FIRST_COMPLETED
+            )
+            if exited not in done:
+                # Stopped by someone, or out of time: either way the tree is killed below.
+                result.cancelled = bool(done)
+                result.timed_out = not done
         finally:
+            for waiter in waiters:
+                waiter.cancel()
             # Whatever is left of the run (background children, a timed-out
             # tree) dies with it: the temp dir is about to disappear. The launch
             # kills first, while the tree's parent links are still intact.
@@ -237,7 +248,7 @@ class SubprocessSandbox(SandboxBackend):
         result.stdout = out.text
         result.stderr = err.text
         result.truncated = out.truncated or err.truncated
-        if result.timed_out:
+        if result.timed_out or result.cancelled:
             result.exit_code = -1
         else:
             code = proc.returncode if proc.returncode is not None else -1

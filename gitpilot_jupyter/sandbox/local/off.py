@@ -1,0 +1,55 @@
+"""What the ``off`` backend means, said once for every face.
+
+``off`` (pass-through) runs a snippet as a plain child process of the server or
+kernel: no namespaces, no resource limits, the host's files and network, as
+the user who started Jupyter. Only the policy (timeout, output cap, secret
+scrubbing, destructive patterns) still applies. So:
+
+* every ``off`` plan carries :data:`OFF_WARNING` (high severity) and never says
+  "network disabled": its network is whatever the host allows;
+* switching the backend to ``off`` asks for a confirmation in every face, with
+  :func:`off_confirmation` as the question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+OFF_BACKEND = "off"
+
+#: The one sentence every face shows about ``off``.
+OFF_RISK = "no isolation: runs on the host as you, network not blocked"
+
+#: The high-severity warning on every ``off`` plan (the scanner's warning shape).
+OFF_WARNING: dict[str, str] = {
+    "severity": "high",
+    "label": "no isolation",
+    "detail": "runs on the host as you, network not blocked",
+}
+
+#: The plan's network check on ``off``: nothing blocks the network there.
+OFF_NETWORK_CHECK = "network not blocked (backend off)"
+
+
+def is_off(backend: str | None) -> bool:
+    """True for the pass-through backend."""
+    return backend == OFF_BACKEND
+
+
+def network_for(backend: str, requested: bool) -> bool:
+    """The network a run really has: on ``off`` always the host's, else what was asked."""
+    return True if is_off(backend) else requested
+
+
+def off_confirmation(changes: Mapping[str, object], current_backend: str | None) -> str | None:
+    """The question to ask before saving ``changes``, or None when no confirmation is due.
+
+    Due when the changes switch the backend to ``off`` from anything else.
+    """
+    if not is_off(str(changes.get("backend", ""))) or is_off(current_backend):
+        return None
+    return (
+        f"Switch the sandbox backend to off? {OFF_RISK[0].upper()}{OFF_RISK[1:]}: "
+        "snippets can read and change your files, reach your network and the Jupyter "
+        "server, and run without limits."
+    )

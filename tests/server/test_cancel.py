@@ -1,0 +1,211 @@
+"""Stopping a run on a real server: DELETE /runs/{run_id}, or closing the stream.
+
+Each snippet starts a child ``sleep`` with a unique argument; a stopped run must
+leave no such process behind (the snippet is killed on the server, not only
+forgotten by the client), answer ``cancelled: true`` and keep its output so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gitpilot_jupyter.sandbox.results import new_run_id
+from gitpilot_jupyter.server import audit
+from gitpilot_jupyter.server.audit import EVENT_KINDS
+
+from .helpers import NDJSON, Api, check_stream_line, plan_and_approve
+
+
+def sleeper(marker: str) -> str:
+    """A snippet that prints, leaves a child ``sleep <marker>`` and waits a long time."""
+    return (
+        "import subprocess, time\n"
+        f"subprocess.Popen(['sleep', '{marker}'])\n"
+        "print('started', flush=True)\n"
+        "time.sleep(60)\n"
+        "print('never printed')\n"
+    )
+
+
+def new_marker() -> str:
+    """A sleep duration nobody else uses, to find the snippet's child in /proc."""
+    return f"{400 + secrets.randbelow(500)}.{secrets.randbelow(10**6):06d}"
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids whose command line holds ``marker`` (the snippet's child)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def appears(marker: str, within: float = 10.0) -> bool:
+    """True once a process holds ``marker`` (a loaded machine may take a moment to show it)."""
+    deadline = time.monotonic() + within
+    while not processes_with(marker):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+async def gone(marker: str, within: float = 10.0) -> bool:
+    """True once no process holds ``marker`` (a killed tree takes a moment to be reaped)."""
+    deadline = time.monotonic() + within
+    while processes_with(marker):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return True
+
+
+@pytest.fixture
+def client(
+    http_server_client: Any, jp_http_port: int, jp_base_url: str, jp_auth_header: dict[str, str]
+) -> httpx.AsyncClient:
+    """A real HTTP client on the test server (``http_server_client`` makes it listen)."""
+    return httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{jp_http_port}{jp_base_url}",
+        headers=jp_auth_header,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def events(jp_serverapp: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Every sandbox audit event the server emits, as (kind, data)."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+    for kind in EVENT_KINDS:
+
+        async def listener(
+            logger: Any, schema_id: str, data: dict[str, Any], kind: str = kind
+        ) -> None:
+            seen.append((kind, data))
+
+        jp_serverapp.event_logger.add_listener(schema_id=audit.schema_id(kind), listener=listener)
+    return seen
+
+
+async def test_delete_stops_a_streaming_run_and_its_envelope_says_so(
+    api: Api,
+    client: httpx.AsyncClient,
+    jp_serverapp: Any,
+    events: list[tuple[str, dict[str, Any]]],
+) -> None:
+    marker = new_marker()
+    code = sleeper(marker)
+    _, token = await plan_and_approve(api, language="python", code=code)
+    run_id = new_run_id()
+    body = {"language": "python", "code": code, "approval_token": token, "run_id": run_id}
+    lines: list[dict[str, Any]] = []
+    started = time.monotonic()
+    async with (
+        client,
+        client.stream("POST", "api/sandbox/run", json=body, headers={"Accept": NDJSON}) as answer,
+    ):
+        async for text in answer.aiter_lines():
+            if not text.strip():
+                continue
+            line = json.loads(text)
+            check_stream_line(line, "RunResult")
+            lines.append(line)
+            if line["type"] == "stdout":
+                assert appears(marker), "the snippet's child should be running"
+                stop = await api("DELETE", f"api/sandbox/runs/{run_id}")
+                assert stop.code == 200 and stop.body == {"run_id": run_id, "cancelled": True}
+    result = lines[-1]
+    assert result["type"] == "result" and result["run_id"] == run_id
+    assert result["cancelled"] is True and result["timed_out"] is False
+    assert result["exit_code"] == -1
+    assert result["stdout"] == "started\n"  # the output so far is kept
+    assert time.monotonic() - started < 30  # not the 60 s sleep, nor the 120 s timeout
+    assert await gone(marker)
+    await jp_serverapp.event_logger.gather_listeners()
+    kinds = [kind for kind, _ in events]
+    assert kinds[-2:] == ["cancel", "run"]
+    assert events[-2][1]["run_id"] == run_id and events[-1][1]["cancelled"] is True
+    # Over now: a second stop finds nothing to stop.
+    again = await api("DELETE", f"api/sandbox/runs/{run_id}")
+    assert again.code == 404 and again.body["code"] == "run_not_found"
+
+
+async def test_closing_the_stream_stops_the_run_on_the_server(
+    api: Api, client: httpx.AsyncClient, jp_serverapp: Any, events: list[Any]
+) -> None:
+    marker = new_marker()
+    code = sleeper(marker)
+    _, token = await plan_and_approve(api, language="python", code=code)
+    body = {"language": "python", "code": code, "approval_token": token}
+    async with (
+        client,
+        client.stream("POST", "api/sandbox/run", json=body, headers={"Accept": NDJSON}) as answer,
+    ):
+        async for text in answer.aiter_lines():
+            if text.strip() and json.loads(text)["type"] == "stdout":
+                break  # the user pressed Stop: the client hangs up
+    assert await gone(marker), "the snippet kept running after its client went away"
+    for _ in range(50):
+        await jp_serverapp.event_logger.gather_listeners()
+        if any(kind == "run" for kind, _ in events):
+            break
+        await asyncio.sleep(0.1)
+    run = [data for kind, data in events if kind == "run"]
+    assert run and run[0]["cancelled"] is True and run[0]["exit_code"] == -1
+
+
+async def test_a_plain_json_run_stopped_from_another_request(
+    api: Api, client: httpx.AsyncClient
+) -> None:
+    marker = new_marker()
+    code = sleeper(marker)
+    _, token = await plan_and_approve(api, language="python", code=code)
+    run_id = new_run_id()
+    body = {"language": "python", "code": code, "approval_token": token, "run_id": run_id}
+    async with client:
+        running = asyncio.ensure_future(client.post("api/sandbox/run", json=body))
+        deadline = time.monotonic() + 30
+        while not processes_with(marker):
+            assert time.monotonic() < deadline, "the snippet never started"
+            await asyncio.sleep(0.1)
+        # The same id cannot start a second run while this one is under way.
+        _, token2 = await plan_and_approve(api, language="python", code="print(1)")
+        clash = await api(
+            "POST",
+            "api/sandbox/run",
+            {"language": "python", "code": "print(1)", "approval_token": token2, "run_id": run_id},
+        )
+        assert clash.code == 400 and clash.body["code"] == "run_id_in_use"
+        stop = await api("DELETE", f"api/sandbox/runs/{run_id}")
+        assert stop.code == 200
+        answer = await running
+    envelope = answer.json()
+    assert envelope["cancelled"] is True and envelope["stdout"] == "started\n"
+    assert await gone(marker)
+
+
+async def test_stopping_an_unknown_run_is_a_404_and_a_bad_run_id_a_400(api: Api) -> None:
+    unknown = await api("DELETE", f"api/sandbox/runs/{new_run_id()}")
+    assert unknown.code == 404 and unknown.body["code"] == "run_not_found"
+    _, token = await plan_and_approve(api, language="python", code="print(1)")
+    bad = await api(
+        "POST",
+        "api/sandbox/run",
+        {"language": "python", "code": "print(1)", "approval_token": token, "run_id": "mine"},
+    )
+    assert bad.code == 400
