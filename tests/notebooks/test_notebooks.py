@@ -256,6 +256,7 @@ def test_02_teaching_safely(opener: Any, mode: str) -> None:
     secrets = text(cells["secrets-run"])
     assert "OPENAI_API_KEY       <not visible>" in secrets
     assert "GRADEBOOK_PASSWORD   <not visible>" in secrets
+    assert "COURSE_NAME          <not visible>" in secrets  # not passed: not there, either way
     assert "secret-looking variables the snippet sees: []" in secrets
     assert "COURSE_NAME = Programming 101" in text(cells["pass-run"])  # passed on purpose
     assert "destructive pattern 'rm -rf /'" in text(cells["destructive"], "error")
