@@ -344,7 +344,7 @@ class PlanStore:
         # Called with the lock held: undecided plans past their time leave the store.
         cutoff = self.clock() - self.plan_ttl_sec
         for plan_id in [p for p, plan in self._plans.items() if plan.created_at < cutoff]:
-            del self._plans[plan_id]
+            self._drop(plan_id)
 
     def _forget_expired(self, now: float) -> None:
         # Used tokens are kept until they expire so a replay says "used", not "unknown".

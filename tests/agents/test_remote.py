@@ -152,8 +152,8 @@ def test_plans_and_approve_print_hostile_code_escaped_and_counted(live: LiveServ
         + "import importlib; importlib.import_module('o' + 's').system('id')\n"
     )
     with live.client() as http:
-        body = {"language": "python", "code": code, "source": "agent"}  # waits for a person
-        plan = http.post("/api/sandbox/plan", json=body).json()
+        body = {"language": "python", "code": code}  # an agent's plan waits for a person
+        plan = http.post("/api/sandbox/agent/plan", json=body).json()
     plan_id = plan["plan"]["plan_id"]
     for args in (("plans",), ("approve", plan_id)):
         shown = cli(live, *args)

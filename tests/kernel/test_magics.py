@@ -396,7 +396,7 @@ def test_plans_in_process_says_so_and_lists_the_local_store(
     # A cell's plan is decided on its own card: it waits for nobody else.
     assert "no plans are waiting for approval" in cap.stdout and magics.plan_cards == []
     service = magics.client.service  # type: ignore[attr-defined]
-    agent = run_sync(service.plan(language="python", code="print('agent')", source="agent"))
+    agent = run_sync(service.plan(language="python", code="print('agent')", agent=True))
     with capture_output() as cap:
         shell.run_line_magic("sandbox", "plans")
     assert NO_SERVER_NOTE in cap.stdout

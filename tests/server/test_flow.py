@@ -127,10 +127,10 @@ async def test_plan_reports_warnings_and_checks(api: Api) -> None:
 
 
 async def test_pending_plans_are_listed_until_approved(api: Api) -> None:
-    agent = {"language": "py", "source": "agent"}
-    one = (await api("POST", "api/sandbox/plan", {**agent, "code": "1"})).body["plan"]
+    agent = {"language": "py"}
+    one = (await api("POST", "api/sandbox/agent/plan", {**agent, "code": "1"})).body["plan"]
     two = (
-        await api("POST", "api/sandbox/plan", {**agent, "code": "2", "session_id": "nb-9"})
+        await api("POST", "api/sandbox/agent/plan", {**agent, "code": "2", "session_id": "nb-9"})
     ).body["plan"]
     # A plan its maker decides (a cell's, a REST caller's) is not waiting for anyone.
     await api("POST", "api/sandbox/plan", {"language": "py", "code": "3", "source": "cell"})

@@ -19,7 +19,7 @@ def test_undecided_plans_expire_and_leave(sandbox_config_dir: Path) -> None:
     service = SandboxService(
         settings=SettingsStore(sandbox_config_dir), plans=PlanStore(clock=lambda: now[0])
     )
-    plan = asyncio.run(service.plan(language="python", code="print(1)", source="agent"))
+    plan = asyncio.run(service.plan(language="python", code="print(1)", agent=True))
     assert [p.plan_id for p in service.plans.waiting()] == [plan.plan_id]
     now[0] += PLAN_TTL_SEC - 1
     assert service.plans.waiting() != []
