@@ -84,6 +84,10 @@ def execute_alone(name: str, workdir: Path) -> dict[str, Any]:
     return {cell.id: cell for cell in nb.cells}
 
 
+#: Other suites run a notebook alone with this name (tests/batch runs notebook 05).
+execute = execute_alone
+
+
 def execute_on_server(name: str, server: LiveServer) -> dict[str, Any]:
     """Open ``notebooks/<name>`` on ``server`` as JupyterLab does and run every cell."""
     shutil.copy(NOTEBOOKS / name, server.root_dir / name)
