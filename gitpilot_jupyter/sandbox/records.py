@@ -75,5 +75,7 @@ class Status(TypedDict):
     settings_error: str | None
     settings_path: str
     allowed_backends: list[str]
+    #: How many plans wait for someone else's decision (what GET /plans lists).
+    waiting_plans: int
     languages: dict[str, bool]
     version: str

@@ -425,7 +425,7 @@ class SandboxService:
             timeout_sec=timeout,
             network=network,
             checks=checks,
-            warnings=([dict(OFF_WARNING)] if is_off(name) else []) + scan(lang, code),
+            warnings=([OFF_WARNING.copy()] if is_off(name) else []) + scan(lang, code),
             blocked=blocked_label is not None,
             blocked_reason=f"destructive pattern {blocked_label!r}" if blocked_label else None,
             requires_approval=self.require_approval,

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..records import PlanWarning
+
 OFF_BACKEND = "off"
 
 #: The one sentence every face shows about ``off``.
 OFF_RISK = "no isolation: runs on the host as you, network not blocked"
 
 #: The high-severity warning on every ``off`` plan (the scanner's warning shape).
-OFF_WARNING: dict[str, str] = {
+OFF_WARNING: PlanWarning = {
     "severity": "high",
     "label": "no isolation",
     "detail": "runs on the host as you, network not blocked",
