@@ -1,14 +1,27 @@
-"""notebooks/05-batch-grading.ipynb runs top to bottom in a real kernel and says what it should."""
+"""notebooks/05-batch-grading.ipynb runs top to bottom and says what it should, both ways a
+user opens it (launched from a Jupyter server with the extension, and alone)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+import sys
+from typing import Any
 
-from tests.notebooks.test_notebooks import execute, text, widget_shown
+import pytest
+
+from tests.notebooks.test_notebooks import mode, opener, text, widget_shown
+
+__all__ = ["mode", "opener"]  # the fixtures, shared with tests/notebooks
 
 
-def test_05_batch_grading(tmp_path: Path) -> None:
-    cells = execute("05-batch-grading.ipynb", tmp_path)
+@pytest.fixture(autouse=True)
+def venv_kernelspec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels run this virtualenv's python, whatever kernelspecs the user has."""
+    monkeypatch.setenv("JUPYTER_PATH", os.path.join(sys.prefix, "share", "jupyter"))
+
+
+def test_05_batch_grading(opener: Any) -> None:
+    cells = opener("05-batch-grading.ipynb")
     plan = text(cells["plan"])
     assert "5 snippets (1 bash, 4 python)" in plan
     assert "warning (high): os.system: 1 item(s)" in plan and "high-risk items: dave" in plan
@@ -26,4 +39,4 @@ def test_05_batch_grading(tmp_path: Path) -> None:
         "eve    blocked    destructive pattern 'rm -rf /'",
     ]
     assert "5 already done (skipped)" in text(cells["again"])
-    assert len((tmp_path / "grades.jsonl").read_text().splitlines()) == 5
+    assert len((opener.where.workdir / "grades.jsonl").read_text().splitlines()) == 5
