@@ -5,8 +5,9 @@
  * a button bar after it, and the run's output appears under that bar.
  */
 
-import { el } from './render';
+import { trans } from './i18n';
 import { fenceLanguage } from './labels';
+import { el } from './render';
 
 /** What a ▶ Run click hands over: the block's language, its code and where output goes. */
 export interface ICodeBlock {
@@ -14,6 +15,8 @@ export interface ICodeBlock {
   code: string;
   /** The element output is shown in (emptied before each run). */
   outputHost: HTMLElement;
+  /** The block's ▶ Run button (disabled while its run is under way). */
+  button: HTMLButtonElement;
 }
 
 const DECORATED = 'jpGitpilotRun';
@@ -31,7 +34,8 @@ export function codeLanguage(code: Element): string | null {
 /** Add a ▶ Run button to every runnable code block under `root`; idempotent. */
 export function decorateCodeBlocks(
   root: HTMLElement,
-  onRun: (block: ICodeBlock) => void
+  onRun: (block: ICodeBlock) => void,
+  onDecorated: (block: ICodeBlock) => void = () => undefined
 ): number {
   let count = 0;
   for (const code of Array.from(root.querySelectorAll('pre > code'))) {
@@ -42,21 +46,33 @@ export function decorateCodeBlocks(
     }
     pre.dataset[DECORATED] = language;
     const bar = el('div', 'jp-gitpilot-codeblock-bar');
-    const button = el('button', 'jp-gitpilot-run-button', '▶ Run');
+    const button = el('button', 'jp-gitpilot-run-button', trans.__('▶ Run'));
     button.type = 'button';
-    button.title = `Run this ${language} block in the sandbox (you approve the plan first)`;
+    button.title = trans.__(
+      'Run this %1 block in the sandbox (you approve the plan first)',
+      language
+    );
     button.setAttribute(
       'aria-label',
-      `Run ${language} code block in the sandbox`
+      trans.__('Run %1 code block in the sandbox', language)
     );
     const outputHost = el('div', 'jp-gitpilot-codeblock-output');
+    const block = {
+      language,
+      code: code.textContent ?? '',
+      outputHost,
+      button
+    };
     button.addEventListener('click', event => {
       // A click inside a rendered Markdown cell must not also select or edit the cell.
       event.stopPropagation();
-      onRun({ language, code: code.textContent ?? '', outputHost });
+      if (!button.disabled) {
+        onRun(block);
+      }
     });
     bar.appendChild(button);
     pre.after(bar, outputHost);
+    onDecorated(block);
     count += 1;
   }
   return count;

@@ -5,13 +5,49 @@
 import { showErrorMessage } from '@jupyterlab/apputils';
 
 import { confirmPlan } from './dialog';
+import { trans } from './i18n';
 import { OutputView } from './render';
-import type { SandboxClient } from './request';
+import { newRunId, type SandboxClient } from './request';
 import type { IRunResult, PlanRequest } from './types';
 
 /** Tell the user what failed, with the server's message (never raw JSON). */
 export function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/** What a caller may follow of a run once the user approved it. */
+export interface IRunHooks {
+  /** The run started: `stop` ends it on the server (the view's Stop button does the same). */
+  started?: (stop: () => void) => void;
+  /** The run could not start or broke off: the server's (or the network's) message. */
+  failed?: (message: string) => void;
+}
+
+/**
+ * Stops one run: by name on the server (`DELETE runs/{run_id}`), and when that
+ * cannot be done (an older server, a network fault) by closing its stream, which
+ * stops it on the server too. Either way the run's view then says it was stopped.
+ */
+export class RunStopper {
+  readonly runId = newRunId();
+  readonly controller = new AbortController();
+  private requested = false;
+
+  constructor(private readonly client: SandboxClient) {}
+
+  /** True once the user asked to stop. */
+  get stopRequested(): boolean {
+    return this.requested;
+  }
+
+  /** Ask the server to stop the run; idempotent. */
+  stop(): void {
+    if (this.requested) {
+      return;
+    }
+    this.requested = true;
+    this.client.cancelRun(this.runId).catch(() => this.controller.abort());
+  }
 }
 
 /**
@@ -21,13 +57,17 @@ export function messageOf(error: unknown): string {
 export async function planAndRun(
   client: SandboxClient,
   request: PlanRequest,
-  makeOutput: () => OutputView
+  makeOutput: () => OutputView,
+  hooks: IRunHooks = {}
 ): Promise<IRunResult | null> {
   let plan;
   try {
     plan = await client.plan(request);
   } catch (error) {
-    await showErrorMessage('Sandbox: could not plan', messageOf(error));
+    await showErrorMessage(
+      trans.__('The sandbox could not plan this'),
+      messageOf(error)
+    );
     return null;
   }
   if (!(await confirmPlan(plan))) {
@@ -36,17 +76,28 @@ export async function planAndRun(
     return null;
   }
   const view = makeOutput();
+  const stopper = new RunStopper(client);
+  const stop = () => stopper.stop();
+  view.running(stop);
+  hooks.started?.(stop);
   try {
     const approval = await client.approve(plan.plan_id);
     // The token alone: the server runs exactly the plan the user approved.
     const result = await client.run(
-      { approval_token: approval.approval_token },
-      (stream, text) => view.append(stream, text)
+      { approval_token: approval.approval_token, run_id: stopper.runId },
+      (stream, text) => view.append(stream, text),
+      stopper.controller.signal
     );
     view.finish(result);
     return result;
   } catch (error) {
+    if (stopper.stopRequested) {
+      // The stream was closed to stop the run: the server ended it without an envelope.
+      view.showStopped();
+      return null;
+    }
     view.fail(messageOf(error));
+    hooks.failed?.(messageOf(error));
     return null;
   }
 }

@@ -9,22 +9,30 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, showErrorMessage } from '@jupyterlab/apputils';
+import {
+  ICommandPalette,
+  Notification,
+  showErrorMessage
+} from '@jupyterlab/apputils';
 import { IFileBrowserFactory } from '@jupyterlab/filebrowser';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
+import { ITranslator } from '@jupyterlab/translation';
 import { listIcon, runIcon, settingsIcon } from '@jupyterlab/ui-components';
 
+import { confirmPassThrough } from './dialog';
 import { runFile, selectedRunnableFile } from './filerun';
 import { messageOf } from './flow';
-import { BACKENDS } from './labels';
+import { trans, useTranslator } from './i18n';
+import { backendLabel, BACKENDS } from './labels';
 import { addRunButtons, CodeBlockFocus } from './markdown';
 import { SandboxModel } from './model';
 import { SandboxPanel } from './panel';
 import { PendingPlansPanel } from './pending';
 import { SandboxClient } from './request';
+import { SettingsSync } from './settingsync';
 import { SandboxStatusItem } from './statusbar';
 
 const PLUGIN_ID = 'gitpilot-jupyter:plugin';
@@ -39,8 +47,6 @@ export const CommandIDs = {
   runCodeBlock: 'gitpilot-sandbox:run-code-block'
 };
 
-const CATEGORY = 'Sandbox';
-
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description:
@@ -51,7 +57,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     ICommandPalette,
     IStatusBar,
     IFileBrowserFactory,
-    ISettingRegistry
+    ISettingRegistry,
+    ITranslator
   ],
   activate: (
     app: JupyterFrontEnd,
@@ -59,8 +66,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     palette: ICommandPalette | null,
     statusBar: IStatusBar | null,
     browsers: IFileBrowserFactory | null,
-    settingRegistry: ISettingRegistry | null
+    settingRegistry: ISettingRegistry | null,
+    translator: ITranslator | null
   ) => {
+    useTranslator(translator);
+    const category = trans.__('Sandbox');
     const serverSettings =
       app.serviceManager.serverSettings ?? ServerConnection.makeSettings();
     const client = new SandboxClient(serverSettings.baseUrl, (url, init) =>
@@ -73,9 +83,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     let panel: SandboxPanel | null = null;
     app.commands.addCommand(CommandIDs.openSettings, {
-      label: 'Sandbox Settings…',
+      label: trans.__('Sandbox Settings…'),
       icon: args => (args.isPalette ? undefined : settingsIcon),
-      caption: 'Choose where snippets run and set up MatrixLab',
+      caption: trans.__('Choose where snippets run and set up MatrixLab'),
       execute: () => {
         if (!panel || panel.isDisposed) {
           panel = new SandboxPanel(model);
@@ -91,9 +101,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     let pending: PendingPlansPanel | null = null;
     app.commands.addCommand(CommandIDs.pendingPlans, {
-      label: 'Sandbox: Pending Plans',
+      label: trans.__('Sandbox: Pending Plans'),
       icon: args => (args.isPalette ? undefined : listIcon),
-      caption: 'Approve or reject the plans agents made in ask mode',
+      caption: trans.__('Approve or reject the plans agents made in ask mode'),
       execute: () => {
         if (!pending || pending.isDisposed) {
           pending = new PendingPlansPanel(model);
@@ -108,38 +118,53 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
 
     app.commands.addCommand(CommandIDs.refresh, {
-      label: 'Refresh Sandbox Status',
+      label: trans.__('Refresh Sandbox Status'),
       execute: () => model.refresh()
     });
 
     app.commands.addCommand(CommandIDs.useBackend, {
-      label: args => {
-        const name = String(args.backend ?? '');
-        const label = BACKENDS.find(b => b.name === name)?.label ?? name;
-        return `Use ${label} Sandbox`;
-      },
+      label: args =>
+        trans.__('Use %1 Sandbox', backendLabel(String(args.backend ?? ''))),
       isToggled: args => model.status?.settings.backend === args.backend,
       execute: async args => {
+        const backend = String(args.backend);
+        if (model.status?.settings.backend === backend) {
+          return;
+        }
+        // Pass-through has no isolation: one click must never switch to it.
+        if (backend === 'off' && !(await confirmPassThrough())) {
+          return;
+        }
         try {
-          model.set(await client.configure({ backend: String(args.backend) }));
+          model.set(await client.configure({ backend }));
+          Notification.success(
+            trans.__('Snippets now run in: %1.', backendLabel(backend)),
+            { autoClose: 4000 }
+          );
         } catch (error) {
-          await showErrorMessage('Sandbox', messageOf(error));
+          await showErrorMessage(
+            trans.__('The sandbox setting was not changed'),
+            messageOf(error)
+          );
         }
       }
     });
 
     app.commands.addCommand(CommandIDs.runCodeBlock, {
-      label: 'Run Code Block in Sandbox',
-      caption:
-        'Plan and run the Markdown code block that has the focus or the selection',
+      label: trans.__('Run Code Block in Sandbox'),
+      caption: trans.__(
+        'Plan and run the Markdown code block that has the focus or the selection'
+      ),
       isEnabled: () => blockFocus.current() !== null,
       execute: () => blockFocus.current()?.click()
     });
 
     app.commands.addCommand(CommandIDs.runFile, {
-      label: 'Run in Sandbox',
+      label: trans.__('Run in Sandbox'),
       icon: args => (args.isPalette ? undefined : runIcon),
-      caption: 'Plan this file, approve it, and run it in the sandbox',
+      caption: trans.__(
+        'Plan this file, approve it, and run it in the sandbox'
+      ),
       isVisible: () => selectedRunnableFile(browsers) !== null,
       execute: () => {
         const path = selectedRunnableFile(browsers);
@@ -150,14 +175,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
 
     if (palette) {
-      palette.addItem({ command: CommandIDs.openSettings, category: CATEGORY });
-      palette.addItem({ command: CommandIDs.pendingPlans, category: CATEGORY });
-      palette.addItem({ command: CommandIDs.refresh, category: CATEGORY });
-      palette.addItem({ command: CommandIDs.runCodeBlock, category: CATEGORY });
+      palette.addItem({ command: CommandIDs.openSettings, category });
+      palette.addItem({ command: CommandIDs.pendingPlans, category });
+      palette.addItem({ command: CommandIDs.refresh, category });
+      palette.addItem({ command: CommandIDs.runCodeBlock, category });
       for (const { name } of BACKENDS) {
         palette.addItem({
           command: CommandIDs.useBackend,
-          category: CATEGORY,
+          category,
           args: { backend: name }
         });
       }
@@ -186,6 +211,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
             startPolling(Number(settings.get('refreshInterval').composite));
           apply();
           settings.changed.connect(apply);
+          // The Settings Editor's Sandbox page shows and edits the server's settings.
+          new SettingsSync(settings, model, confirmPassThrough);
         })
         .catch(() => startPolling(30));
     } else {

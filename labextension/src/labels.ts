@@ -2,6 +2,7 @@
  * Words the UI shows for backends and health, and the fenced-code languages that get ▶ Run.
  */
 
+import { trans } from './i18n';
 import type { IStatus } from './types';
 
 /** The three backends with the names users see. */
@@ -23,13 +24,14 @@ export const BACKENDS: ReadonlyArray<{
   {
     name: 'off',
     label: 'Pass-through',
-    help: 'No isolation: runs on the host. For local development only.'
+    help: 'No isolation: runs on the host as you, network not blocked. For local development only.'
   }
 ];
 
 /** The label of a backend name ("Local" for `subprocess`). */
 export function backendLabel(name: string | null | undefined): string {
-  return BACKENDS.find(b => b.name === name)?.label ?? (name || 'unknown');
+  const label = BACKENDS.find(b => b.name === name)?.label;
+  return label ? trans.__(label) : name || trans.__('unknown');
 }
 
 /** The status bar text, e.g. "Sandbox: Local" or "Sandbox: MatrixLab — unreachable". */
@@ -38,16 +40,18 @@ export function statusText(
   fetchError: string | null
 ): string {
   if (fetchError !== null || status === null) {
-    return 'Sandbox: unavailable';
+    return trans.__('Sandbox: unavailable');
   }
   if (!status.backend) {
-    return 'Sandbox: misconfigured';
+    return trans.__('Sandbox: misconfigured');
   }
-  const label = `Sandbox: ${backendLabel(status.backend)}`;
+  const label = trans.__('Sandbox: %1', backendLabel(status.backend));
   if (status.ok) {
     return label;
   }
-  return `${label} — ${status.backend === 'matrixlab' ? 'unreachable' : 'error'}`;
+  return status.backend === 'matrixlab'
+    ? trans.__('%1 — unreachable', label)
+    : trans.__('%1 — error', label);
 }
 
 /** " · 2 plans waiting" for the status bar, or "" when none wait. */
@@ -55,8 +59,12 @@ export function waitingText(count: number): string {
   if (count <= 0) {
     return '';
   }
-  return ` · ${count} ${count === 1 ? 'plan' : 'plans'} waiting`;
+  return ` · ${trans._n('%1 plan waiting', '%1 plans waiting', count)}`;
 }
+
+/** The tooltip's last line. */
+export const CLICK_TO_OPEN = (): string =>
+  trans.__('Click to open the sandbox settings.');
 
 /** The tooltip: the error in full, and the env var that overrides the saved choice. */
 export function statusTitle(
@@ -64,7 +72,10 @@ export function statusTitle(
   fetchError: string | null
 ): string {
   if (fetchError !== null || status === null) {
-    return `The sandbox API did not answer: ${fetchError ?? 'no status yet'}`;
+    return trans.__(
+      'The sandbox did not answer: %1',
+      fetchError ?? trans.__('no status yet')
+    );
   }
   const lines = [statusText(status, null)];
   if (status.error) {
@@ -72,10 +83,13 @@ export function statusTitle(
   }
   if (status.env_override) {
     lines.push(
-      `Overridden by the environment variable ${status.env_override}.`
+      trans.__(
+        'Overridden by the environment variable %1.',
+        status.env_override
+      )
     );
   }
-  lines.push('Click to open the sandbox settings.');
+  lines.push(CLICK_TO_OPEN());
   return lines.join('\n');
 }
 

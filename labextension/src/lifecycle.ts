@@ -2,6 +2,9 @@
  * The MatrixLab lifecycle card of the settings panel: Install / Start / Stop with transcripts.
  */
 
+import { Notification } from '@jupyterlab/apputils';
+
+import { trans } from './i18n';
 import { el } from './render';
 import type { SandboxClient } from './request';
 import type {
@@ -14,23 +17,41 @@ const ACTIONS: ReadonlyArray<{
   action: LifecycleAction;
   label: string;
   busy: string;
+  done: string;
+  failed: string;
 }> = [
   {
     action: 'install',
     label: 'Install',
-    busy: 'Pulling the Runner and sandbox images…'
+    busy: 'Pulling the Runner and sandbox images…',
+    done: 'The MatrixLab Runner is installed.',
+    failed: 'Installing the MatrixLab Runner failed: %1'
   },
-  { action: 'start', label: 'Start', busy: 'Starting the Runner container…' },
-  { action: 'stop', label: 'Stop', busy: 'Stopping the Runner container…' }
+  {
+    action: 'start',
+    label: 'Start',
+    busy: 'Starting the Runner container…',
+    done: 'The MatrixLab Runner is running.',
+    failed: 'Starting the MatrixLab Runner failed: %1'
+  },
+  {
+    action: 'stop',
+    label: 'Stop',
+    busy: 'Stopping the Runner container…',
+    done: 'The MatrixLab Runner is stopped.',
+    failed: 'Stopping the MatrixLab Runner failed: %1'
+  }
 ];
 
 /** Why the lifecycle buttons are disabled, or null when they work. */
 export function lifecycleBlocker(state: ILifecycleStatus): string | null {
   if (!state.lifecycle_enabled) {
-    return 'Disabled on this server: start Jupyter with GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1 to install, start and stop the Runner from here.';
+    return trans.__(
+      'Disabled on this server: start Jupyter with GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1 to install, start and stop the Runner from here.'
+    );
   }
   if (!state.docker_available) {
-    return 'Docker is not available on the server.';
+    return trans.__('Docker is not available on the server.');
   }
   return null;
 }
@@ -44,11 +65,11 @@ export function renderStep(step: ILifecycleStep): HTMLElement {
     el(
       'summary',
       ok ? 'jp-mod-ok' : 'jp-mod-failed',
-      `${ok ? '✓' : '✗'} ${step.cmd} (exit ${step.exit_code}, ${step.duration_ms} ms)`
+      `${ok ? '✓' : '✗'} ${step.cmd} ${trans.__('(exit %1, %2 ms)', step.exit_code, step.duration_ms)}`
     )
   );
   const text = [step.stdout, step.stderr].filter(Boolean).join('\n');
-  details.appendChild(el('pre', '', text || '(no output)'));
+  details.appendChild(el('pre', '', text || trans.__('(no output)')));
   return details;
 }
 
@@ -67,14 +88,14 @@ export class LifecycleCard {
     private readonly onChange: () => void
   ) {
     this.node.appendChild(
-      el('legend', '', 'MatrixLab Runner on this server (Docker)')
+      el('legend', '', trans.__('MatrixLab Runner on this server (Docker)'))
     );
     const bar = el('div', 'jp-gitpilot-buttons');
-    for (const { action, label, busy } of ACTIONS) {
-      const button = el('button', 'jp-mod-styled', label);
+    for (const step of ACTIONS) {
+      const button = el('button', 'jp-mod-styled', trans.__(step.label));
       button.type = 'button';
-      button.dataset.action = action;
-      button.addEventListener('click', () => void this.act(action, busy));
+      button.dataset.action = step.action;
+      button.addEventListener('click', () => void this.act(step));
       this.buttons.push(button);
       bar.appendChild(button);
     }
@@ -105,9 +126,15 @@ export class LifecycleCard {
 
   private show(state: ILifecycleStatus): void {
     const docker = state.docker_available
-      ? 'Docker available'
-      : 'Docker not available';
-    this.state.textContent = `${state.installed ? 'Installed' : 'Not installed'} · ${state.running ? 'Running' : 'Not running'} · ${docker}`;
+      ? trans.__('Docker available')
+      : trans.__('Docker not available');
+    const installed = state.installed
+      ? trans.__('Installed')
+      : trans.__('Not installed');
+    const running = state.running
+      ? trans.__('Running')
+      : trans.__('Not running');
+    this.state.textContent = `${installed} · ${running} · ${docker}`;
     const blocker = lifecycleBlocker(state);
     this.setEnabled(blocker === null, blocker ?? '');
     // When the buttons are off, the same steps can still be run by hand.
@@ -116,7 +143,7 @@ export class LifecycleCard {
       : [];
     this.manual.hidden = blocker === null || steps.length === 0;
     this.manual.replaceChildren(
-      el('summary', '', 'Run these commands yourself'),
+      el('summary', '', trans.__('Run these commands yourself')),
       el('pre', '', steps.join('\n'))
     );
   }
@@ -129,13 +156,43 @@ export class LifecycleCard {
     this.reason.textContent = reason;
   }
 
-  private async act(action: LifecycleAction, busy: string): Promise<void> {
+  private async act(step: (typeof ACTIONS)[number]): Promise<void> {
+    const busy = trans.__(step.busy);
     this.buttons.forEach(b => (b.disabled = true));
     this.progress.hidden = false;
     this.progress.replaceChildren(el('progress'), el('span', '', ` ${busy}`));
     this.transcript.replaceChildren();
+    const work = this.client.lifecycleAction(step.action);
+    // Lifecycle actions can take minutes (an image pull): the lab's notifications follow
+    // them too, so the outcome is seen even after the panel was closed.
+    const outcome = work.then(answer => {
+      const broken = answer.steps.find(s => s.exit_code !== 0);
+      if (answer.ok === false || broken) {
+        throw new Error(
+          broken
+            ? trans.__('%1 exited with %2', broken.cmd, broken.exit_code)
+            : trans.__('see the transcript in Sandbox Settings')
+        );
+      }
+      return null;
+    });
+    Notification.promise(outcome, {
+      pending: { message: busy, options: { autoClose: false } },
+      success: {
+        message: () => trans.__(step.done),
+        options: { autoClose: 5000 }
+      },
+      error: {
+        message: reason =>
+          trans.__(
+            step.failed,
+            reason instanceof Error ? reason.message : String(reason)
+          ),
+        options: { autoClose: false }
+      }
+    });
     try {
-      const answer = await this.client.lifecycleAction(action);
+      const answer = await work;
       this.transcript.replaceChildren(...answer.steps.map(renderStep));
     } catch (error) {
       const message = el(
@@ -146,6 +203,7 @@ export class LifecycleCard {
       message.setAttribute('role', 'alert');
       this.transcript.replaceChildren(message);
     } finally {
+      outcome.catch(() => undefined);
       this.progress.hidden = true;
       await this.load();
       this.onChange();

@@ -11,33 +11,70 @@ import {
 
 import { blockAround, decorateCodeBlocks, ICodeBlock } from './codeblocks';
 import { planAndRun } from './flow';
+import { RunHistory } from './history';
 import { OutputView } from './render';
 import type { SandboxClient } from './request';
 
 /** Plan a code block (`source: code_block`) and stream its run under the block. */
-export function runCodeBlock(client: SandboxClient, block: ICodeBlock): void {
-  void planAndRun(
-    client,
-    { language: block.language, code: block.code, source: 'code_block' },
-    () => {
-      const view = new OutputView();
-      block.outputHost.replaceChildren(view.node);
-      return view;
+export async function runCodeBlock(
+  client: SandboxClient,
+  block: ICodeBlock,
+  history: RunHistory | null = null
+): Promise<void> {
+  // One run per block at a time: the button is off from the click until the run ends.
+  block.button.disabled = true;
+  block.button.setAttribute('aria-busy', 'true');
+  let view: OutputView | null = null;
+  try {
+    const result = await planAndRun(
+      client,
+      { language: block.language, code: block.code, source: 'code_block' },
+      () => {
+        view = new OutputView();
+        block.outputHost.replaceChildren(view.node);
+        return view;
+      }
+    );
+    if (result && view) {
+      history?.put(
+        block.language,
+        block.code,
+        (view as OutputView).segments,
+        result
+      );
     }
-  );
+  } finally {
+    block.button.disabled = false;
+    block.button.removeAttribute('aria-busy');
+  }
+}
+
+/** Show a block's last result again when it is rendered anew (the notebook was reopened). */
+export function restoreCodeBlock(block: ICodeBlock, history: RunHistory): void {
+  const stored = history.get(block.language, block.code);
+  if (stored && !block.outputHost.firstChild) {
+    const view = new OutputView();
+    view.replay(stored);
+    block.outputHost.replaceChildren(view.node);
+  }
 }
 
 /** Replace the Markdown renderer (cells and Markdown files) by one that adds ▶ Run buttons. */
 export function addRunButtons(
   rendermime: IRenderMimeRegistry,
-  client: SandboxClient
+  client: SandboxClient,
+  history: RunHistory = new RunHistory()
 ): void {
   class RunnableMarkdown extends RenderedMarkdown {
     async render(
       model: Parameters<RenderedMarkdown['render']>[0]
     ): Promise<void> {
       await super.render(model);
-      decorateCodeBlocks(this.node, block => runCodeBlock(client, block));
+      decorateCodeBlocks(
+        this.node,
+        block => void runCodeBlock(client, block, history),
+        block => restoreCodeBlock(block, history)
+      );
     }
   }
   rendermime.addFactory(

@@ -30,7 +30,7 @@ export class SandboxModel {
     return this._error;
   }
 
-  /** How many agent plans wait for approval (0 when unknown). */
+  /** How many plans wait for approval (what Pending Plans lists; 0 when unknown). */
   get waiting(): number {
     return this._waiting;
   }
@@ -64,8 +64,10 @@ export class SandboxModel {
   }
 
   private countWaiting(plans: IPlan[] | null): void {
+    // The server lists only what waits for someone else's decision (an agent's plans in
+    // ask mode, never blocked ones): the panel shows that list, the status bar counts it.
     if (plans !== null) {
-      this._waiting = plans.filter(plan => plan.source === AGENT_SOURCE).length;
+      this._waiting = plans.length;
     }
   }
 

@@ -2,16 +2,26 @@
  * The sandbox settings panel: backend, MatrixLab connection, limits, Save, Test, lifecycle.
  *
  * The token field is write-only: the server only says `has_token`, so a saved token
- * shows as bullets; typing replaces it, Clear removes it.
+ * shows as bullets; typing replaces it, Clear removes it. Save sends only the fields
+ * that differ from what the server said; switching to Pass-through, or saving
+ * MatrixLab right after its test said "Not reachable", asks first.
  */
 
+import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { BACKENDS, backendLabel, statusText, TOKEN_NOTE } from './labels';
+import { confirmPassThrough } from './dialog';
+import { trans } from './i18n';
+import { backendLabel, BACKENDS, statusText, TOKEN_NOTE } from './labels';
 import { LifecycleCard } from './lifecycle';
 import type { SandboxModel } from './model';
 import { el } from './render';
-import type { IConnectionReport, IStatus, SettingsUpdate } from './types';
+import type {
+  IConnectionReport,
+  IMaskedSettings,
+  IStatus,
+  SettingsUpdate
+} from './types';
 
 const SAVED_TOKEN = '••••••••';
 
@@ -36,23 +46,56 @@ function input(type: string, name: string): HTMLInputElement {
 export function describeReport(report: IConnectionReport): string {
   const parts: string[] = [
     report.ok
-      ? 'Connected'
+      ? trans.__('Connected')
       : report.reachable === false
-        ? 'Not reachable'
-        : 'Problem'
+        ? trans.__('Not reachable')
+        : trans.__('Problem')
   ];
   if (typeof report.latency_ms === 'number') {
-    parts.push(`${Math.round(report.latency_ms)} ms`);
+    parts.push(trans.__('%1 ms', Math.round(report.latency_ms)));
   }
   if (report.version) {
-    parts.push(`Runner ${report.version}`);
+    parts.push(trans.__('Runner %1', report.version));
   }
   if (report.docker_ok === true) {
-    parts.push('Docker OK');
+    parts.push(trans.__('Docker OK'));
   } else if (report.docker_ok === false) {
-    parts.push('Docker down');
+    parts.push(trans.__('Docker down'));
   }
   return parts.join(' · ');
+}
+
+/** The form's fields that the settings API saves (the token aside). */
+type FormValues = Pick<
+  IMaskedSettings,
+  | 'backend'
+  | 'matrixlab_url'
+  | 'matrixlab_image'
+  | 'allow_network'
+  | 'timeout_sec'
+>;
+
+/** The fields of `form` that differ from `saved` (only those are sent). */
+export function changedFields(
+  saved: Partial<FormValues> | null,
+  form: Partial<FormValues>
+): SettingsUpdate {
+  const changes: SettingsUpdate = {};
+  for (const key of Object.keys(form) as (keyof FormValues)[]) {
+    const value = form[key];
+    if (value === undefined) {
+      continue;
+    }
+    const before = saved?.[key];
+    const same =
+      typeof value === 'string'
+        ? value === String(before ?? '')
+        : value === before;
+    if (!same) {
+      (changes as Record<string, unknown>)[key] = value;
+    }
+  }
+  return changes;
 }
 
 /** The panel widget; `load()` fills the form from the server. */
@@ -65,7 +108,11 @@ export class SandboxPanel extends Widget {
   private readonly radios: HTMLInputElement[] = [];
   private readonly url = input('url', 'matrixlab_url');
   private readonly token = input('password', 'matrixlab_token');
-  private readonly clearToken = el('button', 'jp-mod-styled', 'Clear');
+  private readonly clearToken = el(
+    'button',
+    'jp-mod-styled',
+    trans.__('Clear')
+  );
   private readonly image = input('text', 'matrixlab_image');
   private readonly network = input('checkbox', 'allow_network');
   private readonly timeout = input('number', 'timeout_sec');
@@ -74,11 +121,15 @@ export class SandboxPanel extends Widget {
   private readonly lifecycle: LifecycleCard;
   private tokenCleared = false;
   private filledBackend = '';
+  /** What the server said the settings are, when the form was last filled. */
+  private saved: FormValues | null = null;
+  /** The last connection test: the URL it tried and whether the Runner answered. */
+  private lastTest: { url: string; ok: boolean } | null = null;
 
   constructor(private readonly model: SandboxModel) {
     super();
     this.id = 'gitpilot-sandbox-settings';
-    this.title.label = 'Sandbox Settings';
+    this.title.label = trans.__('Sandbox Settings');
     this.title.closable = true;
     this.addClass('jp-gitpilot-panel');
     this.lifecycle = new LifecycleCard(
@@ -87,7 +138,7 @@ export class SandboxPanel extends Widget {
     );
 
     const header = el('div', 'jp-gitpilot-header');
-    header.append(el('h2', '', 'Sandbox'), this.badge);
+    header.append(el('h2', '', trans.__('Sandbox')), this.badge);
     const body = el('div', 'jp-gitpilot-panel-body');
     this.node.appendChild(body);
     body.append(
@@ -99,7 +150,7 @@ export class SandboxPanel extends Widget {
     );
 
     const actions = el('div', 'jp-gitpilot-buttons');
-    const save = el('button', 'jp-mod-styled jp-mod-accept', 'Save');
+    const save = el('button', 'jp-mod-styled jp-mod-accept', trans.__('Save'));
     save.type = 'button';
     save.addEventListener('click', () => void this.save());
     actions.appendChild(save);
@@ -111,7 +162,7 @@ export class SandboxPanel extends Widget {
   private backendChoice(): HTMLElement {
     const group = el('fieldset', 'jp-gitpilot-card');
     group.setAttribute('role', 'radiogroup');
-    group.appendChild(el('legend', '', 'Where snippets run'));
+    group.appendChild(el('legend', '', trans.__('Where snippets run')));
     for (const { name, label, help } of BACKENDS) {
       const radio = input('radio', 'backend');
       radio.value = name;
@@ -120,8 +171,8 @@ export class SandboxPanel extends Widget {
       const option = el('label', 'jp-gitpilot-radio');
       option.append(
         radio,
-        el('strong', '', ` ${label}`),
-        el('span', 'jp-gitpilot-muted', ` — ${help}`)
+        el('strong', '', ` ${trans.__(label)}`),
+        el('span', 'jp-gitpilot-muted', ` — ${trans.__(help)}`)
       );
       group.appendChild(option);
     }
@@ -130,7 +181,7 @@ export class SandboxPanel extends Widget {
 
   private matrixlabCard(): HTMLElement {
     const card = el('fieldset', 'jp-gitpilot-card');
-    card.appendChild(el('legend', '', 'MatrixLab connection'));
+    card.appendChild(el('legend', '', trans.__('MatrixLab connection')));
     this.url.placeholder = 'http://localhost:8765';
     this.token.autocomplete = 'off';
     this.token.addEventListener('input', () => (this.tokenCleared = false));
@@ -138,19 +189,19 @@ export class SandboxPanel extends Widget {
     this.clearToken.addEventListener('click', () => {
       this.tokenCleared = true;
       this.token.value = '';
-      this.token.placeholder = 'cleared on Save';
+      this.token.placeholder = trans.__('cleared on Save');
     });
     const tokenRow = el('div', 'jp-gitpilot-inline');
     tokenRow.append(this.token, this.clearToken);
-    this.image.placeholder = "the Runner's default for the language";
-    const test = el('button', 'jp-mod-styled', 'Test connection');
+    this.image.placeholder = trans.__("the Runner's default for the language");
+    const test = el('button', 'jp-mod-styled', trans.__('Test connection'));
     test.type = 'button';
     test.addEventListener('click', () => void this.test(test));
     this.report.setAttribute('aria-live', 'polite');
     card.append(
-      field('Runner URL', this.url),
-      field('Bearer token', tokenRow, TOKEN_NOTE),
-      field('Default image', this.image),
+      field(trans.__('Runner URL'), this.url),
+      field(trans.__('Bearer token'), tokenRow, trans.__(TOKEN_NOTE)),
+      field(trans.__('Default image'), this.image),
       test,
       this.report
     );
@@ -159,13 +210,19 @@ export class SandboxPanel extends Widget {
 
   private limits(): HTMLElement {
     const card = el('fieldset', 'jp-gitpilot-card');
-    card.appendChild(el('legend', '', 'Limits (every backend)'));
+    card.appendChild(el('legend', '', trans.__('Limits (every backend)')));
     this.network.classList.remove('jp-mod-styled');
     const egress = el('label', 'jp-gitpilot-radio');
-    egress.append(this.network, el('span', '', ' Allow network egress'));
+    egress.append(
+      this.network,
+      el('span', '', ` ${trans.__('Allow network egress')}`)
+    );
     this.timeout.min = '1';
     this.timeout.max = '600';
-    card.append(egress, field('Timeout (seconds, 1–600)', this.timeout));
+    card.append(
+      egress,
+      field(trans.__('Time limit (seconds, 1–600)'), this.timeout)
+    );
     return card;
   }
 
@@ -188,8 +245,11 @@ export class SandboxPanel extends Widget {
     this.timeout.value = String(s.timeout_sec ?? 120);
     this.token.value = '';
     this.tokenCleared = false;
-    this.token.placeholder = status.has_token ? SAVED_TOKEN : 'not set';
+    this.token.placeholder = status.has_token
+      ? SAVED_TOKEN
+      : trans.__('not set');
     this.clearToken.disabled = !status.has_token;
+    this.saved = this.formValues();
   }
 
   private checkBackend(backend: string): void {
@@ -209,29 +269,42 @@ export class SandboxPanel extends Widget {
       chosen === this.filledBackend
     ) {
       this.checkBackend(status.settings.backend);
+      if (this.saved) {
+        this.saved.backend = status.settings.backend;
+      }
     }
     const text = statusText(status, error);
     this.health.textContent = status?.error ? `${text}: ${status.error}` : text;
     this.health.classList.toggle('jp-mod-failed', !!error || !status?.ok);
     const override = status?.env_override;
     this.badge.hidden = !override;
-    this.badge.textContent = override ? `env override: ${override}` : '';
+    this.badge.textContent = override
+      ? trans.__('set by the environment: %1', override)
+      : '';
     this.badge.title = override
-      ? `${override} is set in the server's environment and wins over the saved choice (now ${backendLabel(status?.backend)}).`
+      ? trans.__(
+          "%1 is set in the server's environment and wins over the saved choice (now %2).",
+          override,
+          backendLabel(status?.backend)
+        )
       : '';
   }
 
-  /** The form's changes: every field, the token only when typed or cleared. */
-  changes(): SettingsUpdate {
-    const changes: SettingsUpdate = {
+  private formValues(): FormValues {
+    return {
+      backend: this.radios.find(r => r.checked)?.value ?? this.filledBackend,
       matrixlab_url: this.url.value.trim(),
       matrixlab_image: this.image.value.trim(),
       allow_network: this.network.checked,
       timeout_sec: Number(this.timeout.value)
     };
-    const backend = this.radios.find(r => r.checked)?.value;
-    if (backend) {
-      changes.backend = backend;
+  }
+
+  /** The form's changes: only fields that differ from the saved ones; the token when typed or cleared. */
+  changes(): SettingsUpdate {
+    const changes = changedFields(this.saved, this.formValues());
+    if (!changes.backend) {
+      delete changes.backend;
     }
     if (this.token.value) {
       changes.matrixlab_token = this.token.value;
@@ -247,12 +320,59 @@ export class SandboxPanel extends Widget {
     this.message.setAttribute('role', failed ? 'alert' : 'status');
   }
 
+  /** True when the user still wants to save MatrixLab after its test said "Not reachable". */
+  private async confirmUnreachable(changes: SettingsUpdate): Promise<boolean> {
+    const backend = changes.backend ?? this.saved?.backend;
+    const url = this.url.value.trim();
+    if (
+      backend !== 'matrixlab' ||
+      !this.lastTest ||
+      this.lastTest.ok ||
+      this.lastTest.url !== url
+    ) {
+      return true;
+    }
+    const answer = await showDialog({
+      title: trans.__('Save an unreachable MatrixLab?'),
+      body: trans.__(
+        'The Runner at %1 did not answer the connection test a moment ago. If you save MatrixLab now, every snippet fails until the Runner answers. Start it first (the card below can), or keep the current backend.',
+        url || trans.__('the default URL')
+      ),
+      buttons: [
+        Dialog.cancelButton({ label: trans.__('Cancel') }),
+        Dialog.warnButton({ label: trans.__('Save anyway') })
+      ],
+      defaultButton: 0
+    });
+    return answer.button.accept;
+  }
+
   private async save(): Promise<void> {
+    const changes = this.changes();
+    if (Object.keys(changes).length === 0) {
+      this.say(trans.__('Nothing changed: nothing to save.'), false);
+      return;
+    }
+    if (changes.backend === 'off' && !(await confirmPassThrough())) {
+      this.say(trans.__('Not saved: the backend stays as it was.'), false);
+      return;
+    }
+    if (!(await this.confirmUnreachable(changes))) {
+      this.say(trans.__('Not saved.'), false);
+      return;
+    }
     try {
-      const status = await this.model.client.configure(this.changes());
+      const status = await this.model.client.configure(changes);
       this.model.set(status);
       this.fill(status);
-      this.say(`Saved. ${statusText(status, null)}.`, false);
+      const text = trans.__('Saved. %1.', statusText(status, null));
+      this.say(text, false);
+      Notification.success(
+        trans.__('Sandbox settings saved. %1.', statusText(status, null)),
+        {
+          autoClose: 4000
+        }
+      );
     } catch (error) {
       this.say(error instanceof Error ? error.message : String(error), true);
     }
@@ -260,16 +380,20 @@ export class SandboxPanel extends Widget {
 
   private async test(button: HTMLButtonElement): Promise<void> {
     button.disabled = true;
-    this.report.replaceChildren(el('span', 'jp-gitpilot-muted', 'Testing…'));
+    this.report.replaceChildren(
+      el('span', 'jp-gitpilot-muted', trans.__('Testing…'))
+    );
     const options: { matrixlab_url?: string; matrixlab_token?: string } = {};
-    if (this.url.value.trim()) {
-      options.matrixlab_url = this.url.value.trim();
+    const url = this.url.value.trim();
+    if (url) {
+      options.matrixlab_url = url;
     }
     if (this.token.value) {
       options.matrixlab_token = this.token.value;
     }
     try {
       const report = await this.model.client.testConnection(options);
+      this.lastTest = { url, ok: !!report.ok };
       const line = el(
         'div',
         report.ok ? 'jp-mod-ok' : 'jp-mod-failed',
@@ -281,6 +405,7 @@ export class SandboxPanel extends Widget {
         this.report.appendChild(el('div', 'jp-gitpilot-hint', String(hint)));
       }
     } catch (error) {
+      this.lastTest = { url, ok: false };
       this.report.replaceChildren(
         el(
           'div',

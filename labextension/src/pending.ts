@@ -8,22 +8,36 @@
 
 import { Widget } from '@lumino/widgets';
 
+import { trans } from './i18n';
 import { AGENT_SOURCE, SandboxModel } from './model';
 import { escapeText } from './escape';
-import { badge, el, renderPlan } from './render';
+import { badge, el, isRisky, renderPlan } from './render';
 import type { IPlan } from './types';
 
 /** How often the open panel asks the server for pending plans. */
 export const POLL_SECONDS = 4;
 
+/** How long a decided card stays (showing its outcome) before a refresh lets it go. */
+export const DECIDED_LINGER_MS = 3000;
+
 /** What the card says once decided. */
 export function approvedText(plan: IPlan): string {
   return plan.source === AGENT_SOURCE
-    ? 'Approved — the agent will run it.'
-    : 'Approved — whoever asked for it can run it now.';
+    ? trans.__('Approved — the agent will run it.')
+    : trans.__('Approved — whoever asked for it can run it now.');
 }
 
-export const REJECTED_TEXT = 'Rejected — it will not run.';
+/** What a rejected card says. */
+export function rejectedText(): string {
+  return trans.__('Rejected — it will not run.');
+}
+
+/** Who asked for a plan, in words. */
+export function requesterText(source: string): string {
+  return source === AGENT_SOURCE
+    ? trans.__('Requested by an agent')
+    : trans.__('Requested by %1', escapeText(source.replace(/_/g, ' ')));
+}
 
 /** One pending plan: goal, source, the plan rendering, Approve and Reject. */
 export class PlanCard {
@@ -32,7 +46,8 @@ export class PlanCard {
   private readonly approveButton: HTMLButtonElement;
   private readonly rejectButton: HTMLButtonElement;
   private readonly state: HTMLElement;
-  private _decided = false;
+  private consent: HTMLInputElement | null = null;
+  private _decidedAt: number | null = null;
 
   constructor(
     readonly plan: IPlan,
@@ -48,40 +63,78 @@ export class PlanCard {
     const goal = el(
       'h3',
       'jp-gitpilot-pending-goal',
-      escapeText(plan.goal || 'A plan')
+      escapeText(plan.goal || trans.__('A plan'))
     );
     goal.id = titleId;
     header.append(
       goal,
-      badge(plan.source === AGENT_SOURCE ? 'agent' : plan.source, 'source')
+      badge(
+        plan.source === AGENT_SOURCE ? trans.__('agent') : plan.source,
+        'source'
+      )
     );
     const meta = el(
       'div',
       'jp-gitpilot-muted jp-gitpilot-pending-meta',
-      `Requested by ${plan.source} · ${plan.plan_id}`
+      requesterText(plan.source)
     );
 
-    this.approveButton = el('button', 'jp-mod-styled jp-mod-accept', 'Approve');
+    this.approveButton = el(
+      'button',
+      'jp-mod-styled jp-mod-accept',
+      trans.__('Approve')
+    );
     this.approveButton.type = 'button';
     this.approveButton.setAttribute(
       'aria-label',
-      `Approve: ${escapeText(plan.goal)}`
+      trans.__('Approve: %1', escapeText(plan.goal))
     );
     this.approveButton.addEventListener('click', () => void this.approve());
     if (plan.blocked) {
       this.approveButton.disabled = true;
       this.approveButton.title =
-        plan.blocked_reason || 'A destructive pattern matched';
+        plan.blocked_reason || trans.__('A destructive pattern matched');
     }
-    this.rejectButton = el('button', 'jp-mod-styled jp-mod-reject', 'Reject');
+    this.rejectButton = el(
+      'button',
+      'jp-mod-styled jp-mod-reject',
+      trans.__('Reject')
+    );
     this.rejectButton.type = 'button';
     this.rejectButton.setAttribute(
       'aria-label',
-      `Reject: ${escapeText(plan.goal)}`
+      trans.__('Reject: %1', escapeText(plan.goal))
     );
     this.rejectButton.addEventListener('click', () => void this.reject());
     this.buttons = el('div', 'jp-gitpilot-buttons');
     this.buttons.append(this.rejectButton, this.approveButton);
+
+    // A high-severity warning: approving takes a deliberate act (this box), never Enter.
+    if (!plan.blocked && isRisky(plan)) {
+      this.node.classList.add('jp-mod-risky');
+      const label = el('label', 'jp-gitpilot-consent');
+      this.consent = el('input');
+      this.consent.type = 'checkbox';
+      this.consent.name = 'consent';
+      label.append(
+        this.consent,
+        el(
+          'span',
+          '',
+          trans.__(
+            'I have read the high-severity warning and want to let it run anyway'
+          )
+        )
+      );
+      this.consent.addEventListener('change', () => this.busy(false));
+      this.approveButton.addEventListener('keydown', event => {
+        if (event.key === 'Enter') {
+          event.preventDefault(); // Enter never approves a risky plan (a click or Space does)
+        }
+      });
+      this.buttons.prepend(label);
+      this.busy(false);
+    }
 
     this.state = el('div', 'jp-gitpilot-pending-state');
     this.state.setAttribute('aria-live', 'polite');
@@ -90,16 +143,24 @@ export class PlanCard {
 
   /** True once approved or rejected here. */
   get decided(): boolean {
-    return this._decided;
+    return this._decidedAt !== null;
+  }
+
+  /** True once decided longer ago than `DECIDED_LINGER_MS` (a refresh then lets it go). */
+  decidedBefore(now: number): boolean {
+    return (
+      this._decidedAt !== null && now - this._decidedAt >= DECIDED_LINGER_MS
+    );
   }
 
   private busy(on: boolean): void {
-    this.approveButton.disabled = on || this.plan.blocked;
+    const unconsented = this.consent !== null && !this.consent.checked;
+    this.approveButton.disabled = on || this.plan.blocked || unconsented;
     this.rejectButton.disabled = on;
   }
 
   private done(text: string, kind: 'approved' | 'rejected'): void {
-    this._decided = true;
+    this._decidedAt = Date.now();
     this.buttons.remove();
     this.node.classList.add(`jp-mod-${kind}`);
     this.state.className = `jp-gitpilot-pending-state jp-mod-${kind}`;
@@ -118,7 +179,7 @@ export class PlanCard {
 
   /** `POST approve`; the answer (with its token) is dropped unread. Nothing runs here. */
   async approve(): Promise<void> {
-    if (this._decided || this.plan.blocked) {
+    if (this.decided || this.plan.blocked || this.approveButton.disabled) {
       return;
     }
     this.busy(true);
@@ -133,7 +194,7 @@ export class PlanCard {
 
   /** `POST reject`: the plan can never be approved afterwards. */
   async reject(): Promise<void> {
-    if (this._decided) {
+    if (this.decided) {
       return;
     }
     this.busy(true);
@@ -143,7 +204,7 @@ export class PlanCard {
       this.fail(error);
       return;
     }
-    this.done(REJECTED_TEXT, 'rejected');
+    this.done(rejectedText(), 'rejected');
   }
 }
 
@@ -154,7 +215,7 @@ export class PendingPlansPanel extends Widget {
   private readonly empty = el(
     'p',
     'jp-gitpilot-muted',
-    'No plans are waiting for approval.'
+    trans.__('No plans are waiting for your decision.')
   );
   private readonly cards = new Map<string, PlanCard>();
   private timer: number | undefined;
@@ -162,26 +223,28 @@ export class PendingPlansPanel extends Widget {
   constructor(private readonly model: SandboxModel) {
     super();
     this.id = 'gitpilot-sandbox-pending';
-    this.title.label = 'Pending Plans';
-    this.title.caption = 'Sandbox: plans waiting for approval';
+    this.title.label = trans.__('Pending Plans');
+    this.title.caption = trans.__('Sandbox: plans waiting for your decision');
     this.title.closable = true;
     this.addClass('jp-gitpilot-panel');
     this.addClass('jp-gitpilot-pending');
 
     const body = el('div', 'jp-gitpilot-panel-body');
     const header = el('div', 'jp-gitpilot-header');
-    const refresh = el('button', 'jp-mod-styled', 'Refresh');
+    const refresh = el('button', 'jp-mod-styled', trans.__('Refresh'));
     refresh.type = 'button';
     refresh.addEventListener('click', () => void this.refresh(true));
-    header.append(el('h2', '', 'Pending plans'), refresh);
+    header.append(el('h2', '', trans.__('Pending plans')), refresh);
     const help = el(
       'p',
       'jp-gitpilot-muted',
-      'Plans an agent made in ask mode wait here. Approve lets the agent run its plan; nothing runs in this panel.'
+      trans.__(
+        'Plans an agent made in ask mode wait here for your decision. Approve lets the agent run its plan; nothing runs in this panel. Rejected and expired plans leave.'
+      )
     );
     this.message.setAttribute('aria-live', 'polite');
     this.list.setAttribute('role', 'list');
-    this.list.setAttribute('aria-label', 'Pending plans');
+    this.list.setAttribute('aria-label', trans.__('Pending plans'));
     body.append(header, help, this.message, this.empty, this.list);
     this.node.appendChild(body);
   }
@@ -193,7 +256,8 @@ export class PendingPlansPanel extends Widget {
 
   /**
    * Ask the server for pending plans and update the cards in place (focus stays where it is).
-   * Decided cards stay until a manual refresh (`clearDecided`), so their outcome can be read.
+   * Plans the server no longer lists (rejected, approved, expired) leave; a card decided
+   * here stays `DECIDED_LINGER_MS` first (or until a manual refresh) so its outcome can be read.
    */
   async refresh(clearDecided = false): Promise<void> {
     let plans: IPlan[];
@@ -211,19 +275,21 @@ export class PendingPlansPanel extends Widget {
     this.message.removeAttribute('role');
     this.model.setPlans(plans);
     const ids = new Set(plans.map(plan => plan.plan_id));
+    const now = Date.now();
     for (const [id, card] of this.cards) {
-      if (!ids.has(id) && (!card.decided || clearDecided)) {
+      const gone = !ids.has(id) || card.decided;
+      if (gone && (!card.decided || clearDecided || card.decidedBefore(now))) {
         card.node.remove();
         this.cards.delete(id);
       }
     }
     for (const plan of plans) {
       if (!this.cards.has(plan.plan_id)) {
-        const card = new PlanCard(
-          plan,
-          this.model,
-          () => void this.refreshCount()
-        );
+        const card = new PlanCard(plan, this.model, () => {
+          void this.refreshCount();
+          // Let the decided card go once its outcome has been on screen for a while.
+          window.setTimeout(() => void this.refresh(), DECIDED_LINGER_MS + 100);
+        });
         card.node.setAttribute('role', 'listitem');
         this.cards.set(plan.plan_id, card);
         this.list.appendChild(card.node);

@@ -6,6 +6,9 @@
  */
 
 import { codeLines, codePreview, escapeSegments, escapeText } from './escape';
+import type { IStoredRun, Segment } from './history';
+import { trans } from './i18n';
+import { backendLabel } from './labels';
 import type { IPlan, IRunResult } from './types';
 
 /** Lines of code the approval views (dialog, Pending Plans) show; the rest is counted. */
@@ -45,23 +48,30 @@ export function renderPlan(plan: IPlan): HTMLElement {
   if (plan.blocked) {
     const banner = el('div', 'jp-gitpilot-plan-blocked');
     banner.setAttribute('role', 'alert');
-    banner.textContent = `Blocked: ${plan.blocked_reason || 'a destructive pattern matched'}. This plan cannot be approved.`;
+    banner.textContent = trans.__(
+      'Blocked: %1. This plan cannot be approved.',
+      plan.blocked_reason || trans.__('a destructive pattern matched')
+    );
     root.appendChild(banner);
   }
   const facts = el('dl', 'jp-gitpilot-plan-facts');
   if (plan.file) {
-    row(facts, 'File', escapeText(plan.file));
+    row(facts, trans.__('File'), escapeText(plan.file));
   }
-  row(facts, 'Language', plan.language);
-  row(facts, 'Backend', plan.backend);
-  row(facts, 'Timeout', `${plan.timeout_sec} s`);
-  row(facts, 'Network', plan.network ? 'allowed' : 'off');
-  row(facts, 'Command', plan.command.join(' '));
+  row(facts, trans.__('Language'), plan.language);
+  row(facts, trans.__('Runs in'), backendLabel(plan.backend));
+  row(facts, trans.__('Time limit'), trans.__('%1 s', plan.timeout_sec));
+  row(
+    facts,
+    trans.__('Network'),
+    plan.network ? trans.__('not blocked') : trans.__('blocked')
+  );
+  row(facts, trans.__('Command'), plan.command.join(' '));
   root.appendChild(facts);
 
   if (plan.checks.length) {
     const checks = el('ul', 'jp-gitpilot-plan-checks');
-    checks.setAttribute('aria-label', 'Checks');
+    checks.setAttribute('aria-label', trans.__('Checks'));
     for (const check of plan.checks) {
       const item = el('li', check.ok ? 'jp-mod-ok' : 'jp-mod-failed');
       item.appendChild(el('span', 'jp-gitpilot-mark', check.ok ? '✓' : '✗'));
@@ -72,7 +82,7 @@ export function renderPlan(plan: IPlan): HTMLElement {
   }
 
   const warnings = el('ul', 'jp-gitpilot-plan-warnings');
-  warnings.setAttribute('aria-label', 'Warnings');
+  warnings.setAttribute('aria-label', trans.__('Warnings'));
   for (const warning of plan.warnings) {
     const item = el('li');
     item.appendChild(badge(warning.severity, warning.severity));
@@ -84,7 +94,7 @@ export function renderPlan(plan: IPlan): HTMLElement {
   }
   if (!plan.warnings.length) {
     warnings.appendChild(
-      el('li', 'jp-gitpilot-muted', 'No warnings from the code scan.')
+      el('li', 'jp-gitpilot-muted', trans.__('No warnings from the code scan.'))
     );
   }
   root.appendChild(warnings);
@@ -101,7 +111,7 @@ export function renderPlanCode(plan: IPlan): HTMLElement {
   const box = el('div', 'jp-gitpilot-plan-codebox');
   const preview = codePreview(plan.code, PLAN_CODE_LINES, PLAN_LINE_CHARS);
   const code = el('pre', 'jp-gitpilot-plan-code');
-  code.setAttribute('aria-label', 'Code to run');
+  code.setAttribute('aria-label', trans.__('Code to run'));
   codeLines(plan.code)
     .slice(0, PLAN_CODE_LINES)
     .forEach((line, index) => {
@@ -124,7 +134,7 @@ export function renderPlanCode(plan: IPlan): HTMLElement {
           el(
             'span',
             'jp-gitpilot-cut',
-            ` … [${rest} more character${rest !== 1 ? 's' : ''}]`
+            ` … ${trans._n('[%1 more character]', '[%1 more characters]', rest)}`
           )
         );
       }
@@ -136,60 +146,152 @@ export function renderPlanCode(plan: IPlan): HTMLElement {
   const digest = el(
     'div',
     'jp-gitpilot-plan-digest jp-gitpilot-muted',
-    `Digest ${plan.digest}`
+    trans.__('Digest %1', plan.digest)
   );
-  digest.title =
-    'The approval is bound to this digest of the code, language, stdin, timeout, network and backend.';
+  digest.title = trans.__(
+    'The approval is bound to this digest of the code, language, stdin, time limit, network and where it runs.'
+  );
   box.appendChild(digest);
   return box;
 }
 
-/** "exit 0 · 12 ms · subprocess" and the truncated / timed-out badges. */
-export function renderFooter(result: IRunResult): HTMLElement {
-  const footer = el('div', 'jp-gitpilot-result-footer');
-  const ok = result.exit_code === 0 && !result.timed_out;
-  footer.appendChild(badge(`exit ${result.exit_code}`, ok ? 'ok' : 'failed'));
-  footer.appendChild(
-    el('span', 'jp-gitpilot-duration', `${result.duration_ms} ms`)
-  );
-  footer.appendChild(el('span', 'jp-gitpilot-backend', result.backend));
-  if (result.timed_out) {
-    footer.appendChild(badge('timed out', 'high'));
-  }
-  if (result.truncated) {
-    footer.appendChild(badge('truncated', 'medium'));
-  }
-  return footer;
+/** True when the plan carries a high-severity warning (approving it must be deliberate). */
+export function isRisky(plan: IPlan): boolean {
+  return plan.warnings.some(warning => warning.severity === 'high');
+}
+
+/** A duration for people: "850 ms", "3.2 s". */
+export function formatDuration(ms: number): string {
+  return ms < 1000
+    ? trans.__('%1 ms', Math.round(ms))
+    : trans.__('%1 s', (ms / 1000).toFixed(1));
 }
 
 /**
- * The output area under a code block (or in a file-run tab): streamed text while the
- * snippet runs, then the footer or the error.
+ * The one line that sums up a run, shown above its output: "Stopped after 1.2 s",
+ * "exit 0 · 12 ms · Local", with the timed-out and truncated badges first.
+ */
+export function renderSummary(result: IRunResult): HTMLElement {
+  const summary = el('div', 'jp-gitpilot-result-summary');
+  if (result.cancelled) {
+    summary.appendChild(badge(trans.__('stopped'), 'medium'));
+    summary.appendChild(
+      el(
+        'span',
+        'jp-gitpilot-stopped',
+        trans.__('Stopped after %1.', formatDuration(result.duration_ms))
+      )
+    );
+    return summary;
+  }
+  if (result.timed_out) {
+    summary.appendChild(badge(trans.__('timed out'), 'high'));
+  }
+  if (result.truncated) {
+    summary.appendChild(badge(trans.__('truncated'), 'medium'));
+  }
+  const ok = result.exit_code === 0 && !result.timed_out;
+  summary.appendChild(
+    badge(trans.__('exit %1', result.exit_code), ok ? 'ok' : 'failed')
+  );
+  summary.appendChild(
+    el('span', 'jp-gitpilot-duration', formatDuration(result.duration_ms))
+  );
+  summary.appendChild(
+    el('span', 'jp-gitpilot-backend', backendLabel(result.backend))
+  );
+  return summary;
+}
+
+/**
+ * The output area under a code block (or in a file-run pane): a state line on top
+ * (Running… with Stop, then the summary or the error), and the output below it,
+ * streamed while the snippet runs, in a box that scrolls past a maximum height.
  */
 export class OutputView {
   readonly node: HTMLElement;
   private readonly output: HTMLElement;
   private readonly state: HTMLElement;
+  private readonly chunks: Segment[] = [];
 
   constructor(title = '') {
     this.node = el('div', 'jp-gitpilot-output');
-    this.node.setAttribute('aria-live', 'polite');
     if (title) {
       this.node.appendChild(el('div', 'jp-gitpilot-output-title', title));
     }
+    this.state = el('div', 'jp-gitpilot-output-state');
+    this.state.setAttribute('aria-live', 'polite');
     this.output = el('pre', 'jp-gitpilot-output-text');
-    this.state = el('div', 'jp-gitpilot-output-state', 'Running…');
-    this.node.append(this.output, this.state);
+    this.output.tabIndex = 0; // a scrolling box must be reachable by keyboard
+    this.output.setAttribute('aria-label', trans.__('Output'));
+    this.node.append(this.state, this.output);
+    this.running();
+  }
+
+  /** Show "Running…" with a progress indicator and, when `onStop` is given, a Stop button. */
+  running(onStop?: () => void): void {
+    const line = el('div', 'jp-gitpilot-running');
+    const progress = el('progress', 'jp-gitpilot-spinner');
+    progress.setAttribute('aria-label', trans.__('Running'));
+    line.append(progress, el('span', '', trans.__('Running…')));
+    if (onStop) {
+      const stop = el('button', 'jp-mod-styled jp-gitpilot-stop-button');
+      stop.type = 'button';
+      stop.textContent = trans.__('■ Stop');
+      stop.title = trans.__('Stop this run (it is ended on the server)');
+      stop.setAttribute('aria-label', trans.__('Stop the run'));
+      stop.addEventListener('click', event => {
+        event.stopPropagation();
+        stop.disabled = true;
+        stop.textContent = trans.__('Stopping…');
+        onStop();
+      });
+      line.appendChild(stop);
+    }
+    this.state.replaceChildren(line);
   }
 
   /** Append streamed text; stderr is marked so the theme can colour it. */
   append(stream: 'stdout' | 'stderr', text: string): void {
-    const last = this.output.lastElementChild;
+    const box = this.output;
+    // Follow the output while the user is at the bottom; stay put once they scroll up.
+    const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 8;
+    const last = box.lastElementChild;
+    const chunk = this.chunks[this.chunks.length - 1];
+    if (chunk && chunk[0] === stream) {
+      chunk[1] += text;
+    } else {
+      this.chunks.push([stream, text]);
+    }
     if (last && last.classList.contains(`jp-gitpilot-${stream}`)) {
       last.textContent += text;
-      return;
+    } else {
+      box.appendChild(el('span', `jp-gitpilot-${stream}`, text));
     }
-    this.output.appendChild(el('span', `jp-gitpilot-${stream}`, text));
+    if (atBottom) {
+      box.scrollTop = box.scrollHeight;
+    }
+  }
+
+  /** The output so far, chunk by chunk (to keep it for later). */
+  get segments(): Segment[] {
+    return this.chunks.map(([stream, text]) => [stream, text]);
+  }
+
+  /** Show a run kept from before (the notebook was reopened): its output and summary. */
+  replay(stored: IStoredRun): void {
+    for (const [stream, text] of stored.segments) {
+      this.append(stream, text);
+    }
+    this.finish(stored.result);
+    const when = new Date(stored.at).toLocaleString();
+    const note = el(
+      'span',
+      'jp-gitpilot-muted jp-gitpilot-earlier',
+      trans.__('earlier run, %1', when)
+    );
+    this.state.firstElementChild?.appendChild(note);
+    this.node.classList.add('jp-mod-earlier');
   }
 
   /** The text shown so far (both streams). */
@@ -197,13 +299,25 @@ export class OutputView {
     return this.output.textContent ?? '';
   }
 
-  /** Show the envelope's footer. */
+  /** Show the envelope's summary above the output. */
   finish(result: IRunResult): void {
     this.node.classList.toggle(
       'jp-mod-failed',
-      result.exit_code !== 0 || result.timed_out
+      !result.cancelled && (result.exit_code !== 0 || result.timed_out)
     );
-    this.state.replaceChildren(renderFooter(result));
+    this.node.classList.toggle('jp-mod-stopped', !!result.cancelled);
+    this.state.replaceChildren(renderSummary(result));
+  }
+
+  /** Say the run was stopped when no envelope came back (its stream was closed). */
+  showStopped(): void {
+    this.node.classList.add('jp-mod-stopped');
+    const summary = el('div', 'jp-gitpilot-result-summary');
+    summary.append(
+      badge(trans.__('stopped'), 'medium'),
+      el('span', 'jp-gitpilot-stopped', trans.__('Stopped.'))
+    );
+    this.state.replaceChildren(summary);
   }
 
   /** Show an error the server (or the network) gave, as its message. */

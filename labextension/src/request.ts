@@ -187,16 +187,19 @@ export class SandboxClient {
 
   /**
    * `POST run` with `Accept: application/x-ndjson`: output goes to `onOutput` as it is
-   * produced; answers the result envelope.
+   * produced; answers the result envelope. Aborting `signal` closes the stream, which
+   * stops the run on the server too.
    */
   async run(
     request: IRunRequest,
-    onOutput: OutputCallback
+    onOutput: OutputCallback,
+    signal?: AbortSignal
   ): Promise<IRunResult> {
     const response = await this.send(this.url('run'), {
       method: 'POST',
       body: JSON.stringify(request),
-      headers: { 'Content-Type': 'application/json', Accept: NDJSON }
+      headers: { 'Content-Type': 'application/json', Accept: NDJSON },
+      ...(signal ? { signal } : {})
     });
     if (!response.ok) {
       throw errorFromBody(
@@ -231,6 +234,13 @@ export class SandboxClient {
     );
   }
 
+  /** `DELETE runs/{run_id}`: stop a run under way; its envelope then says `cancelled`. */
+  cancelRun(runId: string): Promise<{ run_id: string; cancelled: boolean }> {
+    return this.requestJSON(`runs/${encodeURIComponent(runId)}`, {
+      method: 'DELETE'
+    });
+  }
+
   /** `POST matrixlab/test`, optionally with an unsaved URL and token. */
   testConnection(options: {
     matrixlab_url?: string;
@@ -248,6 +258,16 @@ export class SandboxClient {
   lifecycleAction(action: LifecycleAction): Promise<ILifecycleResult> {
     return this.post<ILifecycleResult>(`matrixlab/${action}`, {});
   }
+}
+
+/** A fresh run id (`run_` + 16 hex digits), so the caller can stop the run by name. */
+export function newRunId(): string {
+  const bytes = new Uint8Array(8);
+  crypto.getRandomValues(bytes);
+  return (
+    'run_' +
+    Array.from(bytes, byte => byte.toString(16).padStart(2, '0')).join('')
+  );
 }
 
 function emitAll(result: IRunResult, onOutput: OutputCallback): void {

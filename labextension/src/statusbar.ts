@@ -6,7 +6,8 @@
 
 import { Widget } from '@lumino/widgets';
 
-import { statusText, statusTitle, waitingText } from './labels';
+import { trans } from './i18n';
+import { CLICK_TO_OPEN, statusText, statusTitle, waitingText } from './labels';
 import type { SandboxModel } from './model';
 import { el } from './render';
 
@@ -50,8 +51,12 @@ export class SandboxStatusItem extends Widget {
         el('span', 'jp-gitpilot-status-waiting', waitingText(waiting))
       );
       this.node.title = statusTitle(status, error).replace(
-        'Click to open the sandbox settings.',
-        `${waiting} agent ${waiting === 1 ? 'plan waits' : 'plans wait'} for approval. Click to review.`
+        CLICK_TO_OPEN(),
+        trans._n(
+          '%1 agent plan waits for your decision. Click to review.',
+          '%1 agent plans wait for your decision. Click to review.',
+          waiting
+        )
       );
     }
     const healthy = error === null && status !== null && status.ok;

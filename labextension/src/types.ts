@@ -57,6 +57,8 @@ export interface IApproval {
 export interface IRunRequest {
   approval_token: string;
   session_id?: string;
+  /** The caller's name for the run (`run_` + 16 hex), to stop it with `DELETE runs/{run_id}`. */
+  run_id?: string;
 }
 
 /** The result envelope every backend answers. */
@@ -70,6 +72,8 @@ export interface IRunResult {
   duration_ms: number;
   truncated: boolean;
   timed_out: boolean;
+  /** Someone stopped the run before it ended (Stop, a closed stream). */
+  cancelled?: boolean;
   sandbox_id: string | null;
   run_id: string;
   plan_id: string | null;
@@ -103,6 +107,8 @@ export interface IStatus {
   isolation: string[];
   remote?: unknown;
   settings_error?: string | null;
+  /** How many plans `GET plans` lists (waiting for someone else's decision). */
+  waiting_plans?: number;
   version?: string;
 }
 

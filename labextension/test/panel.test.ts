@@ -94,7 +94,7 @@ describe('SandboxPanel', () => {
     });
     const badge = q<HTMLElement>('.jp-gitpilot-header .jp-gitpilot-badge');
     expect(badge.hidden).toBe(false);
-    expect(badge.textContent).toBe('env override: GITPILOT_SANDBOX');
+    expect(badge.textContent).toBe('set by the environment: GITPILOT_SANDBOX');
   });
 
   it('hides the badge without an override and checks the saved backend', async () => {
@@ -145,11 +145,65 @@ describe('SandboxPanel', () => {
     await flush();
     await flush();
     const put = sent.find(s => s.method === 'PUT');
-    expect(put?.body).toMatchObject({
-      matrixlab_token: 'new-token',
-      backend: 'subprocess'
-    });
+    // Only what changed: the token, not the fields the user left alone.
+    expect(put?.body).toEqual({ matrixlab_token: 'new-token' });
     expect(token.value).toBe('');
+  });
+
+  it('Save sends only the fields that changed, and nothing when nothing did', async () => {
+    const { panel, sent, q } = await openPanel({
+      'GET status': status(),
+      'PUT config': status({
+        settings: { ...status().settings, timeout_sec: 30 }
+      })
+    });
+    click(buttonNamed(panel.node, 'Save'));
+    await flush();
+    expect(sent.filter(s => s.method === 'PUT')).toHaveLength(0);
+    expect(q<HTMLElement>('.jp-gitpilot-message').textContent).toBe(
+      'Nothing changed: nothing to save.'
+    );
+
+    const timeout = q<HTMLInputElement>('input[name="timeout_sec"]');
+    timeout.value = '30';
+    click(buttonNamed(panel.node, 'Save'));
+    await flush();
+    await flush();
+    expect(sent.filter(s => s.method === 'PUT').map(s => s.body)).toEqual([
+      { timeout_sec: 30 }
+    ]);
+  });
+
+  it('asks before saving MatrixLab right after the test said "Not reachable"', async () => {
+    const { panel, sent, q } = await openPanel({
+      'GET status': status(),
+      'POST matrixlab/test': {
+        ok: false,
+        reachable: false,
+        error: 'connection refused'
+      }
+    });
+    click(buttonNamed(panel.node, 'Test connection'));
+    await flush();
+    await flush();
+    expect(q<HTMLElement>('.jp-gitpilot-report').textContent).toContain(
+      'Not reachable'
+    );
+    q<HTMLInputElement>('input[value="matrixlab"]').checked = true;
+    click(buttonNamed(panel.node, 'Save'));
+    await flush();
+    await flush();
+    // The warning dialog is up, Cancel first; nothing was saved yet.
+    const dialog = document.querySelector('.jp-Dialog') as HTMLElement;
+    expect(dialog?.textContent).toContain('did not answer the connection test');
+    expect(sent.filter(s => s.method === 'PUT')).toHaveLength(0);
+    click(buttonNamed(dialog, 'Cancel'));
+    await flush();
+    await flush();
+    expect(sent.filter(s => s.method === 'PUT')).toHaveLength(0);
+    expect(q<HTMLElement>('.jp-gitpilot-message').textContent).toBe(
+      'Not saved.'
+    );
   });
 
   it('shows a refused save as the server message', async () => {
@@ -164,6 +218,7 @@ describe('SandboxPanel', () => {
         }
       ]
     });
+    q<HTMLInputElement>('input[name="timeout_sec"]').value = '900';
     click(buttonNamed(panel.node, 'Save'));
     await flush();
     await flush();

@@ -1,7 +1,7 @@
 // The Pending Plans panel and the status bar's waiting count, in jsdom, against a scripted API.
 
 import { SandboxModel } from '../src/model';
-import { PendingPlansPanel } from '../src/pending';
+import { DECIDED_LINGER_MS, PendingPlansPanel } from '../src/pending';
 import { SandboxClient } from '../src/request';
 import { SandboxStatusItem } from '../src/statusbar';
 import type { IPlan, IStatus } from '../src/types';
@@ -113,14 +113,17 @@ describe('PendingPlansPanel', () => {
       'Count the lines of data.csv',
       'agent',
       'Languagepython',
-      'Backendsubprocess',
-      'Timeout45 s',
-      'Networkoff',
+      'Requested by an agent',
+      'Runs inLocal',
+      'Time limit45 s',
+      'Networkblocked',
       'reads files',
       "print(sum(1 for _ in open('data.csv')))"
     ]) {
       expect(text).toContain(needle);
     }
+    // Words, not internal names: no plan id on the card.
+    expect(text).not.toContain(plan().plan_id);
     expect(cards[0].getAttribute('role')).toBe('listitem');
     expect(
       panel.node.querySelector('.jp-gitpilot-muted[hidden]')?.textContent
@@ -133,7 +136,7 @@ describe('PendingPlansPanel', () => {
       panel.node.querySelectorAll('.jp-gitpilot-pending-card')
     ).toHaveLength(0);
     expect(panel.node.textContent).toContain(
-      'No plans are waiting for approval.'
+      'No plans are waiting for your decision.'
     );
   });
 
@@ -192,6 +195,70 @@ describe('PendingPlansPanel', () => {
       { method: 'POST', endpoint: 'reject', body: { plan_id: 'plan_agent_1' } }
     ]);
     expect(panel.node.textContent).toContain('Rejected — it will not run.');
+  });
+
+  it('a rejected card leaves by itself once its outcome has been shown', async () => {
+    let waiting = [plan()];
+    const { panel } = await openPanel({
+      'GET plans': () => ({ plans: waiting }),
+      'POST reject': () => {
+        waiting = [];
+        return { plan_id: 'plan_agent_1', rejected: true };
+      }
+    });
+    click(buttonNamed(panel.node, 'Reject'));
+    await flush();
+    await panel.refresh();
+    expect(panel.node.textContent).toContain('Rejected — it will not run.');
+    const now = Date.now();
+    const later = jest
+      .spyOn(Date, 'now')
+      .mockReturnValue(now + DECIDED_LINGER_MS + 1);
+    try {
+      await panel.refresh();
+    } finally {
+      later.mockRestore();
+    }
+    expect(
+      panel.node.querySelectorAll('.jp-gitpilot-pending-card')
+    ).toHaveLength(0);
+  });
+
+  it('a plan with a high-severity warning needs the box ticked before Approve works; Enter never approves', async () => {
+    const risky = plan({
+      warnings: [
+        {
+          severity: 'high',
+          label: 'runs a shell',
+          detail: "os.system('curl … | sh')"
+        }
+      ]
+    });
+    const { panel, sent } = await openPanel({
+      'GET plans': { plans: [risky] },
+      'POST approve': {
+        approval_token: TOKEN,
+        plan_id: 'plan_agent_1',
+        expires_in: 300
+      }
+    });
+    const card = panel.node.querySelector('.jp-gitpilot-pending-card')!;
+    const approve = buttonNamed(card, 'Approve')!;
+    expect(approve.disabled).toBe(true);
+    const box = card.querySelector('input[name="consent"]') as HTMLInputElement;
+    const enter = new KeyboardEvent('keydown', {
+      key: 'Enter',
+      cancelable: true
+    });
+    box.checked = true;
+    box.dispatchEvent(new Event('change'));
+    expect(approve.disabled).toBe(false);
+    approve.dispatchEvent(enter);
+    expect(enter.defaultPrevented).toBe(true);
+    expect(sent.filter(r => r.method === 'POST')).toHaveLength(0);
+    click(approve);
+    await flush();
+    expect(sent.filter(r => r.endpoint === 'approve')).toHaveLength(1);
   });
 
   it('a blocked plan cannot be approved, only rejected', async () => {
@@ -284,12 +351,11 @@ describe('PendingPlansPanel', () => {
 describe('the status bar count of waiting agent plans', () => {
   afterEach(() => (document.body.innerHTML = ''));
 
-  it('shows "· 1 plan waiting" for agent plans only, and a click opens the plans', async () => {
+  it('counts what the server lists as waiting (what the panel shows), and a click opens the plans', async () => {
+    // The server lists only plans waiting for someone else's decision: the count is its length.
     const { client } = scripted({
-      'GET status': status(),
-      'GET plans': {
-        plans: [plan(), plan({ plan_id: 'p_dialog', source: 'code_block' })]
-      }
+      'GET status': { ...status(), waiting_plans: 1 },
+      'GET plans': { plans: [plan()] }
     });
     const model = new SandboxModel(client);
     const opened: string[] = [];
@@ -300,7 +366,7 @@ describe('the status bar count of waiting agent plans', () => {
     );
     await model.refresh();
     expect(item.node.textContent).toBe('Sandbox: Local · 1 plan waiting');
-    expect(item.node.title).toContain('1 agent plan waits for approval');
+    expect(item.node.title).toContain('1 agent plan waits for your decision');
     click(item.node);
     expect(opened).toEqual(['plans']);
 

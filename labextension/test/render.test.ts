@@ -2,6 +2,7 @@
 
 import { decorateCodeBlocks, ICodeBlock } from '../src/codeblocks';
 import { fenceLanguage, fileLanguage, statusText } from '../src/labels';
+import { MAX_ENTRIES, MAX_OUTPUT, RunHistory } from '../src/history';
 import { lifecycleBlocker, renderStep } from '../src/lifecycle';
 import { OutputView, renderPlan } from '../src/render';
 import type { IPlan, IRunResult, IStatus } from '../src/types';
@@ -54,9 +55,9 @@ describe('renderPlan', () => {
   it('shows language, backend, timeout, network, checks and the code', () => {
     const text = renderPlan(plan()).textContent ?? '';
     expect(text).toContain('python');
-    expect(text).toContain('subprocess');
+    expect(text).toContain('Runs inLocal');
     expect(text).toContain('120 s');
-    expect(text).toContain('Networkoff');
+    expect(text).toContain('Networkblocked');
     expect(text).toContain('✓ no destructive pattern');
     expect(text).toContain('print(2+2)');
     expect(text).toContain('No warnings');
@@ -115,7 +116,7 @@ describe('OutputView', () => {
     const view = new OutputView();
     view.finish(result());
     const footer =
-      view.node.querySelector('.jp-gitpilot-result-footer')?.textContent ?? '';
+      view.node.querySelector('.jp-gitpilot-result-summary')?.textContent ?? '';
     expect(footer).toContain('exit 0');
     expect(footer).toContain('15 ms');
     expect(footer).not.toContain('timed out');
@@ -127,11 +128,90 @@ describe('OutputView', () => {
     const view = new OutputView();
     view.finish(result({ exit_code: -1, timed_out: true, truncated: true }));
     const footer =
-      view.node.querySelector('.jp-gitpilot-result-footer')?.textContent ?? '';
+      view.node.querySelector('.jp-gitpilot-result-summary')?.textContent ?? '';
     expect(footer).toContain('exit -1');
     expect(footer).toContain('timed out');
     expect(footer).toContain('truncated');
     expect(view.node.classList.contains('jp-mod-failed')).toBe(true);
+  });
+
+  it('puts the badges above the output, which scrolls in its own box', () => {
+    const view = new OutputView();
+    view.append('stdout', 'x'.repeat(1000));
+    view.finish(result({ exit_code: -1, timed_out: true, truncated: true }));
+    const children = Array.from(view.node.children);
+    const state = view.node.querySelector('.jp-gitpilot-output-state')!;
+    const text = view.node.querySelector('.jp-gitpilot-output-text')!;
+    expect(children.indexOf(state)).toBeLessThan(children.indexOf(text));
+    expect(state.textContent).toContain('truncated');
+    expect((text as HTMLElement).tabIndex).toBe(0);
+  });
+
+  it('offers Stop while running; Stop calls back once and says Stopping…', () => {
+    const view = new OutputView();
+    const calls: string[] = [];
+    view.running(() => calls.push('stop'));
+    const stop = view.node.querySelector(
+      '.jp-gitpilot-stop-button'
+    ) as HTMLButtonElement;
+    expect(stop.getAttribute('aria-label')).toBe('Stop the run');
+    stop.click();
+    stop.click();
+    expect(calls).toEqual(['stop']);
+    expect(stop.disabled).toBe(true);
+    expect(stop.textContent).toBe('Stopping…');
+  });
+
+  it('says a stopped run was stopped, in one line, and keeps its output', () => {
+    const view = new OutputView();
+    view.running(() => undefined);
+    view.append('stdout', 'first\n');
+    view.finish(result({ exit_code: -1, cancelled: true, duration_ms: 1234 }));
+    const summary = view.node.querySelector('.jp-gitpilot-result-summary')!;
+    expect(summary.textContent).toBe('stoppedStopped after 1.2 s.');
+    expect(view.node.querySelector('.jp-gitpilot-stop-button')).toBeNull();
+    expect(view.text).toBe('first\n');
+    expect(view.node.classList.contains('jp-mod-failed')).toBe(false);
+    expect(view.node.classList.contains('jp-mod-stopped')).toBe(true);
+  });
+
+  it('replays a kept run with its output and says it is an earlier one', () => {
+    const history = new RunHistory(window.localStorage);
+    const view = new OutputView();
+    view.append('stdout', '4\n');
+    view.append('stderr', 'warn\n');
+    history.put(
+      'python',
+      'print(2+2)',
+      view.segments,
+      result({ stdout: '4\n' }),
+      0
+    );
+    const stored = history.get('python', 'print(2+2)')!;
+    expect(stored.result.stdout).toBe('');
+    expect(history.get('python', 'print(3)')).toBeNull();
+    const again = new OutputView();
+    again.replay(stored);
+    expect(again.text).toBe('4\nwarn\n');
+    expect(again.node.textContent).toContain('exit 0');
+    expect(again.node.textContent).toContain('earlier run');
+  });
+
+  it('keeps only the newest results, each cut to its limit', () => {
+    const history = new RunHistory(window.localStorage);
+    for (let i = 0; i < MAX_ENTRIES + 5; i++) {
+      history.put(
+        'python',
+        `print(${i})`,
+        [['stdout', 'x'.repeat(MAX_OUTPUT + 10)]],
+        result(),
+        i
+      );
+    }
+    expect(history.get('python', 'print(0)')).toBeNull();
+    const newest = history.get('python', `print(${MAX_ENTRIES + 4})`)!;
+    expect(newest.segments[0][1]).toHaveLength(MAX_OUTPUT);
+    expect(newest.result.truncated).toBe(true);
   });
 
   it('shows an error message as an alert', () => {

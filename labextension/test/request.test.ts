@@ -6,6 +6,7 @@
 import {
   errorFromBody,
   NDJSON,
+  newRunId,
   readNdjson,
   ResponseError,
   SandboxClient
@@ -122,6 +123,38 @@ describe('SandboxClient', () => {
       code: 'print(2+2)',
       source: 'code_block'
     });
+  });
+
+  it('names runs run_ + 16 hex digits, a new name each time', () => {
+    const a = newRunId();
+    expect(a).toMatch(/^run_[0-9a-f]{16}$/);
+    expect(newRunId()).not.toBe(a);
+  });
+
+  it('stops a run by name with DELETE runs/{run_id}', async () => {
+    const { client, calls } = clientAnswering(
+      json({ run_id: 'run_0123456789abcdef', cancelled: true })
+    );
+    expect(await client.cancelRun('run_0123456789abcdef')).toEqual({
+      run_id: 'run_0123456789abcdef',
+      cancelled: true
+    });
+    expect(calls[0].url).toBe(
+      '/lab-base/api/sandbox/runs/run_0123456789abcdef'
+    );
+    expect(calls[0].init.method).toBe('DELETE');
+  });
+
+  it('passes the abort signal to the request, so Stop can close the stream', async () => {
+    const { client, calls } = clientAnswering(json(RESULT));
+    const controller = new AbortController();
+    await client.run(
+      { language: 'python', code: 'x', timeout_sec: 5, run_id: 'run_1' },
+      () => undefined,
+      controller.signal
+    );
+    expect(calls[0].init.signal).toBe(controller.signal);
+    expect(JSON.parse(String(calls[0].init.body)).run_id).toBe('run_1');
   });
 
   it('rejects a declined plan by id', async () => {
