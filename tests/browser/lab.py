@@ -11,11 +11,20 @@ import httpx
 
 from tests.support.live_server import LiveServer, free_port, start_live_server
 
-__all__ = ["DEMO_MARKDOWN", "DEMO_NOTEBOOK", "DEMO_SCRIPT", "Lab", "free_port", "start_lab"]
+__all__ = [
+    "DEMO_MARKDOWN",
+    "DEMO_NOTEBOOK",
+    "DEMO_SCRIPT",
+    "SLOW_SCRIPT",
+    "Lab",
+    "free_port",
+    "start_lab",
+]
 
 DEMO_NOTEBOOK = "demo.ipynb"
 DEMO_MARKDOWN = "guide.md"
 DEMO_SCRIPT = "hello.py"
+SLOW_SCRIPT = "slow.py"
 
 
 def _markdown_cell(text: str) -> dict[str, Any]:
@@ -34,6 +43,12 @@ def write_demo_root(root: Path) -> None:
             "Slow:\n\n```py\nimport time\nprint('first', flush=True)\ntime.sleep(4)\n"
             "print('second')\n```\n"
         ),
+        _markdown_cell(
+            "Long:\n\n```python\nimport time\nprint('started', flush=True)\n"
+            "time.sleep(90)\nprint('never printed')\n```\n"
+        ),
+        _markdown_cell("Big:\n\n```python\nprint('x' * 5_000_000)\n```\n"),
+        _markdown_cell("Risky:\n\n```python\nimport os\nos.system('echo risky-ran')\n```\n"),
     ]
     notebook = {
         "cells": cells,
@@ -47,6 +62,10 @@ def write_demo_root(root: Path) -> None:
     )
     (root / DEMO_SCRIPT).write_text(
         "import sys\nprint('hello from', sys.argv[0].rsplit('/', 1)[-1] or 'file')\n",
+        encoding="utf-8",
+    )
+    (root / SLOW_SCRIPT).write_text(
+        "import time\nprint('slow started', flush=True)\ntime.sleep(90)\nprint('never printed')\n",
         encoding="utf-8",
     )
 

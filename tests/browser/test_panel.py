@@ -57,10 +57,10 @@ def test_panel_switches_backend_and_status_bar_follows(lab: Lab, page: Page) -> 
 
 def test_server_error_shows_as_its_message(lab: Lab, page: Page) -> None:
     panel = open_settings_from_menu(page)
-    panel.get_by_label(re.compile(r"^Timeout")).fill("9000")
+    panel.get_by_label(re.compile(r"^Time limit")).fill("9000")
     panel.get_by_role("button", name="Save").click()
     alert = panel.get_by_role("alert")
-    expect(alert).to_contain_text("timeout")
+    expect(alert).to_contain_text(re.compile("time", re.IGNORECASE))
     assert "{" not in alert.inner_text()
     assert lab.api("GET", "api/sandbox/status").json()["settings"]["timeout_sec"] == 120
 

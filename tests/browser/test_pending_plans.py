@@ -53,7 +53,7 @@ def test_approve_in_the_panel_lets_the_agent_claim_and_run(lab: Lab, page: Page)
     page.on("request", lambda request: requests.append(request))
 
     _, card = open_pending_plans(page, plan_id)
-    for needle in ("agent", "python", "subprocess", "45 s", "off", code):
+    for needle in ("agent", "python", "Local", "45 s", "blocked", code):
         expect(card).to_contain_text(needle)
     expect(page.locator(".jp-gitpilot-status")).to_have_text("Sandbox: Local · 1 plan waiting")
     screenshot(page, "pending-plans-light")  # the panel and the status bar's count

@@ -27,7 +27,7 @@ def test_run_code_block_plans_approves_and_shows_output(lab: Lab, page: Page) ->
     dialog = plan_dialog(page)
     expect(dialog).to_contain_text("Run in the sandbox?")
     expect(dialog.locator(".jp-gitpilot-plan-facts")).to_contain_text("python")
-    expect(dialog.locator(".jp-gitpilot-plan-facts")).to_contain_text("subprocess")
+    expect(dialog.locator(".jp-gitpilot-plan-facts")).to_contain_text("Local")
     expect(dialog.locator(".jp-gitpilot-plan-facts")).to_contain_text("120 s")
     expect(dialog.get_by_label("Code to run")).to_have_text("print(2+2)")
     screenshot(page, "plan-dialog-light")
@@ -35,8 +35,8 @@ def test_run_code_block_plans_approves_and_shows_output(lab: Lab, page: Page) ->
 
     output = page.locator(".jp-gitpilot-output").first
     expect(output.locator(".jp-gitpilot-output-text")).to_have_text("4\n")
-    expect(output.locator(".jp-gitpilot-result-footer")).to_contain_text("exit 0")
-    expect(output.locator(".jp-gitpilot-result-footer")).to_contain_text(re.compile(r"\d+ ms"))
+    expect(output.locator(".jp-gitpilot-result-summary")).to_contain_text("exit 0")
+    expect(output.locator(".jp-gitpilot-result-summary")).to_contain_text(re.compile(r"\d+ ms"))
     assert "print(2+2)" not in pending_codes(lab)  # the approval consumed the plan
     cell = page.locator(".jp-MarkdownCell").first
     screenshot(cell, "run-result-light")
@@ -52,9 +52,9 @@ def test_output_streams_while_the_snippet_runs(lab: Lab, page: Page) -> None:
     output = page.locator(".jp-gitpilot-output")
     # "first" shows while the snippet still sleeps: the run is streamed, not buffered.
     expect(output.locator(".jp-gitpilot-output-text")).to_have_text("first\n")
-    expect(output.locator(".jp-gitpilot-output-state")).to_have_text("Running…")
+    expect(output.locator(".jp-gitpilot-output-state")).to_contain_text("Running…")
     expect(output.locator(".jp-gitpilot-output-text")).to_have_text("first\nsecond\n")
-    expect(output.locator(".jp-gitpilot-result-footer")).to_contain_text("exit 0")
+    expect(output.locator(".jp-gitpilot-result-summary")).to_contain_text("exit 0")
 
 
 def test_timeout_shows_its_badge_and_keeps_the_output(lab: Lab, page: Page) -> None:
@@ -65,7 +65,7 @@ def test_timeout_shows_its_badge_and_keeps_the_output(lab: Lab, page: Page) -> N
     expect(dialog.locator(".jp-gitpilot-plan-facts")).to_contain_text("2 s")
     dialog.get_by_role("button", name=APPROVE).click()
     output = page.locator(".jp-gitpilot-output")
-    footer = output.locator(".jp-gitpilot-result-footer")
+    footer = output.locator(".jp-gitpilot-result-summary")
     expect(footer).to_contain_text("timed out")
     expect(footer).to_contain_text("exit -1")
     expect(output.locator(".jp-gitpilot-output-text")).to_have_text("first\n")
@@ -111,7 +111,7 @@ def test_run_file_from_file_browser(lab: Lab, page: Page) -> None:
 
     tab = page.locator(".jp-gitpilot-run-tab")
     expect(tab.locator(".jp-gitpilot-output-text")).to_contain_text("hello from")
-    expect(tab.locator(".jp-gitpilot-result-footer")).to_contain_text("exit 0")
+    expect(tab.locator(".jp-gitpilot-result-summary")).to_contain_text("exit 0")
     expect(page.get_by_role("tab", name=f"▶ {DEMO_SCRIPT}")).to_be_visible()
     screenshot(page, "run-file-light")
 
@@ -126,4 +126,4 @@ def test_markdown_file_code_block_runs(lab: Lab, page: Page) -> None:
     ).click()
     output = page.locator(".jp-gitpilot-output")
     expect(output.locator(".jp-gitpilot-output-text")).to_have_text("42\n")
-    expect(output.locator(".jp-gitpilot-result-footer")).to_contain_text("exit 0")
+    expect(output.locator(".jp-gitpilot-result-summary")).to_contain_text("exit 0")

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from .lab import Lab
 
@@ -63,10 +64,11 @@ def run_palette_command(page: Page, label: str) -> None:
             expect(search).to_be_visible(timeout=5_000)
             search.fill(label)
             expect(item).to_be_visible(timeout=10_000)
-        except AssertionError:
+            # The list re-renders while the filter settles: a click can meet a detached item.
+            item.click(timeout=10_000)
+        except (AssertionError, PlaywrightTimeoutError):
             page.keyboard.press("Escape")
             continue
-        item.click()
         return
     slug = re.sub(r"\W+", "-", label)
     screenshot(page, f"palette-without-{slug}")
