@@ -50,6 +50,9 @@ def write_demo_root(root: Path) -> None:
         _markdown_cell("Big:\n\n```python\nprint('x' * 5_000_000)\n```\n"),
         _markdown_cell("Risky:\n\n```python\nimport os\nos.system('echo risky-ran')\n```\n"),
     ]
+    # nbformat 4.5 wants cell ids: without them the lab adds some and the notebook opens modified.
+    for number, cell in enumerate(cells):
+        cell["id"] = f"demo-{number}"
     notebook = {
         "cells": cells,
         "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},

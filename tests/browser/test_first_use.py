@@ -76,6 +76,7 @@ def test_a_file_run_is_stopped_from_its_notification(lab: Lab, page: Page) -> No
     expect(pane.locator(".jp-gitpilot-output-text")).to_have_text("slow started\n")
     running = notification(page, f"Running {SLOW_SCRIPT} in the sandbox…")
     expect(running).to_be_visible()
+    page.wait_for_timeout(1000)  # the toast slides in
     screenshot(page, "run-file-progress-light")
     running.get_by_role("button", name="Stop").click()
     expect(notification(page, f"{SLOW_SCRIPT} was stopped.")).to_be_visible(timeout=30_000)
@@ -143,7 +144,9 @@ def test_switching_to_pass_through_asks_first_and_its_plans_warn(lab: Lab, page:
     assert lab.api("GET", "api/sandbox/status").json()["settings"]["backend"] == "subprocess"
 
     run_palette_command(page, "Use Pass-through Sandbox")
-    page.locator(".jp-Dialog").get_by_role("button", name=re.compile("Switch to Pass-through")).click()
+    page.locator(".jp-Dialog").get_by_role(
+        "button", name=re.compile("Switch to Pass-through")
+    ).click()
     expect(page.locator(".jp-gitpilot-status")).to_have_text("Sandbox: Pass-through")
     expect(notification(page, "Snippets now run in: Pass-through")).to_be_visible()
 

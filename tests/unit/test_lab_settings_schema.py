@@ -1,4 +1,4 @@
-"""The Settings Editor's Sandbox page shows the server's settings: its schema must agree with them."""
+"""The Settings Editor's Sandbox page shows the server's settings: its schema agrees with them."""
 
 from __future__ import annotations
 
