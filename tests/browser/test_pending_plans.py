@@ -94,3 +94,29 @@ def test_reject_in_the_panel_ends_the_agents_wait(lab: Lab, page: Page) -> None:
 
     answer = agent.wait_for_approval(plan_id, WAIT_SEC)
     assert answer.status == "not_approved" and "Nothing was run" in answer.text
+
+
+def test_only_plans_waiting_for_someone_else_are_listed_and_counted(lab: Lab, page: Page) -> None:
+    # A plan decided where it is made (a ▶ Run dialog's) next to an agent's ask-mode plan.
+    own = lab.api(
+        "POST",
+        "api/sandbox/plan",
+        json={"language": "python", "code": "print('decided here')", "source": "code_block"},
+    )
+    assert own.status_code == 200, own.text
+    agent = ask_mode_agent(lab)
+    reply = agent.run_in_sandbox("python", "print('waits for a person')", timeout_sec=30)
+    plan_id = reply.plan_id or ""
+    assert reply.status == "approval_pending", reply.text
+
+    panel, card = open_pending_plans(page, plan_id)
+    cards = panel.locator(".jp-gitpilot-pending-card")
+    expect(cards).to_have_count(1)  # the dialog's plan is not someone else's to decide
+    status = page.locator(".jp-gitpilot-status")
+    expect(status).to_have_text("Sandbox: Local · 1 plan waiting")  # the bar and the panel agree
+
+    card.get_by_role("button", name=re.compile("^Reject")).click()
+    expect(card).to_contain_text("Rejected — it will not run.")
+    expect(status).to_have_text("Sandbox: Local")
+    expect(cards).to_have_count(0, timeout=15_000)  # a rejected plan leaves by itself
+    expect(panel).to_contain_text("No plans are waiting for your decision.")
