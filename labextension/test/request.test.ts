@@ -149,7 +149,7 @@ describe('SandboxClient', () => {
     const { client, calls } = clientAnswering(json(RESULT));
     const controller = new AbortController();
     await client.run(
-      { language: 'python', code: 'x', timeout_sec: 5, run_id: 'run_1' },
+      { approval_token: 't', run_id: 'run_1' },
       () => undefined,
       controller.signal
     );
