@@ -303,8 +303,13 @@ class Confinement:
                 q(str(p)) for p in (stage / "netns", stage / "ready", stage / "done")
             )
             lines += [
-                # The run's network namespace, bound to a file of its private tmpfs.
-                f"touch {netns} && {q(self.unshare)} --net={netns} true",
+                # The run's network namespace, bound to a file of its private tmpfs; the
+                # process that makes it blocks the host's networks there before slirp4netns
+                # gives it a way out (a prohibit route needs no interface).
+                f": >{netns}",
+                f"{q(self.unshare)} --net={netns} {ip} -batch - <<EOF",
+                *(f"route add prohibit {net}" for net in blocked_networks()),
+                "EOF",
                 f"mkfifo {ready} {done}",
                 # slirp4netns gives it a stack of its own; it exits once the run's last
                 # process closed fd 6 (its exit fd), so nothing of it outlives the run.
@@ -315,9 +320,6 @@ class Confinement:
                 f"read -r up < {ready} || true",
                 '[ "$up" = 1 ] || { echo "gitpilot sandbox: user-mode networking '
                 '(slirp4netns) did not start" >&2; exit 125; }',
-                f"{nsenter} --net={netns} {ip} -batch - <<EOF",
-                *(f"route add prohibit {net}" for net in blocked_networks()),
-                "EOF",
             ]
             enter = f"{nsenter} --net={q(str(moved / 'netns'))} -- "
         if moved != stage:
