@@ -246,14 +246,18 @@ class Confinement:
         slirp4netns, with the host's addresses, bridges and link-local unreachable;
         without it a network-on run shares the host's network.
         """
-        stage = workdir / STAGE
-        stage.mkdir(exist_ok=True)
         # As root, the stage is moved before bubblewrap starts to a folder everyone can
         # enter, so the run folder's own parents (a TMPDIR under /root, pytest's 0700
         # folders) need not be searchable by the sandbox uid; only this run's mount
         # namespace sees it. (A user namespace may not move it; the server's user can
-        # enter its own folders anyway.)
-        moved = Path(STAGE_TARGET) if self.as_root else stage
+        # enter its own folders anyway.) Unless an interpreter folder to stage lies
+        # below that folder (the tmpfs would hide it from its bind), the stage is
+        # mounted there straight away and nothing needs moving.
+        moved = Path(STAGE_TARGET) if self.as_root else workdir / STAGE
+        direct = self.as_root and not any(inside(p, moved) for p in view.interpreters)
+        stage = moved if direct else workdir / STAGE
+        if not direct:
+            stage.mkdir(exist_ok=True)
         uid, gid = sandbox_ids()
         q = shlex.quote
         # Files bubblewrap reads are opened by this shell first (fd 3: the seccomp filter,
