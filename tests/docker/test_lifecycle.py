@@ -126,21 +126,21 @@ def test_cli_install_lists_its_steps(lifecycle_service: SandboxService) -> None:
 
 
 def job_folders(service: SandboxService) -> list[Path]:
-    jobs = Path(service._lifecycle().jobs_dir)
+    jobs = Path(service.matrixlab._lifecycle().jobs_dir)
     return sorted(jobs.glob("job-*")) if jobs.is_dir() else []
 
 
 async def test_old_job_folders_are_pruned_and_new_ones_kept(
     lifecycle_service: SandboxService,
 ) -> None:
-    jobs = Path(lifecycle_service._lifecycle().jobs_dir)
+    jobs = Path(lifecycle_service.matrixlab._lifecycle().jobs_dir)
     old, recent = jobs / "job-old-run", jobs / "job-recent-run"
     for folder in (old, recent):
         (folder / "ws").mkdir(parents=True)
         (folder / "ws" / "main.py").write_text("print(1)\n")
     two_hours_ago = time.time() - 2 * JOBS_MAX_AGE_SEC
     os.utime(old, (two_hours_ago, two_hours_ago))
-    started = await lifecycle_service.lifecycle_start()
+    started = await lifecycle_service.lifecycle("start")
     assert started["ok"] is True, started
     prune = started["steps"][-1]
     assert prune["cmd"].startswith(f"find {jobs} ") and prune["stdout"] == "removed 1 job folder"
@@ -161,7 +161,7 @@ async def test_a_non_default_socket_is_mounted_where_the_runner_looks(
     socket = tmp_path / "engine.sock"
     socket.symlink_to("/var/run/docker.sock")
     monkeypatch.setenv("GITPILOT_MATRIXLAB_DOCKER_SOCKET", str(socket))
-    started = await lifecycle_service.lifecycle_start()
+    started = await lifecycle_service.lifecycle("start")
     # The stand-in image, like the real Runner, will not start without /var/run/docker.sock.
     assert started["ok"] is True and started["running"] is True, started
     assert f"-v {socket}:/var/run/docker.sock" in commands(started)[0]
@@ -174,7 +174,7 @@ async def test_a_missing_socket_is_refused_before_any_container(
     lifecycle_service: SandboxService, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("GITPILOT_MATRIXLAB_DOCKER_SOCKET", str(tmp_path / "nothing.sock"))
-    answer = await lifecycle_service.lifecycle_start()
+    answer = await lifecycle_service.lifecycle("start")
     assert answer["ok"] is False and "GITPILOT_MATRIXLAB_DOCKER_SOCKET" in answer["error"]
     assert answer["container"] is None
 
@@ -185,7 +185,7 @@ async def test_a_runner_that_crashes_at_start_is_removed_not_left_restarting(
     # The base image's command exits at once: a crash loop under --restart unless-stopped.
     monkeypatch.setenv("GITPILOT_MATRIXLAB_RUNNER_IMAGE", BASE_IMAGE)
     began = time.monotonic()
-    answer = await lifecycle_service.lifecycle_start()
+    answer = await lifecycle_service.lifecycle("start")
     assert answer["ok"] is False and "did not become healthy" in answer["error"]
     assert time.monotonic() - began < 20, "it waited for a container that had crashed"
     assert commands(answer)[-1] == f"docker rm -f {answer['container_name']}"
@@ -201,7 +201,7 @@ async def test_start_waits_on_the_published_port_and_says_the_url_differs(
 ) -> None:
     port = free_port()
     monkeypatch.setenv("GITPILOT_MATRIXLAB_PORT", str(port))
-    started = await lifecycle_service.lifecycle_start()
+    started = await lifecycle_service.lifecycle("start")
     assert started["ok"] is True, started
     health = next(s for s in started["steps"] if s["cmd"].startswith("curl "))
     assert health["cmd"] == f"curl -fsS http://127.0.0.1:{port}/health"
@@ -211,12 +211,12 @@ async def test_start_waits_on_the_published_port_and_says_the_url_differs(
 async def test_status_of_a_running_runner_with_a_wrong_token_says_so(
     lifecycle_service: SandboxService,
 ) -> None:
-    started = await lifecycle_service.lifecycle_start()
+    started = await lifecycle_service.lifecycle("start")
     assert started["ok"] is True, started
     lifecycle_service.settings.update(
         {"matrixlab_token": "not-the-runners", "backend": "matrixlab"}
     )
-    status = await lifecycle_service.lifecycle_status()
+    status = await lifecycle_service.lifecycle("status")
     assert status["running"] is True
     assert "rejected the token (401)" in status["health_error"]
     assert (await lifecycle_service.status())["ok"] is False
