@@ -4,103 +4,67 @@ plan -> approve -> run (or run an approved plan by its token alone), pending,
 reject, the agents' plan / claim, status, configure and the MatrixLab lifecycle.
 Each call emits its audit event; no face touches the plan or claim stores.
 A run is defined once, by :meth:`SandboxService.spec` (see :mod:`.spec`).
+
+The service is the door, not the whole house: it holds its parts (composition,
+no mixins) and keeps every public method here.
+
+* :class:`~.resolver.BackendResolver`: which backend a call runs on, the allow-list.
+* :class:`~.planner.Planner`: the run spec and the plan describing it.
+* :class:`~.workflow.PlanWorkflow`: plans kept with their owner, approve, reject,
+  the agents' tickets and claims (the only user of the plan and claim stores).
+* :class:`~.runs.RunExecutor`: the audited, stoppable execution and the runs under way.
+* :class:`~.status.StatusReporter`: the typed status.
+* :class:`~.matrixlab.ops.MatrixLabOperations`: Test connection and the Runner lifecycle.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import re
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._version import __version__
-from .backend import OutputCallback, ResourceLimits, RunRequest, SandboxBackend
+from .backend import OutputCallback, SandboxBackend
 from .claims import AgentPlan, ClaimAnswer, ClaimStore
-from .errors import (
-    BackendNotAllowed,
-    EmptyCode,
-    InvalidRequest,
-    NotPlanOwner,
-    PlanNotFound,
-    RunNotFound,
-    SandboxError,
-    UnknownBackend,
-)
-from .files import path_under_root, read_under_root
-from .languages import CANONICAL_LANGUAGES, Interpreters, canonical_language, language_for_path
-from .local.backends import NullSandbox, SubprocessSandbox
+from .errors import InvalidRequest, SandboxError
+from .languages import Interpreters
 from .local.isolation import Isolator
-from .local.off import OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
 from .matrixlab.config import LifecycleConfig
 from .matrixlab.ops import MatrixLabOperations, ProgressCallback
-from .plans import AGENT_SOURCE, SOURCES, ExecutionPlan, PlanStore, new_plan_id
-from .policy import SandboxPolicy, env_names, find_destructive
-from .records import Check, Status
-from .results import RunResult, new_run_id
-from .scan import scan
-from .settings import (
-    BACKENDS,
-    EffectiveSettings,
-    SandboxSettings,
-    SettingsStore,
-    check_backend,
-    env_flag,
-)
+from .planner import MAX_CODE_CHARS, Planner
+from .plans import AGENT_SOURCE, ExecutionPlan, PlanStore
+from .policy import SandboxPolicy
+from .records import Status
+from .resolver import BackendResolver
+from .results import RunResult
+from .runs import RUN_ID_PATTERN, STOP_GRACE_SEC, ActiveRun, RunExecutor, check_run_id
+from .settings import EffectiveSettings, SandboxSettings, SettingsStore, check_backend, env_flag
 from .spec import RunSpec
+from .status import StatusReporter
 from .text import check_text
+from .workflow import AuditHook, PlanWorkflow
+
+__all__ = [
+    "MAX_CODE_CHARS",
+    "REQUIRE_APPROVAL_ENV",
+    "RUN_ID_PATTERN",
+    "STOP_GRACE_SEC",
+    "ActiveRun",
+    "AuditHook",
+    "SandboxService",
+    "approval_required_by_env",
+    "check_run_id",
+]
 
 REQUIRE_APPROVAL_ENV = "GITPILOT_SANDBOX_REQUIRE_APPROVAL"
-MAX_CODE_CHARS = 1_000_000
-#: A run id a caller may choose (so it can stop the run before the answer comes back).
-RUN_ID_PATTERN = re.compile(r"^run_[0-9a-f]{16}$")
-#: Seconds a stopped backend gets to answer its own envelope (with the output so far)
-#: before the service cancels it outright.
-STOP_GRACE_SEC = 5.0
-
-#: Receives ``(event_name, data)`` for every plan, approval, run and config change.
-AuditHook = Callable[[str, dict[str, Any]], None]
-
-
-@dataclass
-class ActiveRun:
-    """A run under way: who started it, and how to stop it from any thread."""
-
-    run_id: str
-    user: str | None
-    backend: str
-    loop: asyncio.AbstractEventLoop
-    stop: asyncio.Event
-    started: float
-
-    def request_stop(self) -> None:
-        """Ask the run to stop (thread-safe: the event belongs to the run's loop)."""
-        self.loop.call_soon_threadsafe(self.stop.set)
-
-
-def approval_required_by_env(environ: Mapping[str, str]) -> bool:
-    """False only when ``GITPILOT_SANDBOX_REQUIRE_APPROVAL`` is set to a false value."""
-    return env_flag(environ, REQUIRE_APPROVAL_ENV, default=True)
-
 
 #: What a long-form run that cannot match any plan is checked against.
 _NO_DIGEST = "sha256:none"
 
 
-def check_run_id(run_id: str | None) -> None:
-    """Refuse a caller-chosen run id that is not ``run_`` + 16 hex digits."""
-    if run_id is not None and not RUN_ID_PATTERN.match(str(run_id)):
-        raise InvalidRequest("run_id must be 'run_' followed by 16 hex digits")
-
-
-def _not_found(plan_id: str) -> PlanNotFound:
-    # Someone else's plan is answered as an unknown one: its existence is not disclosed.
-    return PlanNotFound(f"no pending plan {plan_id!r} (unknown, expired or already approved)")
+def approval_required_by_env(environ: Mapping[str, str]) -> bool:
+    """False only when ``GITPILOT_SANDBOX_REQUIRE_APPROVAL`` is set to a false value."""
+    return env_flag(environ, REQUIRE_APPROVAL_ENV, default=True)
 
 
 class SandboxService:
@@ -127,26 +91,58 @@ class SandboxService:
         self.settings = settings or SettingsStore()
         self.policy = policy or SandboxPolicy()
         self.plans = plans or PlanStore()
-        #: Lets a planner (an agent in ``ask`` mode) collect the token once a human approves.
-        self.claims = ClaimStore(self.plans)
         self.interpreters = interpreters or Interpreters()
         self._require_approval = require_approval
-        self.allowed_backends = tuple(allowed_backends) if allowed_backends else BACKENDS
         self.root_dir = Path(root_dir).resolve() if root_dir else None
         self.audit = audit
         #: MatrixLab Runner lifecycle config (server config); env applies on top per call.
         self.lifecycle_config = lifecycle_config or LifecycleConfig()
+        # The parts; the policy and the approval switch are read through the service,
+        # so replacing either on the service reaches every part.
+        self.backends = BackendResolver(
+            self.settings,
+            self.interpreters,
+            isolator=isolator,
+            allowed_backends=allowed_backends,
+        )
+        self.workflow = PlanWorkflow(self.plans, self._emit)
+        self.planner = Planner(
+            settings=self.settings,
+            resolver=self.backends,
+            interpreters=self.interpreters,
+            plans=self.plans,
+            policy=lambda: self.policy,
+            require_approval=lambda: self.require_approval,
+            root_dir=self.root_dir,
+        )
+        self.executor = RunExecutor(
+            settings=self.settings,
+            resolver=self.backends,
+            policy=lambda: self.policy,
+            root_dir=self.root_dir,
+            emit=self._emit,
+        )
+        self.reporter = StatusReporter(
+            settings=self.settings,
+            resolver=self.backends,
+            interpreters=self.interpreters,
+            plans=self.plans,
+            require_approval=lambda: self.require_approval,
+        )
         #: Test connection and the Runner lifecycle (Docker), kept out of this module.
         self.matrixlab = MatrixLabOperations(self.settings, self.lifecycle_config, self._emit)
-        #: Runs under way by run id, so :meth:`cancel` can stop them.
-        self._runs: dict[str, ActiveRun] = {}
-        self._runs_lock = threading.Lock()
-        self._local: dict[str, SandboxBackend] = {
-            "subprocess": SubprocessSandbox(self.interpreters, isolator),
-            "off": NullSandbox(self.interpreters),
-        }
 
     # -- resolution -------------------------------------------------------------------
+
+    @property
+    def claims(self) -> ClaimStore:
+        """Lets a planner (an agent in ``ask`` mode) collect the token once a human approves."""
+        return self.workflow.claims
+
+    @property
+    def allowed_backends(self) -> tuple[str, ...]:
+        """The backends the administrator allows on this server."""
+        return self.backends.allowed_backends
 
     @property
     def require_approval(self) -> bool:
@@ -157,75 +153,19 @@ class SandboxService:
 
     def resolve(self, backend: str | None = None) -> tuple[str, EffectiveSettings]:
         """The backend for a call: explicit > env > file > default, checked every time."""
-        effective = self.settings.effective()
-        if backend is not None:
-            name = check_backend(backend)
-        elif effective.env_error and effective.env_override == "GITPILOT_SANDBOX":
-            raise UnknownBackend(effective.env_error)
-        else:
-            name = effective.settings.backend
-        return self.check_allowed(name), effective
+        return self.backends.resolve(backend)
 
     def check_allowed(self, name: str) -> str:
         """``name`` when the administrator allows that backend, else :class:`BackendNotAllowed`."""
-        if name not in self.allowed_backends:
-            raise BackendNotAllowed(
-                f"the sandbox backend {name!r} is not allowed on this server; "
-                f"allowed: {list(self.allowed_backends)}"
-            )
-        return name
+        return self.backends.check_allowed(name)
 
     def backend(self, name: str, settings: SandboxSettings) -> SandboxBackend:
         """The backend object for ``name`` configured from ``settings``."""
-        if name in self._local:
-            return self._local[name]
-        from .matrixlab.backend import MatrixLabSandbox
-
-        return MatrixLabSandbox(
-            url=settings.matrixlab_url,
-            token=settings.matrixlab_token,
-            image=settings.matrixlab_image,
-        )
+        return self.backends.backend(name, settings)
 
     def _emit(self, event: str, data: dict[str, Any]) -> None:
         if self.audit is not None:
             self.audit(event, data)
-
-    def _disk_check(self, settings: SandboxSettings) -> Check:
-        """The plan's line on the run's writable space: capped (verified layer) or not."""
-        local = self._local["subprocess"]
-        capped = isinstance(local, SubprocessSandbox) and "disk-cap" in local.isolation()
-        if capped:
-            label = f"writable space capped at {settings.disk_limit_mb} MB"
-        else:
-            label = "writable space not capped on this host (see jupyter sandbox status)"
-        return {"label": label, "ok": capped}
-
-    def _network_check(self) -> Check:
-        """The plan's line on a network-on run: its own stack (verified layer) or the host's."""
-        local = self._local["subprocess"]
-        own = isinstance(local, SubprocessSandbox) and "egress-only" in local.isolation(
-            allow_network=True
-        )
-        if own:
-            return {"label": "network on: its own stack, the host not reachable", "ok": True}
-        return {
-            "label": "network on shares the host's network: its loopback and services are "
-            "reachable (see jupyter sandbox status)",
-            "ok": False,
-        }
-
-    def _command(self, language: str) -> list[str]:
-        return self.interpreters.display_command(language)
-
-    @staticmethod
-    def _limits(settings: SandboxSettings) -> ResourceLimits:
-        return ResourceLimits(
-            memory_mb=settings.memory_limit_mb,
-            max_processes=settings.max_processes,
-            max_file_size_mb=settings.max_file_size_mb,
-            disk_mb=settings.disk_limit_mb,
-        )
 
     # -- the run spec -----------------------------------------------------------------
 
@@ -249,18 +189,14 @@ class SandboxService:
         limits in force and, for a file run, the file. Raises the typed error of the
         first bad field.
         """
-        name, effective = self.resolve(backend)
-        settings = effective.settings
-        requested = settings.allow_network if allow_network is None else bool(allow_network)
-        return RunSpec(
-            language=canonical_language(language),
+        return self.planner.spec(
+            language=language,
             code=code,
             stdin=stdin,
-            timeout_sec=self.policy.timeout(timeout_sec, settings.timeout_sec),
-            network=network_for(name, requested),  # off: the host's network, whatever was asked
-            backend=name,
-            env=env_names(env),
-            limits=self._limits(settings),
+            timeout_sec=timeout_sec,
+            backend=backend,
+            allow_network=allow_network,
+            env=env,
             file=file,
         )
 
@@ -268,7 +204,7 @@ class SandboxService:
 
     def read_file(self, file: str) -> str:
         """The text of ``file`` under the root folder (the cwd when none); nothing outside it."""
-        return read_under_root(self.root_dir or Path.cwd().resolve(), file)
+        return self.planner.read_file(file)
 
     async def plan(
         self,
@@ -319,20 +255,7 @@ class SandboxService:
         )
         if agent:
             plan.source = AGENT_SOURCE
-        plan.owner = user
-        self.plans.add(plan, owner=user)
-        self._emit(
-            "plan",
-            {
-                "user": user,
-                "plan_id": plan.plan_id,
-                "digest": plan.digest,
-                "language": plan.language,
-                "backend": plan.backend,
-                "blocked": plan.blocked,
-                "source": plan.source,
-            },
-        )
+        self.workflow.keep(plan, user=user)
         return plan
 
     def describe(
@@ -354,117 +277,19 @@ class SandboxService:
 
         ``file_text`` is ``file``'s content when the caller has read it already.
         """
-        if source not in SOURCES:
-            raise InvalidRequest(f"unknown source {source!r}; expected one of {list(SOURCES)}")
-        if file is not None:
-            if code is not None:
-                raise InvalidRequest("give either code or file, not both")
-            code = self.read_file(file) if file_text is None else file_text
-            lang = canonical_language(language) if language else language_for_path(file)
-        else:
-            if language is None:
-                raise InvalidRequest("language is required", code="missing_field")
-            lang = canonical_language(language)
-            if code is None:
-                raise InvalidRequest("code is required", code="missing_field")
-        check_text("code", code)
-        if stdin is not None:
-            check_text("stdin", stdin)
-        if not code.strip():
-            raise EmptyCode("there is no code to run")
-        if len(code) > MAX_CODE_CHARS:
-            raise InvalidRequest(f"code is longer than {MAX_CODE_CHARS} characters")
-        spec = self.spec(
-            language=lang,
+        return self.planner.describe(
+            language=language,
             code=code,
-            stdin=stdin,
+            file=file,
+            source=source,
             timeout_sec=timeout_sec,
+            stdin=stdin,
+            session_id=session_id,
             backend=backend,
             allow_network=allow_network,
+            file_text=file_text,
             env=env,
-            file=file,
         )
-        name, names, timeout, network = spec.backend, spec.env, spec.timeout_sec, spec.network
-        settings = self.settings.effective().settings
-        runner = self.backend(name, settings)
-        command = runner.display_command(lang, file) or self._command(lang)
-        blocked_label = find_destructive(" ".join(command))
-        if lang == "bash" and blocked_label is None:
-            blocked_label = find_destructive(code)
-        checks: list[Check] = [
-            {"label": f"language {lang} is supported", "ok": True},
-            {"label": "no destructive pattern", "ok": blocked_label is None},
-            {"label": f"timeout {timeout} s within 1..{self.policy.max_timeout_sec}", "ok": True},
-            {"label": self._network_label(name, network), "ok": not network},
-        ]
-        if name in self._local:
-            found = self.interpreters.resolve(lang) is not None
-            checks.insert(1, {"label": f"{command[0]} interpreter installed", "ok": found})
-        checks += [
-            {"label": note, "ok": False} for note in runner.limit_notes(self._limits(settings))
-        ]
-        if name == "subprocess":
-            checks.append(self._disk_check(settings))
-            if network:
-                checks.append(self._network_check())
-        if names:
-            unset = [n for n in names if n not in os.environ]
-            label = "passes the server's " + ", ".join(names)
-            if unset:
-                label += f" (not set on the server: {', '.join(unset)})"
-            checks.append({"label": label, "ok": not unset})
-        lines = code.count("\n") + (0 if code.endswith("\n") else 1)
-        goal = f"Run {file}" if file else f"Run a {lang} snippet ({lines} line{'s' * (lines != 1)})"
-        return ExecutionPlan(
-            plan_id=new_plan_id(),
-            goal=goal,
-            source="file_run" if file and source == "api" else source,
-            language=lang,
-            command=command,
-            backend=name,
-            timeout_sec=timeout,
-            network=network,
-            checks=checks,
-            warnings=([OFF_WARNING.copy()] if is_off(name) else []) + scan(lang, code),
-            blocked=blocked_label is not None,
-            blocked_reason=f"destructive pattern {blocked_label!r}" if blocked_label else None,
-            requires_approval=self.require_approval,
-            digest=spec.digest,
-            created_at=self.plans.clock(),
-            code=code,
-            stdin=stdin,
-            file=file,
-            session_id=session_id,
-            env=list(names),
-            spec=spec,
-        )
-
-    @staticmethod
-    def _network_label(backend: str, network: bool) -> str:
-        if is_off(backend):
-            return OFF_NETWORK_CHECK
-        return "network allowed" if network else "network disabled"
-
-    # -- ownership --------------------------------------------------------------------
-
-    @staticmethod
-    def _visible(plan: ExecutionPlan, user: str | None) -> bool:
-        """Whether ``user`` may see and decide ``plan``.
-
-        A plan belongs to the identity that made it. ``None`` on either side is a
-        shared principal (jupyter_server's token login, an in-process face): no
-        restriction then, as before plans had owners.
-        """
-        return plan.owner is None or user is None or plan.owner == user
-
-    def _pending_plan(self, plan_id: str, user: str | None) -> ExecutionPlan:
-        """A pending plan ``user`` may decide; someone else's is as unknown as a missing one."""
-        plan = self.plans.get(plan_id)
-        if not self._visible(plan, user):
-            raise PlanNotFound(
-                f"no pending plan {plan_id!r} (unknown, expired or already approved)"
-            )
-        return plan
 
     async def pending(
         self, *, user: str | None = None, session_id: str | None = None
@@ -475,7 +300,7 @@ class SandboxService:
         agent's undecided plans that can still be approved; a cell's, ▶ Run's or a REST
         caller's own plans are decided where they were made, blocked ones never can be.
         """
-        return [plan for plan in self.plans.waiting(session_id) if self._visible(plan, user)]
+        return self.workflow.pending(user=user, session_id=session_id)
 
     # -- approve / reject ---------------------------------------------------------------
 
@@ -488,39 +313,13 @@ class SandboxService:
         approved_by: str = "user",
     ) -> dict[str, Any]:
         """Approve a pending plan: ``{approval_token, plan_id, expires_in}``."""
-        plan = self._pending_plan(plan_id, user)
-        approval = self.plans.approve(
+        return self.workflow.approve(
             plan_id, session_id=session_id, user=user, approved_by=approved_by
         )
-        self._emit(
-            "approve",
-            {
-                "user": user,
-                "plan_id": plan_id,
-                "digest": plan.digest,
-                "language": plan.language,
-                "backend": plan.backend,
-                "approved_by": approved_by,
-            },
-        )
-        return approval.to_dict(self.plans.clock())
 
     async def reject(self, plan_id: str, *, user: str | None = None) -> ExecutionPlan:
         """Drop a pending plan unapproved: it never runs; a waiting planner learns so."""
-        self._pending_plan(plan_id, user)
-        plan = self.plans.reject(plan_id)
-        self._emit(
-            "reject",
-            {
-                "user": user,
-                "plan_id": plan_id,
-                "digest": plan.digest,
-                "language": plan.language,
-                "backend": plan.backend,
-                "source": plan.source,
-            },
-        )
-        return plan
+        return self.workflow.reject(plan_id, user=user)
 
     # -- agents -------------------------------------------------------------------------
 
@@ -549,17 +348,9 @@ class SandboxService:
             user=user,
             env=env,
         )
-        ticket = AgentPlan(plan)
-        if plan.blocked:
-            return ticket
-        if auto_approve:
-            approval = await self.approve(
-                plan.plan_id, session_id=session_id, user=user, approved_by="agent"
-            )
-            ticket.approval_token = str(approval["approval_token"])
-        else:
-            ticket.claim = self.claims.open(plan.plan_id)
-        return ticket
+        return self.workflow.agent_ticket(
+            plan, auto_approve=auto_approve, session_id=session_id, user=user
+        )
 
     async def claim(self, plan_id: str, secret: str, *, user: str | None = None) -> ClaimAnswer:
         """``pending``, or ``approved`` with the token (handed over once).
@@ -567,20 +358,7 @@ class SandboxService:
         The hand-over of a token is audited (a ``claim`` event); polls that find the
         plan still pending are not.
         """
-        try:
-            plan: ExecutionPlan | None = self.plans.get(plan_id)
-        except PlanNotFound:
-            plan = None
-        if plan is not None and not self._visible(plan, user):
-            raise _not_found(plan_id)
-        if plan is None:  # decided: only its owner may collect the token (checked first)
-            approval = self.plans.approval_for(plan_id)
-            if approval is not None:
-                self._check_owner(approval.owner, user)
-        answer = self.claims.claim(plan_id, secret)
-        if answer.state == "approved":
-            self._emit("claim", {"user": user, "plan_id": plan_id, "state": answer.state})
-        return answer
+        return self.workflow.claim(plan_id, secret, user=user)
 
     # -- run --------------------------------------------------------------------------
 
@@ -629,19 +407,18 @@ class SandboxService:
             spec, invalid = None, exc
         plan_id: str | None = None
         if self.require_approval:
-            approval = self.plans.redeem(
+            approval = self.workflow.redeem(
                 approval_token,
                 digest=spec.digest if spec is not None else _NO_DIGEST,
                 session_id=session_id,
                 user=user,
             )
-            self._check_owner(approval.owner, user)
             plan_id = approval.plan_id
             spec = approval.spec or spec
         if invalid is not None:
             raise invalid
         assert spec is not None
-        return await self._execute(
+        return await self.executor.execute(
             spec, plan_id=plan_id, user=user, on_output=on_output, run_id=run_id
         )
 
@@ -656,11 +433,12 @@ class SandboxService:
     ) -> RunResult:
         """Run an approved plan by its token alone: the code does not travel again."""
         check_run_id(run_id)
-        approval = self.plans.redeem(approval_token, digest=None, session_id=session_id, user=user)
-        self._check_owner(approval.owner, user)
+        approval = self.workflow.redeem(
+            approval_token, digest=None, session_id=session_id, user=user
+        )
         if approval.spec is None:  # a plan made before specs (cannot happen in one process)
             raise InvalidRequest("this approval has no run attached; plan and approve again")
-        return await self._execute(
+        return await self.executor.execute(
             approval.spec,
             plan_id=approval.plan_id,
             user=user,
@@ -692,139 +470,9 @@ class SandboxService:
             env=plan.env,
             file=plan.file,
         )
-        return await self._execute(spec, plan_id=plan.plan_id, user=user, on_output=on_output)
-
-    @staticmethod
-    def _check_owner(owner: str | None, user: str | None) -> None:
-        if owner is not None and user is not None and owner != user:
-            raise NotPlanOwner("this approval is for a plan someone else made")
-
-    async def _execute(
-        self,
-        spec: RunSpec,
-        *,
-        plan_id: str | None,
-        user: str | None,
-        on_output: OutputCallback | None,
-        run_id: str | None = None,
-    ) -> RunResult:
-        """Run ``spec`` under the policy on its backend; audit the run, whatever happens."""
-        if not isinstance(spec.code, str) or not spec.code.strip():
-            raise EmptyCode("there is no code to run")
-        command = self._command(spec.language)
-        self.policy.check_destructive(spec.language, spec.code, command)
-        name = self.check_allowed(spec.backend)
-        settings = self.settings.effective().settings
-        file_path = None
-        if spec.file is not None:
-            # A file run: the backend may send the file's folder along (matrixlab does).
-            root = self.root_dir or Path.cwd().resolve()
-            file_path = await asyncio.to_thread(path_under_root, root, spec.file)
-        request = RunRequest(
-            language=spec.language,
-            code=spec.code,
-            timeout_sec=spec.timeout_sec,
-            stdin=spec.stdin,
-            allow_network=spec.network,
-            env=self.policy.scrub_env(os.environ, allow_network=spec.network, passthrough=spec.env),
-            max_output_bytes=self.policy.max_output_bytes,
-            limits=spec.limits,
-            plan_id=plan_id,
-            file=file_path,
-            run_id=run_id or new_run_id(),
+        return await self.executor.execute(
+            spec, plan_id=plan.plan_id, user=user, on_output=on_output
         )
-        result: RunResult | None = None
-        failure: BaseException | None = None
-        started = time.monotonic()
-        try:
-            result = await self._run_stoppable(
-                self.backend(name, settings), request, on_output, user
-            )
-        except BaseException as exc:
-            failure = exc
-            raise
-        finally:
-            # Whatever happened, the run is in the audit log: code was handed to a backend.
-            event: dict[str, Any] = {
-                "user": user,
-                "plan_id": plan_id,
-                "digest": spec.digest,
-                "language": spec.language,
-                "backend": name,
-                "run_id": result.run_id if result is not None else request.run_id,
-                "exit_code": result.exit_code if result is not None else -1,
-                "duration_ms": result.duration_ms
-                if result is not None
-                else int((time.monotonic() - started) * 1000),
-                "timed_out": result.timed_out if result is not None else False,
-                # A caller cancelled mid-run (an interrupted cell): the run was stopped.
-                "cancelled": result.cancelled
-                if result is not None
-                else isinstance(failure, asyncio.CancelledError),
-                "truncated": result.truncated if result is not None else False,
-            }
-            if failure is not None:
-                event["error"] = type(failure).__name__
-            self._emit("run", event)
-        return result
-
-    async def _run_stoppable(
-        self,
-        backend: SandboxBackend,
-        request: RunRequest,
-        on_output: OutputCallback | None,
-        user: str | None,
-    ) -> RunResult:
-        """Run ``request`` on ``backend`` while it can be stopped by :meth:`cancel`."""
-        stop = asyncio.Event()
-        request.stop = stop
-        active = ActiveRun(
-            run_id=request.run_id,
-            user=user,
-            backend=backend.name,
-            loop=asyncio.get_running_loop(),
-            stop=stop,
-            started=time.monotonic(),
-        )
-        with self._runs_lock:
-            if request.run_id in self._runs:
-                raise InvalidRequest(
-                    f"a run with id {request.run_id} is already under way", code="run_id_in_use"
-                )
-            self._runs[request.run_id] = active
-        task = asyncio.ensure_future(backend.run(request, on_output))
-        stopped = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            if not task.done():
-                # Stopped: a backend that honours request.stop answers with its output so far.
-                await asyncio.wait({task}, timeout=STOP_GRACE_SEC)
-            if task.done():
-                return task.result()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            return RunResult(
-                backend=backend.name,
-                language=request.language,
-                command=self._command(request.language),
-                exit_code=-1,
-                cancelled=True,
-                duration_ms=int((time.monotonic() - active.started) * 1000),
-                run_id=request.run_id,
-                plan_id=request.plan_id,
-                isolation=backend.isolation(),
-            )
-        finally:
-            stopped.cancel()
-            if not task.done():
-                # The caller itself was cancelled (an interrupted cell): the backend's
-                # clean-up kills the process tree before this returns.
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            with self._runs_lock:
-                self._runs.pop(request.run_id, None)
 
     def cancel(self, run_id: str, *, user: str | None = None) -> dict[str, Any]:
         """Stop a run under way: its process is killed and its envelope says ``cancelled``.
@@ -833,18 +481,11 @@ class SandboxService:
         :class:`RunNotFound` when no such run is under way (unknown, or already over),
         or when it belongs to another user.
         """
-        with self._runs_lock:
-            active = self._runs.get(str(run_id))
-        if active is None or (active.user is not None and user is not None and active.user != user):
-            raise RunNotFound(f"no run {run_id!r} is under way (unknown, or already over)")
-        active.request_stop()
-        self._emit("cancel", {"user": user, "run_id": active.run_id, "backend": active.backend})
-        return {"run_id": active.run_id, "cancelled": True}
+        return self.executor.cancel(run_id, user=user)
 
     def active_runs(self) -> list[str]:
         """The ids of the runs under way, oldest first."""
-        with self._runs_lock:
-            return list(self._runs)
+        return self.executor.active_runs()
 
     async def run_approved_here(
         self,
@@ -911,51 +552,7 @@ class SandboxService:
 
     async def status(self) -> Status:
         """Live backend, masked settings, health, env override, approval and isolation."""
-        effective = self.settings.effective()
-        settings = effective.settings
-        error: str | None = effective.env_error
-        name: str | None = None
-        remote: Any = None
-        ok = error is None
-        isolation: list[str] = []
-        try:
-            name, _ = self.resolve()
-        except (UnknownBackend, BackendNotAllowed) as exc:
-            error, ok = exc.message, False
-        if name is not None:
-            backend = self.backend(name, settings)
-            health = await backend.health()
-            ok = ok and bool(health.get("ok"))
-            error = error or health.get("error")
-            remote = health.get("remote")
-            if isinstance(backend, SubprocessSandbox):
-                # The network layer depends on the setting a run would use.
-                isolation = backend.isolation(allow_network=settings.allow_network)
-            else:
-                isolation = backend.isolation()
-        local = self._local["subprocess"]
-        assert isinstance(local, SubprocessSandbox)
-        return {
-            "backend": name,
-            "settings": settings.masked(),
-            "has_token": bool(settings.matrixlab_token),
-            "ok": ok,
-            "error": error,
-            "remote": remote,
-            "env_override": effective.env_override,
-            "env_error": effective.env_error,
-            "require_approval": self.require_approval,
-            "isolation": isolation,
-            "isolation_report": local.isolator.report(),
-            "settings_error": effective.settings_error,
-            "settings_path": str(self.settings.path),
-            "allowed_backends": list(self.allowed_backends),
-            "waiting_plans": len(self.plans.waiting()),
-            "languages": {
-                lang: self.interpreters.resolve(lang) is not None for lang in CANONICAL_LANGUAGES
-            },
-            "version": __version__,
-        }
+        return await self.reporter.status()
 
     # -- MatrixLab ------------------------------------------------------------------------
 
@@ -973,5 +570,4 @@ class SandboxService:
 
     async def aclose(self) -> None:
         """Release backend resources."""
-        for backend in self._local.values():
-            await backend.aclose()
+        await self.backends.aclose()

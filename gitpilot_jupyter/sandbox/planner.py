@@ -1,0 +1,214 @@
+"""Planning: the one definition of a run (:class:`~.spec.RunSpec`) and the plan that describes it.
+
+A part of :class:`~gitpilot_jupyter.sandbox.service.SandboxService` (held, not
+inherited). It builds specs and plans; keeping, approving and running them is
+the service's (see :mod:`.workflow` and :mod:`.runs`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .errors import EmptyCode, InvalidRequest
+from .files import read_under_root
+from .languages import Interpreters, canonical_language, language_for_path
+from .local.off import OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
+from .plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id
+from .policy import SandboxPolicy, env_names, find_destructive
+from .records import Check
+from .resolver import BackendResolver, limits_of
+from .scan import scan
+from .settings import SandboxSettings, SettingsStore
+from .spec import RunSpec
+from .text import check_text
+
+MAX_CODE_CHARS = 1_000_000
+
+
+class Planner:
+    """Builds the run spec and the plan (checks, warnings, digest) for a request."""
+
+    def __init__(
+        self,
+        *,
+        settings: SettingsStore,
+        resolver: BackendResolver,
+        interpreters: Interpreters,
+        plans: PlanStore,
+        policy: Callable[[], SandboxPolicy],
+        require_approval: Callable[[], bool],
+        root_dir: Path | None,
+    ) -> None:
+        self.settings = settings
+        self.resolver = resolver
+        self.interpreters = interpreters
+        self.plans = plans
+        #: The service's policy and approval switch, read at each call (both may change).
+        self._policy = policy
+        self._require_approval = require_approval
+        self.root_dir = root_dir
+
+    def spec(
+        self,
+        *,
+        language: str,
+        code: str,
+        stdin: str | None = None,
+        timeout_sec: int | None = None,
+        backend: str | None = None,
+        allow_network: bool | None = None,
+        env: Sequence[str] | None = None,
+        file: str | None = None,
+    ) -> RunSpec:
+        """The one definition of a run (see :meth:`.service.SandboxService.spec`)."""
+        name, effective = self.resolver.resolve(backend)
+        settings = effective.settings
+        requested = settings.allow_network if allow_network is None else bool(allow_network)
+        return RunSpec(
+            language=canonical_language(language),
+            code=code,
+            stdin=stdin,
+            timeout_sec=self._policy().timeout(timeout_sec, settings.timeout_sec),
+            network=network_for(name, requested),  # off: the host's network, whatever was asked
+            backend=name,
+            env=env_names(env),
+            limits=limits_of(settings),
+            file=file,
+        )
+
+    def read_file(self, file: str) -> str:
+        """The text of ``file`` under the root folder (the cwd when none); nothing outside it."""
+        return read_under_root(self.root_dir or Path.cwd().resolve(), file)
+
+    def describe(
+        self,
+        *,
+        language: str | None = None,
+        code: str | None = None,
+        file: str | None = None,
+        source: str = "api",
+        timeout_sec: int | None = None,
+        stdin: str | None = None,
+        session_id: str | None = None,
+        backend: str | None = None,
+        allow_network: bool | None = None,
+        file_text: str | None = None,
+        env: Sequence[str] | None = None,
+    ) -> ExecutionPlan:
+        """The plan for a request, neither kept nor audited.
+
+        See :meth:`.service.SandboxService.describe`.
+        """
+        if source not in SOURCES:
+            raise InvalidRequest(f"unknown source {source!r}; expected one of {list(SOURCES)}")
+        if file is not None:
+            if code is not None:
+                raise InvalidRequest("give either code or file, not both")
+            code = self.read_file(file) if file_text is None else file_text
+            lang = canonical_language(language) if language else language_for_path(file)
+        else:
+            if language is None:
+                raise InvalidRequest("language is required", code="missing_field")
+            lang = canonical_language(language)
+            if code is None:
+                raise InvalidRequest("code is required", code="missing_field")
+        check_text("code", code)
+        if stdin is not None:
+            check_text("stdin", stdin)
+        if not code.strip():
+            raise EmptyCode("there is no code to run")
+        if len(code) > MAX_CODE_CHARS:
+            raise InvalidRequest(f"code is longer than {MAX_CODE_CHARS} characters")
+        spec = self.spec(
+            language=lang,
+            code=code,
+            stdin=stdin,
+            timeout_sec=timeout_sec,
+            backend=backend,
+            allow_network=allow_network,
+            env=env,
+            file=file,
+        )
+        name, names, timeout, network = spec.backend, spec.env, spec.timeout_sec, spec.network
+        settings = self.settings.effective().settings
+        runner = self.resolver.backend(name, settings)
+        command = runner.display_command(lang, file) or self.resolver.command(lang)
+        blocked_label = find_destructive(" ".join(command))
+        if lang == "bash" and blocked_label is None:
+            blocked_label = find_destructive(code)
+        checks: list[Check] = [
+            {"label": f"language {lang} is supported", "ok": True},
+            {"label": "no destructive pattern", "ok": blocked_label is None},
+            {
+                "label": f"timeout {timeout} s within 1..{self._policy().max_timeout_sec}",
+                "ok": True,
+            },
+            {"label": network_label(name, network), "ok": not network},
+        ]
+        if name in self.resolver.local:
+            found = self.interpreters.resolve(lang) is not None
+            checks.insert(1, {"label": f"{command[0]} interpreter installed", "ok": found})
+        checks += [{"label": note, "ok": False} for note in runner.limit_notes(limits_of(settings))]
+        if name == "subprocess":
+            checks.append(self._disk_check(settings))
+            if network:
+                checks.append(self._network_check())
+        if names:
+            unset = [n for n in names if n not in os.environ]
+            label = "passes the server's " + ", ".join(names)
+            if unset:
+                label += f" (not set on the server: {', '.join(unset)})"
+            checks.append({"label": label, "ok": not unset})
+        lines = code.count("\n") + (0 if code.endswith("\n") else 1)
+        goal = f"Run {file}" if file else f"Run a {lang} snippet ({lines} line{'s' * (lines != 1)})"
+        return ExecutionPlan(
+            plan_id=new_plan_id(),
+            goal=goal,
+            source="file_run" if file and source == "api" else source,
+            language=lang,
+            command=command,
+            backend=name,
+            timeout_sec=timeout,
+            network=network,
+            checks=checks,
+            warnings=([OFF_WARNING.copy()] if is_off(name) else []) + scan(lang, code),
+            blocked=blocked_label is not None,
+            blocked_reason=f"destructive pattern {blocked_label!r}" if blocked_label else None,
+            requires_approval=self._require_approval(),
+            digest=spec.digest,
+            created_at=self.plans.clock(),
+            code=code,
+            stdin=stdin,
+            file=file,
+            session_id=session_id,
+            env=list(names),
+            spec=spec,
+        )
+
+    def _disk_check(self, settings: SandboxSettings) -> Check:
+        """The plan's line on the run's writable space: capped (verified layer) or not."""
+        capped = "disk-cap" in self.resolver.subprocess.isolation()
+        if capped:
+            label = f"writable space capped at {settings.disk_limit_mb} MB"
+        else:
+            label = "writable space not capped on this host (see jupyter sandbox status)"
+        return {"label": label, "ok": capped}
+
+    def _network_check(self) -> Check:
+        """The plan's line on a network-on run: its own stack (verified layer) or the host's."""
+        if "egress-only" in self.resolver.subprocess.isolation(allow_network=True):
+            return {"label": "network on: its own stack, the host not reachable", "ok": True}
+        return {
+            "label": "network on shares the host's network: its loopback and services are "
+            "reachable (see jupyter sandbox status)",
+            "ok": False,
+        }
+
+
+def network_label(backend: str, network: bool) -> str:
+    """The plan's network line for ``backend``."""
+    if is_off(backend):
+        return OFF_NETWORK_CHECK
+    return "network allowed" if network else "network disabled"

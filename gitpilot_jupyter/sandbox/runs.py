@@ -1,0 +1,224 @@
+"""Running a spec: the audited, stoppable execution and the registry of runs under way.
+
+A part of :class:`~gitpilot_jupyter.sandbox.service.SandboxService` (held, not
+inherited). :class:`RunExecutor` turns an approved :class:`~.spec.RunSpec` into a
+backend request, runs it while :meth:`RunExecutor.cancel` can stop it, and writes
+the ``run`` audit event whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .backend import OutputCallback, RunRequest, SandboxBackend
+from .errors import EmptyCode, InvalidRequest, RunNotFound
+from .files import path_under_root
+from .policy import SandboxPolicy
+from .resolver import BackendResolver
+from .results import RunResult, new_run_id
+from .settings import SettingsStore
+from .spec import RunSpec
+from .workflow import AuditHook
+
+#: A run id a caller may choose (so it can stop the run before the answer comes back).
+RUN_ID_PATTERN = re.compile(r"^run_[0-9a-f]{16}$")
+#: Seconds a stopped backend gets to answer its own envelope (with the output so far)
+#: before the service cancels it outright.
+STOP_GRACE_SEC = 5.0
+
+
+def check_run_id(run_id: str | None) -> None:
+    """Refuse a caller-chosen run id that is not ``run_`` + 16 hex digits."""
+    if run_id is not None and not RUN_ID_PATTERN.match(str(run_id)):
+        raise InvalidRequest("run_id must be 'run_' followed by 16 hex digits")
+
+
+@dataclass
+class ActiveRun:
+    """A run under way: who started it, and how to stop it from any thread."""
+
+    run_id: str
+    user: str | None
+    backend: str
+    loop: asyncio.AbstractEventLoop
+    stop: asyncio.Event
+    started: float
+
+    def request_stop(self) -> None:
+        """Ask the run to stop (thread-safe: the event belongs to the run's loop)."""
+        self.loop.call_soon_threadsafe(self.stop.set)
+
+
+class RunExecutor:
+    """Runs specs on their backends, audited and stoppable; knows the runs under way."""
+
+    def __init__(
+        self,
+        *,
+        settings: SettingsStore,
+        resolver: BackendResolver,
+        policy: Callable[[], SandboxPolicy],
+        root_dir: Path | None,
+        emit: AuditHook,
+    ) -> None:
+        self.settings = settings
+        self.resolver = resolver
+        #: The service's policy, read at each run (it may be replaced).
+        self._policy = policy
+        self.root_dir = root_dir
+        self._emit = emit
+        #: Runs under way by run id, so :meth:`cancel` can stop them.
+        self._runs: dict[str, ActiveRun] = {}
+        self._runs_lock = threading.Lock()
+
+    async def execute(
+        self,
+        spec: RunSpec,
+        *,
+        plan_id: str | None,
+        user: str | None,
+        on_output: OutputCallback | None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """Run ``spec`` under the policy on its backend; audit the run, whatever happens."""
+        if not isinstance(spec.code, str) or not spec.code.strip():
+            raise EmptyCode("there is no code to run")
+        policy = self._policy()
+        command = self.resolver.command(spec.language)
+        policy.check_destructive(spec.language, spec.code, command)
+        name = self.resolver.check_allowed(spec.backend)
+        settings = self.settings.effective().settings
+        file_path = None
+        if spec.file is not None:
+            # A file run: the backend may send the file's folder along (matrixlab does).
+            root = self.root_dir or Path.cwd().resolve()
+            file_path = await asyncio.to_thread(path_under_root, root, spec.file)
+        request = RunRequest(
+            language=spec.language,
+            code=spec.code,
+            timeout_sec=spec.timeout_sec,
+            stdin=spec.stdin,
+            allow_network=spec.network,
+            env=policy.scrub_env(os.environ, allow_network=spec.network, passthrough=spec.env),
+            max_output_bytes=policy.max_output_bytes,
+            limits=spec.limits,
+            plan_id=plan_id,
+            file=file_path,
+            run_id=run_id or new_run_id(),
+        )
+        result: RunResult | None = None
+        failure: BaseException | None = None
+        started = time.monotonic()
+        try:
+            result = await self._run_stoppable(
+                self.resolver.backend(name, settings), request, on_output, user
+            )
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            # Whatever happened, the run is in the audit log: code was handed to a backend.
+            event: dict[str, Any] = {
+                "user": user,
+                "plan_id": plan_id,
+                "digest": spec.digest,
+                "language": spec.language,
+                "backend": name,
+                "run_id": result.run_id if result is not None else request.run_id,
+                "exit_code": result.exit_code if result is not None else -1,
+                "duration_ms": result.duration_ms
+                if result is not None
+                else int((time.monotonic() - started) * 1000),
+                "timed_out": result.timed_out if result is not None else False,
+                # A caller cancelled mid-run (an interrupted cell): the run was stopped.
+                "cancelled": result.cancelled
+                if result is not None
+                else isinstance(failure, asyncio.CancelledError),
+                "truncated": result.truncated if result is not None else False,
+            }
+            if failure is not None:
+                event["error"] = type(failure).__name__
+            self._emit("run", event)
+        return result
+
+    async def _run_stoppable(
+        self,
+        backend: SandboxBackend,
+        request: RunRequest,
+        on_output: OutputCallback | None,
+        user: str | None,
+    ) -> RunResult:
+        """Run ``request`` on ``backend`` while it can be stopped by :meth:`cancel`."""
+        stop = asyncio.Event()
+        request.stop = stop
+        active = ActiveRun(
+            run_id=request.run_id,
+            user=user,
+            backend=backend.name,
+            loop=asyncio.get_running_loop(),
+            stop=stop,
+            started=time.monotonic(),
+        )
+        with self._runs_lock:
+            if request.run_id in self._runs:
+                raise InvalidRequest(
+                    f"a run with id {request.run_id} is already under way", code="run_id_in_use"
+                )
+            self._runs[request.run_id] = active
+        task = asyncio.ensure_future(backend.run(request, on_output))
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                # Stopped: a backend that honours request.stop answers with its output so far.
+                await asyncio.wait({task}, timeout=STOP_GRACE_SEC)
+            if task.done():
+                return task.result()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return RunResult(
+                backend=backend.name,
+                language=request.language,
+                command=self.resolver.command(request.language),
+                exit_code=-1,
+                cancelled=True,
+                duration_ms=int((time.monotonic() - active.started) * 1000),
+                run_id=request.run_id,
+                plan_id=request.plan_id,
+                isolation=backend.isolation(),
+            )
+        finally:
+            stopped.cancel()
+            if not task.done():
+                # The caller itself was cancelled (an interrupted cell): the backend's
+                # clean-up kills the process tree before this returns.
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            with self._runs_lock:
+                self._runs.pop(request.run_id, None)
+
+    def cancel(self, run_id: str, *, user: str | None = None) -> dict[str, Any]:
+        """Stop a run under way (see :meth:`.service.SandboxService.cancel`)."""
+        with self._runs_lock:
+            active = self._runs.get(str(run_id))
+        if active is None or (active.user is not None and user is not None and active.user != user):
+            raise RunNotFound(f"no run {run_id!r} is under way (unknown, or already over)")
+        active.request_stop()
+        self._emit("cancel", {"user": user, "run_id": active.run_id, "backend": active.backend})
+        return {"run_id": active.run_id, "cancelled": True}
+
+    def active_runs(self) -> list[str]:
+        """The ids of the runs under way, oldest first."""
+        with self._runs_lock:
+            return list(self._runs)
