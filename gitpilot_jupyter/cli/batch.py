@@ -13,7 +13,7 @@ from ..sandbox.batch import BatchPlan, BatchProgress, BatchService, load_source
 from ..sandbox.batch.render import batch_plan_text, item_text, report_text
 from ..sandbox.errors import InvalidRequest
 from ..sandbox.sync import run_sync
-from .commands import make_service
+from .commands import make_client
 
 #: How often a progress line is printed when stderr is not a terminal.
 PROGRESS_EVERY_SEC = 2.0
@@ -119,7 +119,7 @@ class _Progress:
 
 def cmd_batch(args: argparse.Namespace) -> int:
     """``jupyter sandbox batch``: plan, confirm, approve once, run, report."""
-    batches = BatchService(make_service())
+    batches = BatchService(make_client().service)
     batch = batches.plan(
         load_source(args.source, args.each),
         timeout_sec=args.timeout,

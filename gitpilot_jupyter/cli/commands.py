@@ -1,4 +1,10 @@
-"""Core commands: ``status``, ``config``, ``plan``, ``run``."""
+"""Core commands: ``status``, ``config``, ``plan``, ``run``.
+
+They go through the client layer like every other face: a
+:class:`~gitpilot_jupyter.client.local.LocalClient` drives the core in this
+process (the CLI plans, approves and runs here; ``jupyter sandbox plans`` is the
+command that reaches a Jupyter server).
+"""
 
 from __future__ import annotations
 
@@ -6,16 +12,17 @@ import argparse
 import asyncio
 import json
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
+from ..client.local import LocalClient
 from ..sandbox.errors import InvalidRequest
 from ..sandbox.languages import language_for_path
 from ..sandbox.local.off import off_confirmation
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.report import stopped_message
 from ..sandbox.results import RunResult, new_run_id
-from ..sandbox.service import SandboxService
 from ..sandbox.settings import FIELD_NAMES, parse_assignments
 from ..sandbox.sync import run_sync
 from .render import print_plan, print_plan_code, print_result_footer, print_status
@@ -25,9 +32,17 @@ EXIT_TIMEOUT = 124
 EXIT_STOPPED = 130
 
 
-def make_service() -> SandboxService:
-    """The in-process service the CLI drives (settings and env as for every face)."""
-    return SandboxService(root_dir=Path.cwd())
+#: The name the CLI's calls are recorded under in audit events.
+CLI_USER = "cli"
+
+
+def make_client() -> LocalClient:
+    """The client the CLI drives: the core in this process, on the current folder.
+
+    Settings and env apply as for every face. ``batch`` and ``debug`` work on the
+    core itself (its batch runner, its diagnostics): they take ``.service``.
+    """
+    return LocalClient(session_id=f"cli-{uuid.uuid4().hex[:12]}", user=CLI_USER)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -121,7 +136,7 @@ def _print_json(data: Any) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """``jupyter sandbox status``."""
-    status = run_sync(make_service().status())
+    status = run_sync(make_client().status())
     if args.json:
         _print_json(status)
     else:
@@ -131,20 +146,20 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     """``jupyter sandbox config [--set KEY=VALUE ...]``."""
-    service = make_service()
+    client = make_client()
     if args.changes:
         changes = parse_assignments(args.changes, what="--set")
-        question = off_confirmation(changes, service.config()["backend"])
+        question = off_confirmation(changes, run_sync(client.config())["backend"])
         if question is not None and not _ask(question, args.yes, "switch"):
             return 2
-        run_sync(service.configure(changes, user="cli"))
-    config = service.config()
+        run_sync(client.configure(changes))
+    config = run_sync(client.config())
     if args.json:
         _print_json(config)
     else:
         for key, value in config.items():
             print(f"{key:18} {json.dumps(value)}")
-        print(f"{'file':18} {service.settings.path}")
+        print(f"{'file':18} {run_sync(client.settings_file())}")
     return 0
 
 
@@ -183,7 +198,7 @@ def _snippet(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """``jupyter sandbox plan``: the plan only."""
-    plan = run_sync(make_service().plan(source="api", user="cli", **_snippet(args)))
+    plan = run_sync(make_client().plan(source="api", **_snippet(args)))
     if args.json:
         _print_json(plan.to_dict())
     else:
@@ -235,9 +250,9 @@ def exit_status(result: RunResult) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``jupyter sandbox run``: plan, confirm, approve, run."""
-    service = make_service()
+    client = make_client()
     snippet = _snippet(args)
-    plan = run_sync(service.plan(source="api", user="cli", **snippet))
+    plan = run_sync(client.plan(source="api", **snippet))
     if not args.json:
         print_plan(plan, stream=sys.stderr)
     if plan.blocked:
@@ -250,10 +265,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_id = new_run_id()
 
     async def stop() -> None:
-        service.cancel(run_id, user="cli")
+        await client.cancel(run_id)
 
     async def go() -> RunResult:
-        approval = await service.approve(plan.plan_id, user="cli")
+        approval = await client.approve(plan.plan_id)
         main_task = asyncio.current_task()
 
         async def echo(stream: str, text: str) -> None:
@@ -271,9 +286,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if main_task is not None:
                     main_task.cancel()
 
-        return await service.run_approved(
-            approval["approval_token"],
-            user="cli",
+        return await client.run(
+            str(approval["approval_token"]),
             on_output=None if args.json else echo,
             run_id=run_id,
         )

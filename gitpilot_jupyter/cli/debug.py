@@ -8,7 +8,7 @@ import sys
 
 from ..sandbox.diagnostics import failed, render_text, run_diagnostics
 from ..sandbox.sync import run_sync
-from .commands import make_service
+from .commands import make_client
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def cmd_debug(args: argparse.Namespace) -> int:
     """``jupyter sandbox debug [--matrixlab] [--json]``."""
-    stages = run_sync(run_diagnostics(make_service(), matrixlab=args.matrixlab))
+    stages = run_sync(run_diagnostics(make_client().service, matrixlab=args.matrixlab))
     if args.json:
         doc = {"ok": not failed(stages), "stages": [s.to_dict() for s in stages]}
         json.dump(doc, sys.stdout, indent=2)

@@ -7,9 +7,9 @@ import json
 import sys
 from typing import Any
 
-from ..sandbox.service import SandboxService
+from ..client.base import SandboxClient
 from ..sandbox.sync import run_sync
-from .commands import make_service
+from .commands import make_client
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,7 +57,7 @@ def _yes(value: object) -> str:
 def cmd_test(args: argparse.Namespace) -> int:
     """``jupyter sandbox matrixlab test [--url U] [--token T]``: exit 0 when all is well."""
     token = sys.stdin.readline().strip() if args.token == "-" else args.token
-    report = run_sync(make_service().test_matrixlab(url=args.url, token=token))
+    report = run_sync(make_client().test_matrixlab(url=args.url, token=token))
     if args.json:
         _print_json(report)
         return 0 if report["ok"] else 1
@@ -105,7 +105,7 @@ def _print_lifecycle(answer: dict[str, Any]) -> None:
         w(f"                   {answer['health_error']}\n")
 
 
-async def _lifecycle(service: SandboxService, action: str, echo: bool) -> dict[str, Any]:
+async def _lifecycle(client: SandboxClient, action: str, echo: bool) -> dict[str, Any]:
     shown: set[tuple[str, str]] = set()
 
     async def progress(event: dict[str, Any]) -> None:
@@ -114,12 +114,12 @@ async def _lifecycle(service: SandboxService, action: str, echo: bool) -> dict[s
             shown.add(line)
             sys.stderr.write(f"{line[0]}: {line[1].strip()}\n")
 
-    return await service.lifecycle(action, progress, user="cli")
+    return await client.lifecycle(action, progress)
 
 
 def cmd_lifecycle(args: argparse.Namespace) -> int:
     """``jupyter sandbox matrixlab status|install|start|stop``."""
-    answer = run_sync(_lifecycle(make_service(), args.action, not args.json))
+    answer = run_sync(_lifecycle(make_client(), args.action, not args.json))
     if args.json:
         _print_json(answer)
     else:

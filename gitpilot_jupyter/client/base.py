@@ -112,6 +112,14 @@ class SandboxClient(abc.ABC):
         """The service status (backend, masked settings, health, env override...)."""
 
     @abc.abstractmethod
+    async def config(self) -> dict[str, Any]:
+        """The effective settings, masked (``has_token``, never the token); no health probe."""
+
+    @abc.abstractmethod
+    async def settings_file(self) -> str:
+        """Where the settings this client changes are saved (on the server for REST)."""
+
+    @abc.abstractmethod
     async def configure(self, changes: Mapping[str, object]) -> Status:
         """Persist a subset of settings; answer the new status."""
 

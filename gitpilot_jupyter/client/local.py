@@ -116,6 +116,12 @@ class LocalClient(SandboxClient):
     async def status(self) -> Status:
         return await self.service.status()
 
+    async def config(self) -> dict[str, Any]:
+        return self.service.config()
+
+    async def settings_file(self) -> str:
+        return str(self.service.settings.path)
+
     async def configure(self, changes: Mapping[str, object]) -> Status:
         return await self.service.configure(changes, user=self.user)
 

@@ -211,6 +211,12 @@ class RestClient(SandboxClient):
     async def status(self) -> Status:
         return cast(Status, await self._call("GET", "status"))
 
+    async def config(self) -> dict[str, Any]:
+        return dict(await self._call("GET", "config"))
+
+    async def settings_file(self) -> str:
+        return str((await self.status())["settings_path"])
+
     async def configure(self, changes: Mapping[str, object]) -> Status:
         return cast(Status, await self._call("PUT", "config", dict(changes)))
 

@@ -122,6 +122,14 @@ def test_status_and_config_on_both_paths(both: dict[str, SandboxClient]) -> None
     run_sync(rest.configure({"timeout_sec": 77}))
     assert run_sync(local.status())["settings"]["timeout_sec"] == 77
     assert run_sync(rest.status())["settings"] == run_sync(local.status())["settings"]
+    # The settings without a health probe, and where they are saved: the same on both paths.
+    assert (
+        run_sync(rest.config()) == run_sync(local.config()) == run_sync(local.status())["settings"]
+    )
+    assert run_sync(rest.config())["timeout_sec"] == 77
+    saved = run_sync(local.settings_file())
+    assert run_sync(rest.settings_file()) == saved
+    assert json.loads(Path(saved).read_text())["sandbox"]["timeout_sec"] == 77
     run_sync(local.configure({"timeout_sec": 120}))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -181,3 +182,76 @@ def test_json_errors_are_a_json_object() -> None:
     assert "cobol" in error["message"]
     bad = cli("config", "--set", "matrixlab_url=ftp://x", "--json")
     assert json.loads(bad.stdout)["error"]["code"] == "invalid_setting"
+
+
+def test_every_flag_reaches_the_plan_through_the_client() -> None:
+    # The CLI used to call the service with its own mapping of flags; it now goes
+    # through the client layer: each flag must still arrive in the plan.
+    plan = cli(
+        "plan",
+        "py",
+        "-c",
+        "print(1)",
+        "--timeout",
+        "7",
+        "--backend",
+        "subprocess",
+        "--network",
+        "--env",
+        "GITPILOT_CLI_PROBE",
+        "--json",
+    )
+    assert plan.returncode == 0, plan.stderr
+    shown = json.loads(plan.stdout)
+    assert (shown["language"], shown["timeout_sec"], shown["backend"]) == (
+        "python",
+        7,
+        "subprocess",
+    )
+    assert shown["network"] is True and shown["env"] == ["GITPILOT_CLI_PROBE"]
+    assert shown["source"] == "api" and shown["code"] == "print(1)"
+    off = json.loads(cli("plan", "bash", "-c", "true", "--no-network", "--json").stdout)
+    assert off["network"] is False and off["language"] == "bash"
+
+
+def test_run_passes_named_variables_and_stdin_through_the_client(tmp_path: Path) -> None:
+    feed = tmp_path / "in.txt"
+    feed.write_text("fed\n", encoding="utf-8")
+    code = "import os; print(input(), *(os.environ.get(f'GITPILOT_CLI_{n}') for n in 'AB'))"
+    args = ["run", "python", "-c", code, "--stdin", str(feed), "--env", "GITPILOT_CLI_A"]
+    done = subprocess.run(
+        [str(BIN / "jupyter-sandbox"), *args, "--yes", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "GITPILOT_CLI_A": "passed-on", "GITPILOT_CLI_B": "kept-back"},
+    )
+    assert done.returncode == 0, done.stderr
+    # Only the named variable crosses; the rest of the environment does not.
+    assert json.loads(done.stdout)["stdout"] == "fed passed-on None\n"
+
+
+def test_config_names_the_settings_file(sandbox_config_dir: Path) -> None:
+    assert cli("config", "--set", "timeout_sec=31").returncode == 0
+    lines = dict(line.split(None, 1) for line in cli("config").stdout.splitlines())
+    assert lines["timeout_sec"] == "31"
+    assert Path(lines["file"]) == sandbox_config_dir / "settings.json"
+
+
+def test_matrixlab_status_answers_through_the_client() -> None:
+    result = cli("matrixlab", "status", "--json")
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["lifecycle_enabled"] in (True, False) and "container_name" in answer
+
+
+def test_the_cli_reaches_the_core_through_the_client_layer() -> None:
+    # No CLI module builds or imports the service: `run`, `plan`, `status`, `config`
+    # and `matrixlab` call a client; `batch` and `debug` take the local client's core.
+    import ast
+
+    package = Path(__file__).resolve().parents[2] / "gitpilot_jupyter" / "cli"
+    for path in package.glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        modules = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not {m for m in modules if m.endswith("sandbox.service")}, path.name
