@@ -9,13 +9,18 @@ from ``execve`` to exit, and the slow system calls (``cgroup.procs`` writes,
 mounts). strace slows every step, so its numbers only say where the time goes;
 the untraced medians are the real cost.
 
-``python -m benchmarks.launch_chain [--runs N] [--network]`` prints the table.
+``python -m benchmarks.launch_chain [--runs N] [--network] [--keep-groups]`` prints
+the table. As a user that is not root, the chain's user namespace is made through
+the setuid ``newuidmap``/``newgidmap``, which do not run setuid under strace: only
+the untraced times are measured then. ``--keep-groups`` launches the chain such a
+server has without them (``--map-root-user``, groups kept), to compare.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -26,6 +31,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from gitpilot_jupyter.sandbox.backend import ResourceLimits
+from gitpilot_jupyter.sandbox.local import namespaces
+from gitpilot_jupyter.sandbox.local.confine import without_idmap
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 
 from .common import Context, Measure
@@ -108,13 +115,20 @@ def _split(trace: Path) -> dict[str, float]:
     return out
 
 
-def measure(runs: int, network: bool) -> tuple[list[float], list[float], dict[str, list[float]]]:
+def measure(
+    runs: int, network: bool, keep_groups: bool = False
+) -> tuple[list[float], list[float], dict[str, list[float]]]:
     """Untraced prepare and child times, and traced per-step times, interleaved."""
     isolator = LayeredIsolator("auto")
     _launch(isolator, network, None)  # probes and caches outside the measure
+    tool, _ = namespaces.detect("bwrap")
+    chain = tool.confine if tool is not None else None
+    if keep_groups and tool is not None and chain is not None and chain.idmap is not None:
+        tool.confine = chain = without_idmap(chain, "--keep-groups")  # this process only
     prepare, child = [], []
     steps: dict[str, list[float]] = defaultdict(list)
-    traced = shutil.which("strace") is not None
+    setuid = chain is not None and chain.idmap is not None and os.geteuid() != 0
+    traced = shutil.which("strace") is not None and not setuid
     with tempfile.TemporaryDirectory(prefix="gitpilot-trace-") as tmp:
         for i in range(runs):
             p, c = _launch(isolator, network, None)
@@ -151,8 +165,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=25)
     parser.add_argument("--network", action="store_true")
     parser.add_argument("--json", action="store_true", help="raw seconds, for comparisons")
+    parser.add_argument(
+        "--keep-groups",
+        action="store_true",
+        help="not root: the chain without newuidmap (groups kept), for comparison",
+    )
     args = parser.parse_args()
-    prepare, child, steps = measure(args.runs, args.network)
+    prepare, child, steps = measure(args.runs, args.network, args.keep_groups)
     if args.json:
         print(json.dumps({"prepare": prepare, "launch": child, **steps}))
         return

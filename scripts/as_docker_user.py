@@ -2,7 +2,9 @@
 
 That is how most people run Jupyter, and it is where a user namespace alone does
 not help: the kernel keeps the user's supplementary groups. The user (default
-``gitpilot-ci``) is created when missing and added to ``docker``.
+``gitpilot-ci``) is created when missing, added to ``docker`` and given subordinate
+uid and gid ranges (``/etc/subuid``, ``/etc/subgid``, for newuidmap/newgidmap), so
+its runs can drop those groups, as an administrator would set it up.
 
 The checkout's ``.venv`` links into an interpreter that may sit under a folder the
 user cannot search (``/root`` is 0700, with pyenv in it). Nothing on the host is
@@ -38,7 +40,27 @@ def ensure_user() -> pwd.struct_passwd:
         entry = pwd.getpwnam(USER)
     if subprocess.run(["getent", "group", "docker"], capture_output=True).returncode == 0:
         subprocess.run(["usermod", "-aG", "docker", USER], check=True)
+    add_subordinate_ranges(entry)
     return entry
+
+
+def add_subordinate_ranges(entry: pwd.struct_passwd) -> None:
+    """Give the user a subordinate uid and gid range where it has none (``usermod``)."""
+    from gitpilot_jupyter.sandbox.local.confine import (
+        SUBGID_FILE,
+        SUBID_COUNT,
+        SUBUID_FILE,
+        free_subordinate_start,
+        subordinate_range,
+    )
+
+    options = []
+    for path, option in ((SUBUID_FILE, "--add-subuids"), (SUBGID_FILE, "--add-subgids")):
+        if subordinate_range(path, entry.pw_name, entry.pw_uid) is None:
+            start = free_subordinate_start()
+            options += [option, f"{start}-{start + SUBID_COUNT - 1}"]
+    if options:
+        subprocess.run(["usermod", *options, entry.pw_name], check=True)
 
 
 def searchable_by_others(path: Path) -> bool:

@@ -8,12 +8,13 @@
 #   libseccomp2  its seccomp filter (built through pyseccomp); python3-seccomp for the system python
 #   passt slirp4netns  user-mode networking: a network-on run gets egress, not the host
 #   util-linux   unshare, setpriv (a run drops to nobody), prlimit
+#   uidmap       newuidmap/newgidmap: a non-root server's runs drop their groups (docker!)
 #   nodejs       JavaScript snippets and the lab extension build
 # Idempotent: packages already installed are skipped quickly.
 set -euo pipefail
 
 packages=(chromium fonts-dejavu-core docker.io debootstrap bubblewrap iptables libseccomp2 python3-seccomp
-  passt slirp4netns util-linux iproute2)
+  passt slirp4netns util-linux uidmap iproute2)
 # node may come from elsewhere than Debian's package: only install it when there is none.
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 missing=()

@@ -24,7 +24,7 @@ import pytest
 
 from tests.server.conftest import api, jp_server_config, openapi
 from tests.server.helpers import Api, approved_run
-from tests.support.system import require_system
+from tests.support.system import in_ci, require_system
 
 __all__ = ["api", "jp_server_config", "openapi"]
 
@@ -81,6 +81,23 @@ def status_fields(pid: int) -> dict[str, list[str]]:
         for line in text.splitlines()
         if line.split(":", 1)[0] in ("Uid", "Gid", "Groups", "CapEff")
     }
+
+
+def runs_drop_groups() -> bool:
+    """True when this server's runs drop to a uid with no supplementary groups.
+
+    Root's always do. A server that is not root needs newuidmap/newgidmap and a
+    subordinate range (CI installs uidmap and gives its docker-group user one):
+    without them here that is a failure in CI, and the disclosed gap elsewhere.
+    """
+    from gitpilot_jupyter.sandbox.local import namespaces
+
+    tool, _ = namespaces.detect("bwrap")
+    drops = tool is not None and tool.confine is not None and tool.confine.drops
+    if not drops and in_ci():
+        gap = tool.confine.groups_gap if tool is not None and tool.confine is not None else None
+        pytest.fail(f"CI's runs must drop their groups: {gap}", pytrace=False)
+    return drops
 
 
 @pytest.fixture

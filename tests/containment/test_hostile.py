@@ -21,7 +21,14 @@ import pytest
 from tests.server.helpers import Api
 from tests.support.system import require_system
 
-from .conftest import attack, nonce, processes_named, status_fields, wait_for_process
+from .conftest import (
+    attack,
+    nonce,
+    processes_named,
+    runs_drop_groups,
+    status_fields,
+    wait_for_process,
+)
 
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 
@@ -149,10 +156,13 @@ async def test_3_a_snippet_is_an_unprivileged_uid_with_no_groups(
     result = await run
     assert "0" not in creds["Uid"] and "0" not in creds["Gid"], creds
     assert int(creds["CapEff"][0], 16) == 0
-    if os.geteuid() == 0:
-        assert creds["Groups"] == [], creds  # root drops to nobody with no groups
+    if runs_drop_groups():
+        # Root drops to nobody; any other server to the last id of its subordinate
+        # range: no groups (docker!), and not the server's uid, so none of its files.
+        assert creds["Groups"] == [], creds
+        assert str(os.getuid()) not in creds["Uid"] and str(os.getgid()) not in creds["Gid"]
     else:
-        assert creds["Uid"][0] == str(os.getuid())
+        assert creds["Uid"][0] == str(os.getuid())  # the disclosed gap (no uidmap here)
     shadow_line = ""
     if os.access("/etc/shadow", os.R_OK):
         shadow_line = Path("/etc/shadow").read_text().splitlines()[0]
@@ -473,13 +483,14 @@ async def test_status_claims_only_what_this_server_can_give(api: Api) -> None:
     claimed = set(status["isolation"])
     missing = {u["layer"]: u for u in status["isolation_report"]["unavailable"]}
     assert {"userns", "non-root", "fs-allowlist", "seccomp", "disk-cap"} <= claimed
-    if os.geteuid() == 0:
+    if runs_drop_groups():
         assert "no-groups" in claimed and "no-groups" not in missing
     else:
-        # The kernel keeps a non-root server's groups for its runs: said, never claimed.
+        # Without newuidmap or a subordinate range a run keeps the server's groups:
+        # said with what is missing and how to fix it, never claimed.
         assert "no-groups" not in claimed
         assert "supplementary groups" in missing["no-groups"]["reason"]
-        assert missing["no-groups"]["fix"]
+        assert "usermod --add-subuids" in missing["no-groups"]["fix"]
     # A network-on plan says whether the run gets its own stack or shares the host's.
     plan = await api(
         "POST", "api/sandbox/plan", {"language": "python", "code": "1", "allow_network": True}

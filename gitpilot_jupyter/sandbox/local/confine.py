@@ -3,13 +3,23 @@
 A run is started through this chain (each step ``exec``s the next, so the
 namespace tool is still the server's direct child)::
 
-    unshare --mount [--user --map-root-user]   a private mount namespace for the run
+    unshare --mount [--user --map-...]         a private mount namespace for the run
       sh -c STAGE                               mounts the run's size-capped tmpfs,
-                                                stages interpreter folders; as root:
+                                                stages interpreter folders; then
       setpriv --reuid --regid --clear-groups    drops to an unprivileged uid, no groups
         bwrap --unshare-user ... --seccomp 3    a fresh read-only root holding only
                                                 system folders and the interpreter
           interpreter snippet                   uid != 0, no capabilities, filtered
+
+As root, ``setpriv`` drops to ``nobody``. A server that is not root first makes a
+user namespace whose maps ``newuidmap``/``newgidmap`` write (:class:`IdMap`): its
+own uid is root there and ``nobody`` is the last id of its subordinate range
+(``/etc/subuid``, ``/etc/subgid``). Such a namespace allows ``setgroups``, so
+``setpriv`` clears the supplementary groups (``docker``!) the kernel would
+otherwise keep, and the snippet is a host uid that owns no file. Without
+``newuidmap`` or a range, the namespace is ``--map-root-user`` (no ``setgroups``):
+bwrap maps the run to ``nobody`` in a nested one, the groups stay, and
+:func:`unavailable` says so.
 
 The writable space (the run folder, ``/tmp``, ``/dev/shm``) is one tmpfs with a
 size and an inode cap, mounted in the run's own mount namespace: it vanishes
@@ -22,6 +32,7 @@ the staging tmpfs first, and bound back read-only at their own path.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import ipaddress
 import itertools
@@ -29,6 +40,7 @@ import os
 import pwd
 import shlex
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,13 +72,19 @@ SECCOMP_FILE = ".seccomp.bpf"
 #: The fd bwrap reads the compiled seccomp filter from, and the one it copies the snippet from.
 SECCOMP_FD = 3
 SNIPPET_FD = 4
-#: Where the run's stage is moved in its own mount namespace (a folder anyone can enter).
-STAGE_TARGET = "/tmp"
+#: Where the run's stage is mounted in its own mount namespace when the run drops its
+#: uid (folders anyone can enter): the first that holds no interpreter folder to stage.
+STAGE_TARGETS = ("/tmp", "/var/tmp", "/mnt")
 #: The run's mounts of its stage, one fstab line each (see :meth:`Confinement.command`).
 FSTAB_FILE = ".stage.fstab"
 #: The read-only, empty tmpfs hidden folders are covered with (one inode: nothing fits).
 EMPTY_OPTIONS = "ro,size=4k,nr_inodes=1,mode=0755,nosuid,nodev,noexec,X-mount.mkdir"
 TOOLS_FIX = "install util-linux (it provides unshare and setpriv)"
+#: Where shadow's newuidmap/newgidmap look up the ranges a user may map.
+SUBUID_FILE = "/etc/subuid"
+SUBGID_FILE = "/etc/subgid"
+#: The size of the subordinate range the fixes suggest (what useradd gives a new user).
+SUBID_COUNT = 65536
 
 
 #: Interfaces whose subnets hold the host's own services (containers, VMs): blocked too.
@@ -152,6 +170,16 @@ def _needed_paths(argv0: str, search: str | None) -> tuple[Path, ...]:
     return tuple(sorted(p.resolve() for p in paths if p.is_dir()))
 
 
+def _stage_target(interpreters: Sequence[Path]) -> Path | None:
+    """The first of :data:`STAGE_TARGETS` that is a folder holding none of ``interpreters``."""
+    for name in STAGE_TARGETS:
+        with contextlib.suppress(OSError):
+            target = Path(name).resolve(strict=True)
+            if target.is_dir() and not any(inside(p, target) for p in interpreters):
+                return target
+    return None
+
+
 def inside(path: Path, folder: Path) -> bool:
     """True when ``path`` is ``folder`` or below it (both absolute and resolved)."""
     parts = folder.parts
@@ -171,6 +199,104 @@ def _outermost(paths: Iterable[Path]) -> list[Path]:
         if not any(inside(path, k) for k in kept):
             kept.append(path)
     return sorted(kept)
+
+
+@dataclass(frozen=True)
+class IdMap:
+    """The host ids a non-root server's runs become: the last of its subordinate ranges.
+
+    The run's user namespace maps the server's uid and gid to 0 (the staging shell)
+    and :func:`sandbox_ids` to ``uid``/``gid``, written by ``newuidmap`` and
+    ``newgidmap``, which allow ``setgroups`` in it.
+    """
+
+    uid: int
+    gid: int
+
+    def unshare_options(self) -> list[str]:
+        """The ``unshare`` (util-linux 2.38+) options that make that user namespace."""
+        inner_uid, inner_gid = sandbox_ids()
+        return [
+            "--user",
+            "--map-user=0",
+            "--map-group=0",
+            f"--map-users={self.uid},{inner_uid},1",
+            f"--map-groups={self.gid},{inner_gid},1",
+        ]
+
+
+def subordinate_range(path: str, name: str, uid: int) -> tuple[int, int] | None:
+    """The first ``(start, count)`` of ``name`` (or ``uid``) in a subuid/subgid file."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.strip().split(":")
+        if len(fields) == 3 and fields[0] in (name, str(uid)):
+            with contextlib.suppress(ValueError):
+                start, count = int(fields[1]), int(fields[2])
+                if start > 0 and count > 0:
+                    return start, count
+    return None
+
+
+def free_subordinate_start(paths: Sequence[str] = (SUBUID_FILE, SUBGID_FILE)) -> int:
+    """A start no range in ``paths`` uses (after the last one, at least 100000)."""
+    end = 100000
+    for path in paths:
+        with contextlib.suppress(OSError):
+            for line in Path(path).read_text().splitlines():
+                fields = line.strip().split(":")
+                with contextlib.suppress(ValueError, IndexError):
+                    end = max(end, int(fields[1]) + int(fields[2]))
+    return end
+
+
+@functools.cache
+def _maps_ids(unshare: str) -> bool:
+    """True when this ``unshare`` has ``--map-users`` (util-linux 2.38 and newer)."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        done = subprocess.run([unshare, "--help"], capture_output=True, text=True, timeout=10)
+        return "--map-users" in done.stdout
+    return False
+
+
+def id_map(unshare: str) -> tuple[IdMap | None, str | None]:
+    """The ids a non-root server's runs can drop to, or None and what is missing."""
+    uid = os.geteuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    missing = [tool for tool in ("newuidmap", "newgidmap") if shutil.which(tool) is None]
+    if missing:
+        return None, f"{' and '.join(missing)} (package uidmap) is not installed"
+    if not _maps_ids(unshare):
+        return None, f"{unshare} has no --map-users (util-linux 2.38 or newer is needed)"
+    users = subordinate_range(SUBUID_FILE, name, uid)
+    groups = subordinate_range(SUBGID_FILE, name, uid)
+    if users is None or groups is None:
+        absent = [f for f, r in ((SUBUID_FILE, users), (SUBGID_FILE, groups)) if r is None]
+        return None, f"the user {name} has no subordinate range in {' or '.join(absent)}"
+    return IdMap(sum(users) - 1, sum(groups) - 1), None
+
+
+def groups_fix(name: str | None = None) -> str:
+    """How an administrator lets a non-root server's runs drop their groups."""
+    if name is None:
+        try:
+            name = pwd.getpwuid(os.geteuid()).pw_name
+        except KeyError:
+            name = str(os.geteuid())
+    start = free_subordinate_start()
+    end = start + SUBID_COUNT - 1
+    return (
+        "install uidmap (Debian/Ubuntu: sudo apt-get install uidmap; it provides newuidmap "
+        "and newgidmap) and give the server's user a subordinate id range: "
+        f"sudo usermod --add-subuids {start}-{end} --add-subgids {start}-{end} {name}; "
+        "then restart the server (or take the user out of groups such as docker)"
+    )
 
 
 @dataclass
@@ -219,15 +345,32 @@ class Confinement:
 
     bwrap: str
     unshare: str
-    setpriv: str | None  # None: the server is not root (no uid to drop to)
+    setpriv: str | None  # None: no uid to drop to (a non-root server without an IdMap)
     shell: str = "/bin/sh"
     #: User-mode networking for network-on runs (slirp4netns, nsenter, ip); None: not here.
     net_tools: tuple[str, str, str] | None = None
+    #: A non-root server's user namespace through newuidmap/newgidmap (None: root, or none).
+    idmap: IdMap | None = None
+    #: Why runs keep the server's supplementary groups (None: they drop them).
+    groups_gap: str | None = None
 
     @property
     def as_root(self) -> bool:
-        """True when the server is root and the run drops to :func:`sandbox_ids`."""
+        """True when the server is root (its runs drop to ``nobody`` of the host)."""
+        return self.setpriv is not None and self.idmap is None
+
+    @property
+    def drops(self) -> bool:
+        """True when a run drops to an unprivileged uid with no supplementary groups."""
         return self.setpriv is not None
+
+    def run_ids(self) -> tuple[int, int]:
+        """The host uid and gid a run has (as the host's ``/proc`` shows them)."""
+        if self.idmap is not None:
+            return self.idmap.uid, self.idmap.gid
+        if self.as_root:
+            return sandbox_ids()
+        return os.geteuid(), os.getegid()
 
     def command(
         self,
@@ -246,17 +389,17 @@ class Confinement:
         slirp4netns, with the host's addresses, bridges and link-local unreachable;
         without it a network-on run shares the host's network.
         """
-        # As root, the stage is moved before bubblewrap starts to a folder everyone can
+        # When the run drops its uid, the stage is mounted on a folder everyone can
         # enter, so the run folder's own parents (a TMPDIR under /root, pytest's 0700
         # folders) need not be searchable by the sandbox uid; only this run's mount
-        # namespace sees it. (A user namespace may not move it; the server's user can
-        # enter its own folders anyway.) Unless an interpreter folder to stage lies
-        # below that folder (the tmpfs would hide it from its bind), the stage is
-        # mounted there straight away and nothing needs moving.
-        moved = Path(STAGE_TARGET) if self.as_root else workdir / STAGE
-        direct = self.as_root and not any(inside(p, moved) for p in view.interpreters)
-        stage = moved if direct else workdir / STAGE
-        if not direct:
+        # namespace sees it. (Without a drop, the server's user can enter its own
+        # folders anyway.) That folder is one no interpreter folder to stage lies in
+        # (the tmpfs would hide it from its bind). Only if each of them holds one is
+        # the stage made in the run folder and moved there (which works as root only).
+        shared = _stage_target(view.interpreters) if self.drops else None
+        stage = shared or workdir / STAGE
+        moved = Path(STAGE_TARGETS[0]) if self.drops and shared is None else stage
+        if shared is None:
             stage.mkdir(exist_ok=True)
         uid, gid = sandbox_ids()
         q = shlex.quote
@@ -298,7 +441,7 @@ class Confinement:
         )
         lines.append(f"mount --all --fstab {q(str(fstab))}")
         # The writable folders are the run's alone (0700), as the run folder on the host.
-        owner = f"-o {uid} -g {gid} " if self.as_root else ""
+        owner = f"-o {uid} -g {gid} " if self.drops else ""
         lines.append(f"install -d -m 0700 {owner}" + " ".join(q(str(stage / p)) for p in writable))
         enter = ""
         if allow_network and egress and self.net_tools is not None:
@@ -330,11 +473,14 @@ class Confinement:
             lines.append(f"mount --move {q(str(stage))} {q(str(moved))}")
         lines.append(f'exec {enter}"$@"')
         prefix = [self.unshare, "--mount", "--propagation", "private"]
-        if not self.as_root:
+        if self.idmap is not None:
+            # newuidmap/newgidmap write the maps: setgroups is allowed, so setpriv can
+            # clear the groups below.
+            prefix += self.idmap.unshare_options()
+        elif not self.as_root:
             prefix += ["--user", "--map-root-user"]
         prefix += ["--", self.shell, "-c", "\n".join(lines), "sh"]
-        if self.as_root:
-            assert self.setpriv is not None
+        if self.setpriv is not None:
             prefix += [
                 self.setpriv,
                 f"--reuid={uid}",
@@ -345,7 +491,7 @@ class Confinement:
                 "--",
             ]
         cmd = [self.bwrap, "--unshare-user"]
-        if not self.as_root:
+        if not self.drops:
             # bwrap runs as root of the first user namespace: map the run to an
             # ordinary uid in its own (nested) one, with no capabilities.
             cmd += ["--uid", str(uid), "--gid", str(gid)]
@@ -394,21 +540,29 @@ def confinement(bwrap: str) -> tuple[Confinement | None, str | None]:
         if setpriv is None:
             return None, "setpriv (util-linux) is not installed: a run would stay root"
         return Confinement(bwrap, unshare, setpriv, net_tools=net_tools), None
-    return Confinement(bwrap, unshare, None, net_tools=net_tools), None
+    idmap, why = id_map(unshare) if setpriv is not None else (None, TOOLS_FIX)
+    if idmap is not None:
+        return Confinement(bwrap, unshare, setpriv, net_tools=net_tools, idmap=idmap), None
+    return Confinement(bwrap, unshare, None, net_tools=net_tools, groups_gap=why), None
+
+
+def without_idmap(chain: Confinement, why: str) -> Confinement:
+    """``chain`` without its user namespace through newuidmap (which failed: ``why``)."""
+    return dataclasses.replace(chain, setpriv=None, idmap=None, groups_gap=why)
 
 
 def unavailable(chain: Confinement | None, egress_error: str | None) -> list[dict[str, str]]:
     """The layers of a bwrap run this host cannot give, each with its reason and fix."""
     out: list[dict[str, str]] = []
-    if chain is not None and not chain.as_root:
+    if chain is not None and not chain.drops:
         out.append(
             {
                 "layer": "no-groups",
-                "reason": "the server is not root, and the kernel lets no unprivileged process "
-                "drop its supplementary groups: a run keeps them (e.g. docker). Their sockets "
-                "stay out of reach only because /run, /var/run and $HOME are not in its view",
-                "fix": "take the server's user out of groups such as docker, or run the "
-                "server as root (a run then drops to nobody with no groups)",
+                "reason": "the server is not root and its runs cannot get a user namespace "
+                f"that may drop groups ({chain.groups_gap}): a run keeps the server's uid "
+                "and its supplementary groups (e.g. docker). Their sockets stay out of reach "
+                "only because /run, /var/run and $HOME are not in its view",
+                "fix": groups_fix(),
             }
         )
     bpf, why = seccomp_filter()

@@ -24,6 +24,7 @@ from .confine import (
     needed_paths,
     plan_view,
     seccomp_filter,
+    without_idmap,
 )
 
 #: Folders (and files) holding the user's credentials, relative to the home folder.
@@ -107,7 +108,7 @@ class Namespaces:
             out.append("egress-only")
         if self.kind == "bwrap":
             out[:0] = list(BWRAP_LAYERS)
-            if self.confine is not None and self.confine.as_root:
+            if self.confine is not None and self.confine.drops:
                 out.insert(2, "no-groups")
             out += ["hidden-credentials", "proc-sys-ro"]
             if seccomp_filter()[0] is not None:
@@ -193,6 +194,12 @@ def detect(kind: str) -> tuple[Namespaces | None, dict[str, str] | None]:
             candidates = [Namespaces(kind, path, confine=chain)]
         for cand in candidates:
             error = _probe(cand)
+            if error is not None and cand.confine is not None and cand.confine.idmap:
+                # The user namespace through newuidmap failed (a range newuidmap refuses,
+                # a non-setuid newuidmap): runs keep the groups, and status says why.
+                fallback = without_idmap(cand.confine, f"newuidmap/newgidmap failed: {error}")
+                cand = Namespaces(kind, path, confine=fallback)
+                error = _probe(cand)
             if error is None:
                 tool = cand
                 break
