@@ -4,7 +4,10 @@ That is how most people run Jupyter, and it is where a user namespace alone does
 not help: the kernel keeps the user's supplementary groups. The user (default
 ``gitpilot-ci``) is created when missing, added to ``docker`` and given subordinate
 uid and gid ranges (``/etc/subuid``, ``/etc/subgid``, for newuidmap/newgidmap), so
-its runs can drop those groups, as an administrator would set it up.
+its runs can drop those groups, and a cgroup v1 ``memory`` and ``pids`` cgroup of
+its own (``gitpilot-USER`` below this process's cgroup, owned by the user) named by
+``GITPILOT_SANDBOX_CGROUP``, so its runs get memory and process caps: as an
+administrator would set it up.
 
 The checkout's ``.venv`` links into an interpreter that may sit under a folder the
 user cannot search (``/root`` is 0700, with pyenv in it). Nothing on the host is
@@ -63,6 +66,29 @@ def add_subordinate_ranges(entry: pwd.struct_passwd) -> None:
         subprocess.run(["usermod", *options, entry.pw_name], check=True)
 
 
+def delegate_cgroup(entry: pwd.struct_passwd) -> str | None:
+    """A cgroup of the user's own in each cgroup v1 memory/pids hierarchy; its path.
+
+    Made below this process's cgroup (so what contains this one contains it) and
+    owned by the user, who makes its runs' cgroups in it. None on a host without
+    those v1 hierarchies (cgroup v2 wants the server inside its delegated cgroup).
+    """
+    from gitpilot_jupyter.sandbox.local import cgroups
+
+    name = f"gitpilot-{entry.pw_name}"
+    own = cgroups._own_paths()
+    made = []
+    for point, fstype, options in cgroups._mounts():
+        controller = next((c for c in ("memory", "pids") if c in options), None)
+        if fstype != "cgroup" or controller is None:
+            continue
+        folder = Path(point + own.get(controller, "/")) / name
+        folder.mkdir(exist_ok=True)
+        os.chown(folder, entry.pw_uid, entry.pw_gid)
+        made.append(controller)
+    return name if {"memory", "pids"} <= set(made) else None
+
+
 def searchable_by_others(path: Path) -> bool:
     """True when a user who is neither owner nor in the group can enter ``path``."""
     return bool(path.stat().st_mode & stat.S_IXOTH)
@@ -113,6 +139,9 @@ def main(argv: list[str]) -> int:
         entry = ensure_user()
         unshare = shutil.which("unshare") or "unshare"
         env = {**os.environ, MARK: "1", "GITPILOT_TEST_UID": str(entry.pw_uid)}
+        delegated = delegate_cgroup(entry)
+        if delegated is not None:
+            env.setdefault("GITPILOT_SANDBOX_CGROUP", delegated)
         os.execvpe(
             unshare,
             [unshare, "--mount", "--propagation", "private", "--", sys.executable, *sys.argv],

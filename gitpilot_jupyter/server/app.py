@@ -88,6 +88,17 @@ class SandboxApp(ExtensionApp):
         ),
     ).tag(config=True)
 
+    cgroup_parent = Unicode(
+        "",
+        help=(
+            "A cgroup delegated to the server's user that each run's cgroup (memory and "
+            "process caps) is made under: a path below each hierarchy's root, e.g. "
+            "'/gitpilot-alice' (cgroup v1: /sys/fs/cgroup/memory/gitpilot-alice and "
+            ".../pids/gitpilot-alice, owned by the user). Empty: $GITPILOT_SANDBOX_CGROUP, "
+            "else the server's own cgroup (root, or a server started in a delegated one)."
+        ),
+    ).tag(config=True)
+
     matrixlab_runner_image = Unicode(
         LifecycleConfig.runner_image,
         help="Docker image of the MatrixLab Runner that Install pulls and Start runs "
@@ -169,12 +180,13 @@ class SandboxApp(ExtensionApp):
         return value
 
     def build_isolator(self) -> Isolator:
-        """The subprocess backend's isolator, as the ``isolation`` trait asks."""
-        if not self.isolation:
+        """The subprocess backend's isolator, as the ``isolation`` and ``cgroup_parent``
+        traits ask."""
+        if not self.isolation and not self.cgroup_parent:
             return default_isolator()
         from ..sandbox.local.layered import LayeredIsolator
 
-        return LayeredIsolator(self.isolation)
+        return LayeredIsolator(self.isolation or None, cgroup_parent=self.cgroup_parent or None)
 
     def build_lifecycle_config(self) -> LifecycleConfig:
         """The Runner lifecycle config from the ``matrixlab_*`` traits (env applies per call)."""

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
+from tests.isolation.conftest import make_backend
 from tests.server.helpers import Api
 from tests.support.system import require_system
 
@@ -403,6 +405,56 @@ async def test_8_disk_bytes_and_inodes_stop_at_the_cap(api: Api) -> None:
     assert 0 < seen["files"] <= cap_mb * 64, seen
     # Nothing of it reached the host's disk.
     assert shutil.disk_usage("/tmp").free > free_before - (cap_mb << 20)
+
+
+MEMORY_BOMB = r"""
+import json, os, signal, time
+# Several processes, each under a per-process limit (rlimit-data), together past the cap.
+children = []
+for _ in range(%(count)d):
+    pid = os.fork()
+    if pid == 0:
+        held = b"x" * (%(each_mb)d << 20)  # written, so every page is really used
+        time.sleep(3)
+        os._exit(0)
+    children.append(pid)
+killed = 0
+for pid in children:
+    _, status = os.waitpid(pid, 0)
+    killed += os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+print(json.dumps({"killed": killed}))
+"""
+
+
+async def test_8_a_memory_bomb_of_many_processes_stops_at_the_cap(api: Api) -> None:
+    cap_mb, count, each_mb = 64, 4, 32
+    answer = await api("PUT", "api/sandbox/config", {"memory_limit_mb": cap_mb})
+    assert answer.code == 200, answer.text
+    # Only a run cgroup caps a run's total; without one this is disclosed (and shown below).
+    require_system(
+        "a memory cgroup",
+        "cgroup-memory" in answer.body["isolation"],
+        "no writable or delegated memory cgroup for this server's user",
+    )
+    code = MEMORY_BOMB % {"count": count, "each_mb": each_mb}
+    result = await attack(api, code, timeout_sec=60)
+    seen = json.loads(result["stdout"])
+    # From outside: the kernel's OOM kill in the run's cgroup, which the server read.
+    assert "memory limit exceeded" in result["stderr"], result
+    assert seen["killed"] >= 1, seen
+    # The same bomb under rlimits alone: each process stays under its own limit, and
+    # together they pass the cap: what status says about a server without cgroups.
+    alone = make_backend("bwrap", cgroups=False)
+    request = RunRequest(
+        language="python",
+        code=code,
+        timeout_sec=60,
+        limits=ResourceLimits(memory_mb=cap_mb),
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+    )
+    fallback = await alone.run(request)
+    assert "rlimit-data" in fallback.isolation and "cgroup-memory" not in fallback.isolation
+    assert json.loads(fallback.stdout) == {"killed": 0}, fallback
 
 
 # -- 10: break bookkeeping ----------------------------------------------------------------

@@ -113,3 +113,20 @@ def test_a_credential_folder_holding_the_interpreter_is_not_claimed_hidden(
     result = run(backend, "print('ok')")
     assert (result.exit_code, result.stdout) == (0, "ok\n")
     assert "hidden-credentials" not in result.isolation and "ro-root" in result.isolation
+
+
+def test_a_delegated_cgroup_that_is_not_there_is_said_not_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GITPILOT_SANDBOX_CGROUP", "/gitpilot-nobody-delegated-this")
+    report = LayeredIsolator("none").report()
+    missing = [u for u in report["unavailable"] if u["layer"].startswith("cgroup")]
+    reasons = " ".join(u["reason"] for u in missing)
+    assert "gitpilot-nobody-delegated-this" in reasons and "does not exist" in reasons
+    # The fallback is named with what it does not cover, and how to delegate one.
+    assert "rlimit-data" in report["layers"] and "cgroup-memory" not in report["layers"]
+    assert "memory is capped per process only" in reasons
+    assert "GITPILOT_SANDBOX_CGROUP=/gitpilot-" in missing[0]["fix"]
+    monkeypatch.setenv("GITPILOT_SANDBOX_CGROUP", "../../escape")
+    reasons = " ".join(u["reason"] for u in LayeredIsolator("none").report()["unavailable"])
+    assert "is not a cgroup path" in reasons

@@ -4,6 +4,17 @@ Each run gets a child cgroup beside (v2) or below (v1) the server's own; the
 child joins it between fork and exec, so everything it starts is inside. The
 cgroup also gives a complete list of the run's processes for the kill, even
 those that left the process group.
+
+A server that is not root cannot write its own cgroup, unless it runs in one
+delegated to its user (``cgexec``, ``systemd-run --user -p Delegate=yes``): that
+is found by itself. An administrator may instead delegate a cgroup the server
+is not in and name it by :data:`CGROUP_ENV` (or ``c.SandboxApp.cgroup_parent``):
+a path below the root of each hierarchy (``/gitpilot-alice``: on cgroup v1
+``/sys/fs/cgroup/memory/gitpilot-alice`` and ``.../pids/gitpilot-alice``), or
+without the leading ``/`` below the server's own cgroup in each, whose folder the
+user owns. Run cgroups are then made below it. (On cgroup v2 a
+process may only be moved within a subtree whose common parent it may write,
+so there the server must be inside the delegated cgroup.)
 """
 
 from __future__ import annotations
@@ -21,6 +32,22 @@ from ..backend import ResourceLimits
 
 MIB = 1024 * 1024
 _KILL_ROUNDS = 20
+#: A cgroup delegated to the server's user, below each hierarchy's root, runs are made under.
+CGROUP_ENV = "GITPILOT_SANDBOX_CGROUP"
+
+
+def delegated_path(value: str | None) -> str | None:
+    """``value`` of :data:`CGROUP_ENV` as a cgroup path: ``/a/b`` from each hierarchy's
+    root, ``a/b`` below the server's own cgroup; None when unset.
+
+    Raises ValueError for a path that would leave its hierarchy or cgroup (``..``).
+    """
+    if value is None or not value.strip():
+        return None
+    parts = [p for p in value.strip().split("/") if p and p != "."]
+    if ".." in parts or not parts:
+        raise ValueError(f"{CGROUP_ENV}={value!r} is not a cgroup path such as /gitpilot-alice")
+    return ("/" if value.strip().startswith("/") else "") + "/".join(parts)
 
 
 def _mounts() -> list[tuple[str, str, set[str]]]:
@@ -229,6 +256,8 @@ def _v1_parent(controller: str, own: dict[str, str]) -> tuple[Path | None, str |
     for point, fstype, options in _mounts():
         if fstype == "cgroup" and controller in options:
             parent = Path(point + own.get(controller, "/")).resolve()
+            if not parent.is_dir():
+                return None, f"the {controller} cgroup {parent} does not exist"
             if not os.access(parent, os.W_OK):
                 return None, f"the {controller} cgroup {parent} is not writable by this user"
             error = _try_make(parent)
@@ -236,14 +265,15 @@ def _v1_parent(controller: str, own: dict[str, str]) -> tuple[Path | None, str |
     return None, None
 
 
-def _v2_parent(own: dict[str, str]) -> tuple[Path | None, set[str], str]:
+def _v2_parent(own: dict[str, str], delegated: bool) -> tuple[Path | None, set[str], str]:
     point = next((p for p, fstype, _ in _mounts() if fstype == "cgroup2"), None)
     if point is None:
         return None, set(), "no cgroup v2 mount"
     path = own.get("", "/")
     base = Path(point + path)
-    # A non-root cgroup holding processes cannot have controlled children: use the parent.
-    candidates = [base] if path == "/" else [base.parent]
+    # A non-root cgroup holding processes cannot have controlled children: use the parent
+    # (a delegated one named by the administrator holds none of ours: itself).
+    candidates = [base] if path == "/" or delegated else [base.parent]
     reason = "no cgroup with the memory or pids controller delegated to this user"
     for cand in candidates:
         try:
@@ -265,16 +295,27 @@ def _v2_parent(own: dict[str, str]) -> tuple[Path | None, set[str], str]:
     return None, set(), reason
 
 
-def detect() -> tuple[CgroupTree | None, list[str]]:
-    """The cgroup tree runs can use, or None with the reasons it cannot."""
+def detect(delegated: str | None = None) -> tuple[CgroupTree | None, list[str]]:
+    """The cgroup tree runs can use, or None with the reasons it cannot.
+
+    ``delegated`` (see :func:`delegated_path`): the parent of run cgroups in every
+    hierarchy, instead of the server's own cgroup.
+    """
     own = _own_paths()
+    if delegated is not None:
+        own = {
+            name: delegated
+            if delegated.startswith("/")
+            else own.get(name, "/").rstrip("/") + "/" + delegated
+            for name in (*own, "memory", "pids", "")
+        }
     mem, mem_err = _v1_parent("memory", own)
     pids, pids_err = _v1_parent("pids", own)
     if mem or pids:
         tree = CgroupTree(1, mem, pids)
         error = _probe_join(tree)
         return (None, [error]) if error else (tree, [e for e in (mem_err, pids_err) if e])
-    parent, wanted, reason = _v2_parent(own)
+    parent, wanted, reason = _v2_parent(own, delegated is not None)
     if parent is None:
         return None, [e for e in (mem_err, pids_err, reason) if e]
     tree = CgroupTree(

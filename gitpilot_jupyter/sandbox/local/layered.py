@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -32,18 +33,44 @@ from .isolation import ISOLATION_CHOICES, ISOLATION_ENV, Isolator, Launch
 from .rlimits import ULIMIT_CANDIDATES, RlimitPlan, capped, plan_rlimits, unavailable_reasons
 
 LINUX = sys.platform == "linux"
-_CGROUP_CACHE: list[tuple[cgroups.CgroupTree | None, list[str]]] = []
+_CGROUP_CACHE: dict[str | None, tuple[cgroups.CgroupTree | None, list[str]]] = {}
 
 
-def _cgroup_tree() -> tuple[cgroups.CgroupTree | None, list[str]]:
-    """The cgroup tree, detected once per process and re-checked by a stat."""
-    if _CGROUP_CACHE:
-        tree, reasons = _CGROUP_CACHE[0]
+def _cgroup_tree(delegated: str | None = None) -> tuple[cgroups.CgroupTree | None, list[str]]:
+    """The cgroup tree (under ``delegated``, else the server's own cgroup), detected
+    once per process and re-checked by a stat."""
+    if delegated in _CGROUP_CACHE:
+        tree, reasons = _CGROUP_CACHE[delegated]
         if tree is None or tree.still_there():
             return tree, reasons
-        _CGROUP_CACHE.clear()
-    _CGROUP_CACHE.append(cgroups.detect())
-    return _CGROUP_CACHE[0]
+    _CGROUP_CACHE[delegated] = cgroups.detect(delegated)
+    return _CGROUP_CACHE[delegated]
+
+
+def _delegated(environ: Mapping[str, str], value: str | None) -> tuple[str | None, str | None]:
+    """The delegated cgroup path from ``value`` (else :data:`cgroups.CGROUP_ENV`), or the error."""
+    try:
+        return cgroups.delegated_path(
+            environ.get(cgroups.CGROUP_ENV) if value is None else value
+        ), None
+    except ValueError as exc:
+        return None, str(exc)
+
+
+def cgroup_fix() -> str:
+    """How to give a server that is not root its run cgroups."""
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = str(os.geteuid())
+    name = f"gitpilot-{user}"
+    return (
+        "run the server in a cgroup delegated to its user (cgroup v2: systemd-run --user "
+        "--scope -p Delegate=yes jupyter lab); on cgroup v1, as root: mkdir "
+        f"/sys/fs/cgroup/memory/{name} /sys/fs/cgroup/pids/{name} and chown {user} both, then "
+        f"start the server with {cgroups.CGROUP_ENV}=/{name} (or c.SandboxApp.cgroup_parent); "
+        "or run the server as root"
+    )
 
 
 #: The shell that joins the run cgroup before anything else of the run starts (dash here).
@@ -210,6 +237,8 @@ class LayeredIsolator(Isolator):
 
     ``namespaces``: ``auto`` (bwrap, else unshare), ``bwrap``, ``unshare`` or ``none``;
     default from ``GITPILOT_SANDBOX_ISOLATION``. ``cgroups`` False uses rlimits only.
+    ``cgroup_parent``: a cgroup delegated to the server's user that run cgroups are made
+    under (default from ``GITPILOT_SANDBOX_CGROUP``; unset: the server's own).
     ``environ`` and ``home`` decide which credential folders are hidden.
     """
 
@@ -220,6 +249,7 @@ class LayeredIsolator(Isolator):
         cgroups: bool = True,
         environ: Mapping[str, str] | None = None,
         home: Path | None = None,
+        cgroup_parent: str | None = None,
     ) -> None:
         self.environ = os.environ if environ is None else environ
         raw = self.environ.get(ISOLATION_ENV, "").strip().lower() if namespaces is None else None
@@ -233,6 +263,7 @@ class LayeredIsolator(Isolator):
         self.choice = choice
         self.use_cgroups = cgroups
         self.home = home
+        self.cgroup_parent, self.cgroup_error = _delegated(self.environ, cgroup_parent)
 
     # -- what is available -----------------------------------------------------------
 
@@ -269,12 +300,20 @@ class LayeredIsolator(Isolator):
             return None, []
         if not self.use_cgroups:
             return None, [_disabled("cgroups", "rlimits only", by="the isolator's configuration")]
-        tree, reasons = _cgroup_tree()
-        fix = (
-            "run the server as root, or in a cgroup delegated to your user "
-            "(systemd-run --user --scope -p Delegate=yes jupyter lab)"
-        )
+        tree, reasons = _cgroup_tree(self.cgroup_parent)
+        fix = cgroup_fix()
         missing = [{"layer": "cgroups", "reason": r, "fix": fix} for r in reasons]
+        if self.cgroup_error:
+            missing.insert(0, {"layer": "cgroups", "reason": self.cgroup_error, "fix": fix})
+        if tree is None and self.use_cgroups:
+            missing.append(
+                {
+                    "layer": "cgroup-memory",
+                    "reason": "no run cgroup: memory is capped per process only (rlimit-data), "
+                    "so several processes or shared memory together exceed memory_limit_mb",
+                    "fix": fix,
+                }
+            )
         if tree is not None and tree.memory_parent is None:
             missing.append({"layer": "cgroup-memory", "reason": "no memory cgroup", "fix": fix})
         if tree is not None and tree.pids_parent is None:
@@ -409,7 +448,7 @@ class CleanupIsolator(Isolator):
     """
 
     def _tree(self) -> cgroups.CgroupTree | None:
-        return _cgroup_tree()[0] if LINUX else None
+        return _cgroup_tree(_delegated(os.environ, None)[0])[0] if LINUX else None
 
     def prepare(
         self,
