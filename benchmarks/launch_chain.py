@@ -9,11 +9,12 @@ from ``execve`` to exit, and the slow system calls (``cgroup.procs`` writes,
 mounts). strace slows every step, so its numbers only say where the time goes;
 the untraced medians are the real cost.
 
-``python -m benchmarks.launch_chain [--runs N] [--network] [--keep-groups]`` prints
-the table. As a user that is not root, the chain's user namespace is made through
-the setuid ``newuidmap``/``newgidmap``, which do not run setuid under strace: only
-the untraced times are measured then. ``--keep-groups`` launches the chain such a
-server has without them (``--map-root-user``, groups kept), to compare.
+``python -m benchmarks.launch_chain [--runs N] [--network] [--compare-groups]``
+prints the table. As a user that is not root, the chain's user namespace is made
+through the setuid ``newuidmap``/``newgidmap``, which do not run setuid under
+strace: only the untraced times are measured then. ``--compare-groups`` (not
+root) launches that chain and the one such a server has without them
+(``--map-root-user``, groups kept) in turn, and prints both medians.
 """
 
 from __future__ import annotations
@@ -115,16 +116,29 @@ def _split(trace: Path) -> dict[str, float]:
     return out
 
 
-def measure(
-    runs: int, network: bool, keep_groups: bool = False
-) -> tuple[list[float], list[float], dict[str, list[float]]]:
+def compare_groups(runs: int, network: bool) -> dict[str, list[float]]:
+    """Untraced launch times of the chain that drops the groups and of the one that keeps
+    them (what a server that is not root has without newuidmap), in turn."""
+    isolator = LayeredIsolator("auto")
+    _launch(isolator, network, None)  # probes and caches outside the measure
+    tool, _ = namespaces.detect("bwrap")
+    if tool is None or tool.confine is None or tool.confine.idmap is None:
+        raise SystemExit("--compare-groups: this server's chain has no newuidmap step")
+    chains = {"drops groups": tool.confine, "keeps groups": without_idmap(tool.confine, "bench")}
+    out: dict[str, list[float]] = {name: [] for name in chains}
+    for i in range(runs):
+        for name in sorted(chains, reverse=bool(i % 2)):
+            tool.confine = chains[name]  # this process only
+            out[name].append(_launch(isolator, network, None)[1])
+    return out
+
+
+def measure(runs: int, network: bool) -> tuple[list[float], list[float], dict[str, list[float]]]:
     """Untraced prepare and child times, and traced per-step times, interleaved."""
     isolator = LayeredIsolator("auto")
     _launch(isolator, network, None)  # probes and caches outside the measure
     tool, _ = namespaces.detect("bwrap")
     chain = tool.confine if tool is not None else None
-    if keep_groups and tool is not None and chain is not None and chain.idmap is not None:
-        tool.confine = chain = without_idmap(chain, "--keep-groups")  # this process only
     prepare, child = [], []
     steps: dict[str, list[float]] = defaultdict(list)
     setuid = chain is not None and chain.idmap is not None and os.geteuid() != 0
@@ -166,12 +180,16 @@ def main() -> None:
     parser.add_argument("--network", action="store_true")
     parser.add_argument("--json", action="store_true", help="raw seconds, for comparisons")
     parser.add_argument(
-        "--keep-groups",
+        "--compare-groups",
         action="store_true",
-        help="not root: the chain without newuidmap (groups kept), for comparison",
+        help="not root: the chain with and without newuidmap (groups dropped/kept), in turn",
     )
     args = parser.parse_args()
-    prepare, child, steps = measure(args.runs, args.network, args.keep_groups)
+    if args.compare_groups:
+        for name, values in compare_groups(args.runs, args.network).items():
+            print(f"launch `true` untraced, {name:13s} {_ms(values):8.2f} ms  (n={len(values)})")
+        return
+    prepare, child, steps = measure(args.runs, args.network)
     if args.json:
         print(json.dumps({"prepare": prepare, "launch": child, **steps}))
         return
