@@ -26,7 +26,11 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext gitpilot_jupyter``: register ``%%sandbox`` and ``%sandbox``."""
-    from .kernel.magics import SandboxMagics
+    """``%load_ext gitpilot_jupyter``: register ``%%sandbox`` and ``%sandbox``.
 
-    ipython.register_magics(SandboxMagics)
+    The wiring of the magic with its notebook views is the composition root's
+    (:mod:`gitpilot_jupyter.wiring`).
+    """
+    from .wiring import load_ipython_extension as wire
+
+    wire(ipython)

@@ -2,7 +2,10 @@
 
 Each command group lives in its own module with a ``register(subparsers)``
 function; this module builds the parser and maps core errors to exit statuses
-in one place.
+in one place. Groups of other faces (the agents' ``mcp``) are given to
+:func:`build_parser` / :func:`main` by the composition root
+(:mod:`gitpilot_jupyter.wiring`, the ``jupyter-sandbox`` entry point): the CLI
+never imports another face.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from types import ModuleType
+from typing import Protocol
 
 from .._version import __version__
 from ..sandbox.errors import SandboxError
@@ -26,14 +29,24 @@ EXIT_TIMEOUT = 124
 #: Exit status when stdout's reader went away, as a shell reports a SIGPIPE death.
 EXIT_SIGPIPE = 128 + 13
 
-#: Modules that add subcommands, in the order ``--help`` lists them.
-COMMAND_MODULES: tuple[ModuleType, ...] = (commands, batch, agents, matrixlab, debug)
-
 Handler = Callable[[argparse.Namespace], int]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``jupyter sandbox`` parser."""
+class CommandGroup(Protocol):
+    """A module (or object) adding subcommands; each sets ``handler`` to a :data:`Handler`."""
+
+    def register(self, subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        """Add this group's subcommands to ``subparsers``."""
+
+
+#: The CLI's own groups, in the order ``--help`` lists them; other faces' groups
+#: (given to :func:`build_parser`) come after ``batch``, before the plans commands.
+COMMANDS_FIRST: tuple[CommandGroup, ...] = (commands, batch)
+COMMANDS_LAST: tuple[CommandGroup, ...] = (agents, matrixlab, debug)
+
+
+def build_parser(extra: Sequence[CommandGroup] = ()) -> argparse.ArgumentParser:
+    """The ``jupyter sandbox`` parser, with ``extra`` groups from other faces."""
     parser = argparse.ArgumentParser(
         prog="jupyter sandbox",
         description=(
@@ -48,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for module in COMMAND_MODULES:
-        module.register(subparsers)
+    for group in (*COMMANDS_FIRST, *extra, *COMMANDS_LAST):
+        group.register(subparsers)
     return parser
 
 
@@ -70,9 +83,9 @@ def stdout_gone() -> int:
     return EXIT_SIGPIPE
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the exit status."""
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, extra: Sequence[CommandGroup] = ()) -> int:
+    """Run the CLI (with ``extra`` groups from other faces); return the exit status."""
+    parser = build_parser(extra)
     args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:
@@ -96,7 +109,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,4 +1,8 @@
-"""Agent commands: ``mcp`` (the MCP server), ``plans``, ``approve`` and ``reject``.
+"""Commands on agents' plans: ``plans``, ``approve`` and ``reject``.
+
+``jupyter sandbox mcp`` (the MCP server for agents) belongs to the agents face
+(``agents/command.py``); the composition root (:mod:`gitpilot_jupyter.wiring`)
+adds it to this parser, so the CLI never imports the agents.
 
 ``plans`` / ``approve`` / ``reject`` act on the pending plans of a running
 Jupyter server (the one agents plan through), found from
@@ -15,8 +19,6 @@ import os
 import sys
 from typing import Any
 
-from ..agents.approval import APPROVAL_MODES
-from ..agents.render import MODEL_OUTPUT_BYTES
 from ..client.rest import RestClient
 from ..client.server import TOKEN_ENV, URL_ENV, discover_server
 from ..sandbox.errors import ServerUnreachable
@@ -26,50 +28,7 @@ from .render import print_plan, print_plan_code
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``mcp``, ``plans``, ``approve`` and ``reject``."""
-    p = subparsers.add_parser(
-        "mcp",
-        help="serve run_in_sandbox / run_command / sandbox_status to an MCP client (stdio)",
-        description="An MCP server on stdin/stdout. Plans go to the Jupyter server named by "
-        f"{URL_ENV} / {TOKEN_ENV} (or found running), where a person approves them; without "
-        "one they stay in this process.",
-    )
-    p.add_argument(
-        "--approval",
-        choices=APPROVAL_MODES,
-        help="ask (a person approves each run), auto (the agent approves its own runs) or "
-        "deny (default: $GITPILOT_AGENT_APPROVAL, else ask)",
-    )
-    p.add_argument(
-        "--server",
-        default=None,
-        help="auto (default), local (in-process, no Jupyter server) or a Jupyter server URL "
-        f"(its token from ${TOKEN_ENV})",
-    )
-    p.add_argument(
-        "--approval-wait",
-        type=float,
-        default=0.0,
-        metavar="SEC",
-        help="in ask mode, how long a run call waits for the approval before answering "
-        "'pending' (default 0)",
-    )
-    p.add_argument(
-        "--approve-in-client",
-        action="store_true",
-        help="in ask mode, ask the MCP client's user to approve each plan (an MCP elicitation "
-        "prompt) when the client supports it; use only with clients that show such prompts "
-        "to you rather than answering them themselves",
-    )
-    p.add_argument(
-        "--max-output-bytes",
-        type=int,
-        default=MODEL_OUTPUT_BYTES,
-        metavar="N",
-        help=f"bytes of each stream the model sees, head and tail (default {MODEL_OUTPUT_BYTES})",
-    )
-    p.set_defaults(handler=cmd_mcp)
-
+    """Add ``plans``, ``approve`` and ``reject``."""
     for name, helptext in (
         ("plans", "list the plans waiting for approval on the Jupyter server"),
         ("approve", "approve a pending plan (e.g. an agent's) on the Jupyter server"),
@@ -155,49 +114,4 @@ def cmd_reject(args: argparse.Namespace) -> int:
         _print_json({"plan_id": args.plan_id, "rejected": True} if answer is None else answer)
     else:
         print(f"Rejected {args.plan_id}; it will not run.")
-    return 0
-
-
-def cmd_mcp(args: argparse.Namespace) -> int:
-    """``jupyter sandbox mcp``: serve the tools on stdio until the client disconnects."""
-    try:
-        from ..agents.mcp_server import serve_stdio
-    except ImportError as exc:
-        print(
-            f"error: the MCP server needs the mcp package ({exc}); "
-            "install it with: pip install 'gitpilot-jupyter[agents]'",
-            file=sys.stderr,
-        )
-        return 1
-    from ..agents.tools import AgentSandbox
-
-    agent = AgentSandbox(
-        approval=args.approval,
-        server=args.server,
-        token=os.environ.get(TOKEN_ENV) if args.server else None,
-        approval_wait_sec=args.approval_wait,
-        max_output_bytes=args.max_output_bytes,
-    )
-
-    async def serve() -> None:
-        client = await agent.client()
-        where = "in this process (no Jupyter server)" if client.in_process else client.where
-        # stdout is the MCP channel: everything for people goes to stderr.
-        print(
-            f"gitpilot sandbox MCP server: approval {agent.mode} ({agent.mode_source}); "
-            f"plans go {'to ' + where if not client.in_process else where}",
-            file=sys.stderr,
-        )
-        if agent.mode == "ask" and client.in_process and not args.approve_in_client:
-            print(
-                "warning: in ask mode without a Jupyter server nobody can approve the agent's "
-                f"plans; start JupyterLab (or set {URL_ENV}/{TOKEN_ENV}), or use "
-                "--approve-in-client or --approval auto",
-                file=sys.stderr,
-            )
-        await serve_stdio(agent, approve_in_client=args.approve_in_client)
-
-    import anyio
-
-    anyio.run(serve)
     return 0

@@ -25,6 +25,7 @@ from ..sandbox.batch import BatchService, as_items, items_from_list
 from ..sandbox.batch.render import batch_plan_text, item_text, report_text
 from ..sandbox.service import SandboxService
 from ..sandbox.sync import run_sync
+from .views import ProgressView
 
 display: Callable[..., None] = _display
 
@@ -68,8 +69,13 @@ def as_table(records: list[dict[str, Any]]) -> Any:
     return pd.DataFrame.from_records(records)
 
 
-def batch_line(user_ns: dict[str, Any], rest: list[str]) -> Any:
-    """Run ``%sandbox batch``; the results table (``None`` for ``--plan`` / ``--show``)."""
+def batch_line(
+    user_ns: dict[str, Any], rest: list[str], progress_view: Callable[[int], ProgressView]
+) -> Any:
+    """Run ``%sandbox batch``; the results table (``None`` for ``--plan`` / ``--show``).
+
+    ``progress_view(total)`` makes the progress bar (the notebook views' one).
+    """
     args = _parser().parse_args(rest)
     source = user_ns.get(args.source) if args.source.isidentifier() else None
     if source is not None and not isinstance(source, (str, Path)):
@@ -102,9 +108,7 @@ def batch_line(user_ns: dict[str, Any], rest: list[str]) -> Any:
     token = None
     if batch.requires_approval:
         token = batches.approve(batch.batch_id, user="kernel")["approval_token"]
-    from ..widgets.batch import BatchProgressBar
-
-    bar = BatchProgressBar(batch.count)
+    bar = progress_view(batch.count)
     display(bar)
     run = batches.start(
         batches.claim(batch.batch_id, token, user="kernel"),

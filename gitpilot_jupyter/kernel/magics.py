@@ -47,6 +47,7 @@ from .display import (
     SandboxStopped,
     footer,
 )
+from .views import NotebookViews, NoViews
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -106,8 +107,12 @@ class SandboxMagics(Magics):
         True, help="Print the one-line footer (backend, exit code, duration, badges) after a run."
     ).tag(config=True)
 
-    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self, shell: Any = None, *, views: NotebookViews | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(shell=shell, **kwargs)
+        #: The cards, panel and progress bars shown (injected by ``%load_ext gitpilot_jupyter``).
+        self.views: NotebookViews = views or NoViews()
         self._client: SandboxClient | None = None
         self.last: dict[str, Any] | None = None
         #: The approval card shown most recently (``None`` until a plan needs one).
@@ -238,9 +243,7 @@ class SandboxMagics(Magics):
         return None
 
     def _show_card(self, plan: ExecutionPlan, client: SandboxClient, out: str | None) -> None:
-        from ..widgets.approval import ApprovalCard
-
-        card = ApprovalCard(plan, client, on_result=lambda r: self._store(r, out))
+        card = self.views.approval_card(plan, client, on_result=lambda r: self._store(r, out))
         self.card = card
         display(card)
 
@@ -269,7 +272,7 @@ class SandboxMagics(Magics):
         """Many snippets under one approval, with a progress bar; answers the results table."""
         from .batch import batch_line
 
-        return batch_line(self.user_ns, rest)
+        return batch_line(self.user_ns, rest, self.views.batch_progress)
 
     def _line_status(self, rest: list[str]) -> None:
         status = run_sync(self.client.status())
@@ -278,9 +281,7 @@ class SandboxMagics(Magics):
 
     def _line_settings(self, rest: list[str]) -> Any:
         """The settings panel, as the cell's result (``panel = %sandbox settings`` keeps it)."""
-        from ..widgets.panel import SandboxSettingsPanel
-
-        return SandboxSettingsPanel.for_client(self.client)
+        return self.views.settings_panel(self.client)
 
     def _line_config(self, rest: list[str]) -> None:
         yes = "--yes" in rest
@@ -330,15 +331,13 @@ class SandboxMagics(Magics):
 
     def _line_plans(self, rest: list[str]) -> None:
         """A card per pending plan; Approve only approves (the planner runs it)."""
-        from ..widgets.approval import ApprovalCard
-
         if rest:
             raise UsageError("usage: %sandbox plans")
         client = self.client
         if isinstance(client, LocalClient):
             print(NO_SERVER_NOTE)
         plans = run_sync(client.pending())
-        self.plan_cards = [ApprovalCard(plan, client, runs=False) for plan in plans]
+        self.plan_cards = [self.views.approval_card(plan, client, runs=False) for plan in plans]
         if not plans:
             print("no plans are waiting for approval")
         for card in self.plan_cards:

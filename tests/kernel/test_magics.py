@@ -409,3 +409,18 @@ def test_plans_in_process_says_so_and_lists_the_local_store(
     # The cell's card rejected: the plan leaves the service too.
     magics.card.reject_button.click()
     assert service.plans.pending() == []
+
+
+def test_the_extension_wires_the_widgets_in_and_the_kernel_does_not_import_them(
+    magics: SandboxMagics,
+) -> None:
+    from gitpilot_jupyter.widgets.views import WidgetViews
+
+    # %load_ext gitpilot_jupyter (the composition root) hands the magic its views.
+    assert isinstance(magics.views, WidgetViews)
+    # A magic registered without them says how to load it, instead of failing late.
+    bare = SandboxMagics(shell=None, server="local")
+    with pytest.raises(UsageError, match="%load_ext gitpilot_jupyter"):
+        bare.sandbox_line("settings")
+    with pytest.raises(UsageError, match="%load_ext gitpilot_jupyter"):
+        bare.sandbox_cell("", "import subprocess\nprint('needs a card')")

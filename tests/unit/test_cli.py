@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -255,3 +256,20 @@ def test_the_cli_reaches_the_core_through_the_client_layer() -> None:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         modules = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         assert not {m for m in modules if m.endswith("sandbox.service")}, path.name
+
+
+def test_mcp_reaches_the_cli_only_through_the_composition_root() -> None:
+    # The CLI never imports the agents: `mcp` is theirs, added by gitpilot_jupyter.wiring.
+    from gitpilot_jupyter.cli import build_parser
+    from gitpilot_jupyter.wiring import cli_parser
+
+    def commands(parser: argparse.ArgumentParser) -> list[str]:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return list(action.choices)
+
+    wired, plain = commands(cli_parser()), commands(build_parser())
+    assert "mcp" not in plain and [c for c in wired if c != "mcp"] == plain
+    # `--help` lists them in the order it always did.
+    assert wired.index("batch") < wired.index("mcp") < wired.index("plans")
+    helped = cli("mcp", "--help")
+    assert helped.returncode == 0 and "--approval" in helped.stdout

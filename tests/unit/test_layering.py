@@ -39,12 +39,53 @@ def test_faces_use_the_service_not_its_stores_nor_private_names(path: Path) -> N
     assert not problems, problems
 
 
-def test_the_contracts_cover_every_face() -> None:
+#: The faces proper: they never import each other (``client`` is the layer under them).
+INDEPENDENT = ("cli", "kernel", "server", "widgets", "agents")
+#: The only modules that may import several faces: the package's entry points and the
+#: composition root they delegate to.
+COMPOSITION_ROOTS = {"gitpilot_jupyter", "gitpilot_jupyter.wiring"}
+
+
+def contracts() -> list[dict[str, object]]:
     import tomllib
 
     config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
-    layers = next(c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers")[
-        "layers"
-    ]
+    found: list[dict[str, object]] = config["tool"]["importlinter"]["contracts"]
+    return found
+
+
+def test_the_contracts_cover_every_face() -> None:
+    layers = next(
+        c for c in contracts() if c["type"] == "layers" and "gitpilot_jupyter.wiring" in c["layers"]
+    )["layers"]
+    assert isinstance(layers, list)
     named = {part.strip().split(".")[-1] for layer in layers for part in layer.split("|")}
-    assert named == {*FACES, "sandbox"}
+    assert named == {*FACES, "sandbox", "wiring"}
+    independent = next(c for c in contracts() if c["type"] == "independence")["modules"]
+    assert independent == [f"gitpilot_jupyter.{face}" for face in INDEPENDENT]
+
+
+def test_only_the_composition_root_imports_several_faces() -> None:
+    import grimp
+
+    graph = grimp.build_graph("gitpilot_jupyter")
+    faces = [f"gitpilot_jupyter.{face}" for face in INDEPENDENT]
+
+    def face_of(module: str) -> str | None:
+        return next((f for f in faces if module == f or module.startswith(f + ".")), None)
+
+    joiners = {}
+    for module in graph.modules:
+        imported = {face_of(m) for m in graph.find_modules_directly_imported_by(module)}
+        imported.discard(None)
+        imported.discard(face_of(module))
+        if imported:
+            joiners[module] = sorted(str(f) for f in imported)
+    assert set(joiners) == COMPOSITION_ROOTS, joiners
+    # The root wires the kernel with the widgets and the CLI with the agents.
+    assert {"gitpilot_jupyter.kernel", "gitpilot_jupyter.widgets"} <= set(
+        joiners["gitpilot_jupyter.wiring"]
+    )
+    assert {"gitpilot_jupyter.cli", "gitpilot_jupyter.agents"} <= set(
+        joiners["gitpilot_jupyter.wiring"]
+    )

@@ -1,0 +1,77 @@
+"""What the magic shows in a notebook, as a protocol: the kernel never imports the widgets.
+
+The magic needs three views: an Approve / Reject card for a plan, the settings
+panel, and a batch's progress bar. It asks for them through :class:`NotebookViews`,
+which the composition root (:mod:`gitpilot_jupyter.wiring`) fills with the
+ipywidgets ones when ``%load_ext gitpilot_jupyter`` registers the magics.
+A magic registered without views says how to load it instead of failing late.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from IPython.core.error import UsageError
+
+from ..client.base import SandboxClient
+from ..sandbox.batch import BatchProgress
+from ..sandbox.plans import ExecutionPlan
+from ..sandbox.results import RunResult
+
+
+class ProgressView(Protocol):
+    """A batch's progress, updated as items finish."""
+
+    def update(self, progress: BatchProgress) -> None:
+        """Show ``progress``."""
+
+    def stopped(self, why: str) -> None:
+        """Mark the batch as stopped (deadline, interrupt)."""
+
+
+class NotebookViews(Protocol):
+    """The views the magic displays; each answer is a displayable object."""
+
+    def approval_card(
+        self,
+        plan: ExecutionPlan,
+        client: SandboxClient,
+        *,
+        on_result: Callable[[RunResult], None] | None = None,
+        runs: bool = True,
+    ) -> Any:
+        """An Approve / Reject card for ``plan`` (``runs=False``: Approve only approves)."""
+
+    def settings_panel(self, client: SandboxClient) -> Any:
+        """The settings panel, loaded from ``client``."""
+
+    def batch_progress(self, total: int) -> ProgressView:
+        """A progress bar for a batch of ``total`` items."""
+
+
+class NoViews:
+    """The views of a magic registered without the extension entry: each says how to fix it."""
+
+    @staticmethod
+    def _missing() -> UsageError:
+        return UsageError(
+            "sandbox: the notebook views (cards, panel, progress bar) are not wired in; "
+            "load the magics with %load_ext gitpilot_jupyter"
+        )
+
+    def approval_card(
+        self,
+        plan: ExecutionPlan,
+        client: SandboxClient,
+        *,
+        on_result: Callable[[RunResult], None] | None = None,
+        runs: bool = True,
+    ) -> Any:
+        raise self._missing()
+
+    def settings_panel(self, client: SandboxClient) -> Any:
+        raise self._missing()
+
+    def batch_progress(self, total: int) -> ProgressView:
+        raise self._missing()
