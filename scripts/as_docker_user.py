@@ -89,6 +89,24 @@ def delegate_cgroup(entry: pwd.struct_passwd) -> str | None:
     return name if {"memory", "pids"} <= set(made) else None
 
 
+#: Set to 1: /dev/net/tun is usable by everyone in the command's mount namespace, as on a
+#: stock Debian or Ubuntu (mode 0666); some hosts (this project's CI machine) make it 0600.
+TUN_ENV = "GITPILOT_TEST_OPEN_TUN"
+
+
+def open_tun() -> None:
+    """Cover /dev/net/tun with a mode 0666 node of the same device, in this mount namespace."""
+    tun = Path("/dev/net/tun")
+    if not tun.exists() or stat.S_IMODE(tun.stat().st_mode) & 0o006 == 0o006:
+        return
+    folder = Path(tempfile.mkdtemp(prefix="gitpilot-tun-"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(folder)], check=True)
+    node = folder / "tun"
+    os.mknod(node, stat.S_IFCHR | 0o666, tun.stat().st_rdev)
+    node.chmod(0o666)
+    subprocess.run(["mount", "--bind", str(node), str(tun)], check=True)
+
+
 def searchable_by_others(path: Path) -> bool:
     """True when a user who is neither owner nor in the group can enter ``path``."""
     return bool(path.stat().st_mode & stat.S_IXOTH)
@@ -158,6 +176,8 @@ def main(argv: list[str]) -> int:
     ).stdout.strip()
     needed = [checkout, python.parent] + ([Path(base).resolve()] if base else [])
     open_up(needed)
+    if os.environ.get(TUN_ENV) == "1":
+        open_tun()
     home = Path(tempfile.mkdtemp(prefix="gitpilot-user-home-"))
     os.chown(home, entry.pw_uid, entry.pw_gid)
     env = {
