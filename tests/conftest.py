@@ -22,6 +22,7 @@ _SANDBOX_ENV = (
     "GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE",
     "GITPILOT_SANDBOX_REQUIRE_APPROVAL",
     "GITPILOT_SANDBOX_ISOLATION",
+    "GITPILOT_SANDBOX_POOL_MAX",
 )
 
 
@@ -34,4 +35,8 @@ def sandbox_config_dir(
     for name in _SANDBOX_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("GITPILOT_CONFIG_DIR", str(folder))
+    # No warm pool unless a test asks for one (tests/isolation/test_pool.py; the
+    # containment suite runs with the pool forced on and off): slots started in the
+    # background of every other test would only load this shared machine.
+    monkeypatch.setenv("GITPILOT_SANDBOX_POOL", "off")
     yield folder

@@ -21,7 +21,8 @@ class RunResult:
     (Stop, a kernel interrupt, Ctrl-C, ``DELETE /api/sandbox/runs/{run_id}``, a
     closed stream); the output produced until then is kept, as on a timeout.
     ``isolation`` lists only the layers that were really in force; ``notes`` says
-    which limits were not enforced as asked.
+    which limits were not enforced as asked. ``warm`` is True when the run used a
+    sandbox started ahead of it (the warm pool; same isolation as a cold start).
     """
 
     backend: str
@@ -41,6 +42,7 @@ class RunResult:
     #: What the backend did differently from what was asked (a resource limit it
     #: raised or could not apply), one sentence each; empty when nothing differs.
     notes: list[str] = field(default_factory=list)
+    warm: bool = False
 
     @property
     def ok(self) -> bool:

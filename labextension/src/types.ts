@@ -78,6 +78,8 @@ export interface IRunResult {
   run_id: string;
   plan_id: string | null;
   isolation: string[];
+  /** The run used a sandbox of the warm pool (same isolation as a cold start). */
+  warm?: boolean;
 }
 
 /** The persisted settings, masked: the token is never sent back, only `has_token`. */

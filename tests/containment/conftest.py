@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from gitpilot_jupyter.sandbox.local.pool import POOL_ENV
 from tests.server.conftest import api, jp_server_config, openapi
 from tests.server.helpers import Api, approved_run
 from tests.support.system import in_ci, require_system
@@ -37,11 +38,24 @@ def default_backend_with_bwrap() -> None:
     require_system("bwrap", shutil.which("bwrap") is not None, "bwrap not on PATH")
 
 
+@pytest.fixture(autouse=True, params=["cold", "warm"])
+def pool(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every attack twice: started cold, and through a warm pool slot (forced: no cold path).
+
+    Set before the server (or the CLI) starts; :func:`attack` checks which path ran.
+    """
+    monkeypatch.setenv(POOL_ENV, "always" if request.param == "warm" else "off")
+    return str(request.param)
+
+
 async def attack(api: Api, code: str, *, language: str = "python", **extra: Any) -> dict[str, Any]:
     """Plan, approve and run ``code`` through the REST flow; the result (a 200 is required)."""
     answer = await approved_run(api, language, code, **extra)
     assert answer.code == 200, answer.text
     body: dict[str, Any] = answer.body
+    if body.get("backend") == "subprocess":
+        # The attack ran the way the ``pool`` fixture asked (a warm slot or a cold start).
+        assert body["warm"] is (os.environ.get(POOL_ENV) == "always"), body
     return body
 
 

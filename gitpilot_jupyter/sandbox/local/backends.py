@@ -17,16 +17,19 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
+from collections.abc import Coroutine, Hashable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar, Protocol
 
 from ..backend import OutputCallback, RunRequest, SandboxBackend
-from ..languages import Interpreters, snippet_filename
+from ..languages import Interpreters, canonical_language, snippet_filename
 from ..output import CappedText
 from ..results import RunResult
 from .cleanup import remove_tree
 from .isolation import Isolator, Launch
 from .layered import default_isolator
+from .pool import PoolConfig, PoolKey, Slot, WarmChild, WarmPool, write_all
 
 _READ_SIZE = 65536
 #: How long to wait for the pipes to drain once the run is over. Only a process that
@@ -69,7 +72,7 @@ async def _drain(
         await on_output(name, tail)
 
 
-async def _exited(proc: asyncio.subprocess.Process) -> None:
+async def _exited(proc: Child) -> None:
     """Return once the child itself has exited.
 
     ``proc.wait()`` also waits for the pipes to close, which a background process
@@ -83,12 +86,15 @@ async def _exited(proc: asyncio.subprocess.Process) -> None:
         waiter.cancel()
 
 
-def _close_pipes(proc: asyncio.subprocess.Process) -> None:
+def _close_pipes(proc: Child) -> None:
     """Release the pipes' file descriptors now, even when a reader was cancelled.
 
     asyncio closes them only once every pipe saw EOF; a pipe still held by an
     escaped process would otherwise keep its fd until garbage collection.
     """
+    if isinstance(proc, WarmChild):
+        proc.close_pipes()
+        return
     transport = getattr(proc, "_transport", None)
     if transport is not None:
         transport.close()
@@ -104,6 +110,33 @@ async def _feed_stdin(proc: asyncio.subprocess.Process, data: str) -> None:
         proc.stdin.close()
 
 
+async def _feed_pipe(pipe: IO[bytes], data: str) -> None:
+    """Write a warm slot's stdin text into its pipe, then close it (EOF for the snippet)."""
+    fd = pipe.fileno()
+    os.set_blocking(fd, False)
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        await write_all(fd, data.encode("utf-8"))
+    with contextlib.suppress(OSError):
+        pipe.close()
+
+
+class Child(Protocol):
+    """What the backend uses of a running chain (an asyncio process, or a warm slot's)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    stdout: asyncio.StreamReader | None
+    stderr: asyncio.StreamReader | None
+
+    async def wait(self) -> int: ...
+
+    def kill(self) -> None: ...
+
+
 class SubprocessSandbox(SandboxBackend):
     """Runs snippets as local child processes with the strongest OS isolation available."""
 
@@ -113,9 +146,102 @@ class SubprocessSandbox(SandboxBackend):
         self,
         interpreters: Interpreters | None = None,
         isolator: Isolator | None = None,
+        pool: PoolConfig | None = None,
     ) -> None:
         self.interpreters = interpreters or Interpreters()
         self.isolator = isolator if isolator is not None else self._default_isolator()
+        #: The warm pool's limits (``auto`` by default, see :mod:`.pool`).
+        self.pool_config = pool if pool is not None else PoolConfig.from_env()
+        self._pool: WarmPool | None = None
+        self._pool_error: list[str | None] = []
+
+    def pool(self) -> WarmPool | None:
+        """The warm pool, made on first use; None when it is off or cannot work here."""
+        if self._pool is None and self.pool_error() is None:
+            # The pool holds this backend weakly: a backend dropped without aclose()
+            # closes its pool (no slot outlives its owner, whatever its loop did).
+            me = weakref.ref(self)
+
+            def spawn(key: PoolKey) -> Slot:
+                backend = me()
+                if backend is None:
+                    raise RuntimeError("the backend is gone")
+                return backend._spawn_slot(key)
+
+            def fingerprint(key: PoolKey) -> Hashable:
+                backend = me()
+                return None if backend is None else backend._slot_fingerprint(key)
+
+            self._pool = WarmPool(self.pool_config, spawn, fingerprint)
+            weakref.finalize(self, self._pool.close_now)
+        return self._pool
+
+    def pool_error(self) -> str | None:
+        """Why runs are not started ahead here (None: they are); looked at once."""
+        if not self._pool_error:
+            self._pool_error.append(self._pool_unavailable())
+        return self._pool_error[0]
+
+    def _pool_unavailable(self) -> str | None:
+        if not self.pool_config.enabled:
+            return "turned off (pool = off)"
+        if not hasattr(os, "pidfd_open"):
+            return "this platform has no pidfd (Linux 5.3 or newer)"
+        python = self.interpreters.resolve("python") or sys.executable
+        if self.isolator.fingerprint([python, "inline.py"], allow_network=False) is None:
+            return "only the bubblewrap launch chain can be started ahead"
+        return None
+
+    def _key(self, request: RunRequest, interpreter: str) -> PoolKey:
+        return PoolKey(
+            language=canonical_language(request.language),
+            interpreter=interpreter,
+            allow_network=request.allow_network,
+            limits=request.limits,
+            env=tuple(sorted(request.env.items())),
+            stdin=request.stdin is not None,
+        )
+
+    def _slot_fingerprint(self, key: PoolKey) -> Hashable:
+        argv = [key.interpreter, snippet_filename(key.language)]
+        return self.isolator.fingerprint(argv, allow_network=key.allow_network)
+
+    def _spawn_slot(self, key: PoolKey) -> Slot:
+        """Start a cold run's chain whose snippet is a FIFO (in a worker thread)."""
+        workdir = Path(tempfile.mkdtemp(prefix="gitpilot-sandbox-"))
+        fds: list[int] = []
+        try:
+            filename = snippet_filename(key.language)
+            fifo = workdir / filename
+            os.mkfifo(fifo, 0o600)
+            fds.append(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+            fds.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+            argv = [key.interpreter, filename]
+            fingerprint = self.isolator.fingerprint(argv, allow_network=key.allow_network)
+            launch = self.isolator.prepare(
+                argv, workdir=workdir, allow_network=key.allow_network, limits=key.limits
+            )
+            try:
+                popen = subprocess.Popen(
+                    launch.argv,
+                    cwd=str(workdir),
+                    env=run_env(dict(key.env), workdir),
+                    stdin=subprocess.PIPE if key.stdin else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    preexec_fn=launch.preexec_fn,
+                )
+            except BaseException:
+                launch.cleanup()
+                raise
+            launch.on_started(popen.pid)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            remove_tree(workdir)
+            raise
+        return Slot(key, workdir, launch, popen, fds[1], fds[0], fingerprint)
 
     @staticmethod
     def _default_isolator() -> Isolator:
@@ -124,6 +250,13 @@ class SubprocessSandbox(SandboxBackend):
     def isolation(self, *, allow_network: bool = False) -> list[str]:
         """Layers a run gets now: temp dir, env scrub, then the OS layers."""
         return BASE_LAYERS + self.isolator.layers(allow_network=allow_network)
+
+    async def aclose(self) -> None:
+        """Close the warm pool: its idle slots, their cgroups and folders are gone after."""
+        pool, self._pool = self._pool, None
+        self._pool_error = ["closed"]
+        if pool is not None:
+            await pool.aclose()
 
     async def run(self, request: RunRequest, on_output: OutputCallback | None = None) -> RunResult:
         """Run ``request`` in a fresh temp dir; see the module docstring."""
@@ -147,17 +280,57 @@ class SubprocessSandbox(SandboxBackend):
             )
             return result
 
-        # File system work (temp dir, snippet file, cgroup set-up) runs off the event
-        # loop: many runs starting at once would otherwise stall every other request.
-        workdir, launch = await asyncio.to_thread(self._prepare, request, interpreter)
+        pool = self.pool()
+        key = self._key(request, interpreter) if pool is not None else None
         try:
-            result.isolation = BASE_LAYERS + launch.layers
-            await self._execute(request, launch, workdir, result, on_output)
+            slot = None
+            if pool is not None and key is not None:
+                slot = await pool.acquire(key) if pool.config.mode == "always" else pool.take(key)
+            if slot is not None and await self._run_warm(request, slot, result, on_output):
+                result.warm = True
+                return result
+            # File system work (temp dir, snippet file, cgroup set-up) runs off the event
+            # loop: many runs starting at once would otherwise stall every other request.
+            workdir, launch = await asyncio.to_thread(self._prepare, request, interpreter)
+            try:
+                result.isolation = BASE_LAYERS + launch.layers
+                proc = await self._spawn(request, launch, workdir, result)
+                if proc is not None:
+                    feed = _feed_stdin(proc, request.stdin) if request.stdin is not None else None
+                    await self._supervise(request, launch, proc, feed, result, on_output)
+            finally:
+                launch.cleanup()
+                remove_tree(workdir)
         finally:
-            launch.cleanup()
-            remove_tree(workdir)
+            if pool is not None and key is not None:
+                pool.done(key)
             result.duration_ms = int((time.monotonic() - started) * 1000)
         return result
+
+    async def _run_warm(
+        self,
+        request: RunRequest,
+        slot: Slot,
+        result: RunResult,
+        on_output: OutputCallback | None,
+    ) -> bool:
+        """Run ``request`` in ``slot``; False (the slot destroyed) when it had died."""
+        child = WarmChild(slot.popen)
+        try:
+            await child.attach()
+            if not await slot.deliver(request.code):
+                child.close_pipes()
+                await asyncio.to_thread(slot.destroy)
+                return False
+            result.isolation = BASE_LAYERS + slot.launch.layers
+            stdin = slot.popen.stdin
+            feed = _feed_pipe(stdin, request.stdin) if stdin and request.stdin is not None else None
+            await self._supervise(request, slot.launch, child, feed, result, on_output)
+        finally:
+            slot.close_fds()
+            slot.launch.cleanup()
+            remove_tree(slot.workdir)
+        return True
 
     def _prepare(self, request: RunRequest, interpreter: str) -> tuple[Path, Launch]:
         """Make the run's 0700 temp dir, write the snippet into it, wrap the argv."""
@@ -176,16 +349,10 @@ class SubprocessSandbox(SandboxBackend):
             raise
         return workdir, launch
 
-    async def _execute(
-        self,
-        request: RunRequest,
-        launch: Launch,
-        workdir: Path,
-        result: RunResult,
-        on_output: OutputCallback | None,
-    ) -> None:
-        out = CappedText(request.max_output_bytes)
-        err = CappedText(request.max_output_bytes)
+    async def _spawn(
+        self, request: RunRequest, launch: Launch, workdir: Path, result: RunResult
+    ) -> asyncio.subprocess.Process | None:
+        """Start a cold run's chain; None (the reason in ``result.stderr``) if it failed."""
         try:
             proc = await asyncio.create_subprocess_exec(
                 *launch.argv,
@@ -203,14 +370,28 @@ class SubprocessSandbox(SandboxBackend):
             # SubprocessError: the isolation's preexec step (cgroup join, rlimits) failed.
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             result.stderr = f"could not launch {launch.argv[0]!r}: {reason}"
-            return
+            return None
         launch.on_started(proc.pid)
+        return proc
+
+    async def _supervise(
+        self,
+        request: RunRequest,
+        launch: Launch,
+        proc: Child,
+        feed: Coroutine[Any, Any, None] | None,
+        result: RunResult,
+        on_output: OutputCallback | None,
+    ) -> None:
+        """Drain, time, stop and kill a started run (cold or warm) and fill ``result``."""
+        out = CappedText(request.max_output_bytes)
+        err = CappedText(request.max_output_bytes)
         readers = [
             asyncio.ensure_future(_drain(proc.stdout, "stdout", out, on_output)),
             asyncio.ensure_future(_drain(proc.stderr, "stderr", err, on_output)),
         ]
-        if request.stdin is not None:
-            readers.append(asyncio.ensure_future(_feed_stdin(proc, request.stdin)))
+        if feed is not None:
+            readers.append(asyncio.ensure_future(feed))
         exited = asyncio.ensure_future(_exited(proc))
         waiters: set[asyncio.Future[Any]] = {exited}
         if request.stop is not None:

@@ -246,10 +246,11 @@ def _remove(folder: Path) -> None:
         _STALE.add(folder)  # a process is still exiting: try again later
 
 
-def remove_stale() -> None:
-    """Remove run cgroups that were still busy when their run ended."""
+def remove_stale() -> int:
+    """Remove run cgroups that were still busy when their run ended; how many still are."""
     for folder in list(_STALE):
         _remove(folder)
+    return len(_STALE)
 
 
 def _v1_parent(controller: str, own: dict[str, str]) -> tuple[Path | None, str | None]:

@@ -72,6 +72,8 @@ SECCOMP_FILE = ".seccomp.bpf"
 #: The fd bwrap reads the compiled seccomp filter from, and the one it copies the snippet from.
 SECCOMP_FD = 3
 SNIPPET_FD = 4
+#: A one-digit fd the chain's shell uses for a moment (dash reads only one-digit fds).
+SPARE_FD = 5
 #: Where the run's stage is mounted in its own mount namespace when the run drops its
 #: uid (folders anyone can enter): the first that holds no interpreter folder to stage.
 STAGE_TARGETS = ("/tmp", "/var/tmp", "/mnt")
@@ -178,6 +180,11 @@ def _stage_target(interpreters: Sequence[Path]) -> Path | None:
             if target.is_dir() and not any(inside(p, target) for p in interpreters):
                 return target
     return None
+
+
+def _snippet(path: Path) -> bool:
+    """True for the run's snippet file: a file, or a warm slot's FIFO it arrives through."""
+    return path.is_file() or path.is_fifo()
 
 
 def inside(path: Path, folder: Path) -> bool:
@@ -411,9 +418,16 @@ class Confinement:
             path.write_bytes(bpf)
             path.chmod(0o600)
             opened.append(f"{SECCOMP_FD}<{q(str(path))}")
-        snippet = next((a for a in argv[1:] if "/" not in a and (workdir / a).is_file()), None)
+        snippet = next((a for a in argv[1:] if "/" not in a and _snippet(workdir / a)), None)
         if snippet is not None:
-            opened.append(f"{SNIPPET_FD}<{q(str(workdir / snippet))}")
+            code = q(str(workdir / snippet))
+            if (workdir / snippet).is_fifo():
+                # A warm slot's snippet comes later through this FIFO (see .pool): opened
+                # read-write first, the read end alone never waits for the writer, and
+                # bubblewrap's --file then reads it to its end when the code comes.
+                opened += [f"{SPARE_FD}<>{code}", f"{SNIPPET_FD}<{code}", f"{SPARE_FD}<&-"]
+            else:
+                opened.append(f"{SNIPPET_FD}<{code}")
         lines = ["set -e"]
         if opened:
             lines.append("exec " + " ".join(opened))
@@ -522,9 +536,11 @@ class Confinement:
         cmd += ["--bind", str(moved / "tmp"), "/tmp", "--bind", str(moved / "shm"), "/dev/shm"]
         cmd += ["--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
         cmd += ["--bind", str(moved / "run"), str(workdir)]
-        if snippet is not None:
-            cmd += ["--file", str(SNIPPET_FD), str(workdir / snippet)]
         cmd += ["--chdir", str(workdir), "--remount-ro", "/", "--remount-ro", "/dev"]
+        if snippet is not None:
+            # The last step of bubblewrap's setup (the run folder is its own mount, still
+            # writable): a warm slot waits here, every other step done, for its code.
+            cmd += ["--file", str(SNIPPET_FD), str(workdir / snippet)]
         return [*prefix, *cmd, "--", *argv]
 
 

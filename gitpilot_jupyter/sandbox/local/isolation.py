@@ -8,7 +8,7 @@ the bare isolator (no OS layer); the layered one
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +55,11 @@ class Isolator:
     ) -> Launch:
         """Wrap ``argv`` (which runs in ``workdir``) in the isolation available here."""
         return Launch(argv=list(argv))
+
+    def fingerprint(self, argv: list[str], *, allow_network: bool) -> Hashable | None:
+        """What of the host a launch of ``argv`` is made from now, for a warm slot to be
+        compared with at hand-out; None: this isolator's runs cannot be started ahead."""
+        return None
 
     def layers(self, *, allow_network: bool = False) -> list[str]:
         """The layers a run gets now (for status)."""

@@ -21,7 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import cast
 
@@ -372,6 +372,21 @@ class LayeredIsolator(Isolator):
         )
         layers += rlimits.layers
         return LayeredLaunch(list(argv), layers, rlimits, run, launch_tools())
+
+    def fingerprint(self, argv: list[str], *, allow_network: bool) -> Hashable | None:
+        """The bwrap view of ``argv`` (hidden paths, interpreter folders) and, network on,
+        the blocked networks, as :meth:`prepare` would make them now.
+
+        None (no warm slots) without the bwrap chain, or where the launch needs a
+        ``preexec_fn`` (a thread may not start those).
+        """
+        tool, _ = self._namespaces()
+        if tool is None or tool.kind != "bwrap" or launch_tools() is None:
+            return None
+        nets = confine.blocked_networks() if allow_network and tool.egress_error is None else []
+        tree, _ = self._cgroups()
+        view = plan_view(argv, self.hidden_paths())
+        return (tool.path, repr(view), tuple(nets), tree is not None)
 
     def layers(self, *, allow_network: bool = False) -> list[str]:
         """The layers a run gets now (for status); nothing is created."""

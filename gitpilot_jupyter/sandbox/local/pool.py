@@ -1,0 +1,585 @@
+"""A warm pool of single-use sandboxes for the ``subprocess`` backend.
+
+A slot is a cold run's launch started before its code exists: the same run folder,
+cgroup, namespaces, size-capped tmpfs, dropped uid, seccomp filter and (network
+on) slirp4netns, made by the same :meth:`~.isolation.Isolator.prepare` and
+:mod:`.confine` chain. The only difference is the snippet file in the run folder
+on the host: a FIFO instead of a file. Bubblewrap copies it into the run's
+private tmpfs with ``--file``, the last step of its setup, so a slot waits there,
+everything else done, until a run writes its code into the FIFO and closes it;
+bubblewrap then finishes and execs the interpreter exactly as a cold run would.
+stdin is what a cold run gets (``/dev/null``, or a pipe when the run gives text):
+it is part of the slot's key.
+
+A slot runs one snippet and then dies (it is a cold run's process tree from then
+on: timeout, stop, kill and cleanup are the backend's own). Slots are kept per
+:class:`PoolKey`, everything a launch is made from; before a slot is handed out
+the parts of the host it was made from (hidden credential paths, interpreter
+folders, the blocked networks) are looked at again, and every slot made from an
+older view is dropped. Slots are started in worker threads, a few at a time;
+how many are kept per key follows demand (the peak of runs at once, plus one),
+within :class:`PoolConfig`'s limits, and an unused slot is retired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..backend import ResourceLimits
+from ..errors import InvalidSetting
+from . import cgroups
+from .cleanup import remove_tree
+from .isolation import Launch
+
+log = logging.getLogger(__name__)
+
+#: ``auto`` (on where the host allows it), ``off``, or ``always`` (every run through a
+#: slot, a miss waits for one: no cold path, as the test suite uses it).
+POOL_ENV = "GITPILOT_SANDBOX_POOL"
+POOL_MODES = ("auto", "off", "always")
+#: The most idle slots (all keys together) for in-process use, when no trait sets it.
+POOL_MAX_ENV = "GITPILOT_SANDBOX_POOL_MAX"
+#: How often the refiller looks at its slots without being asked (retire, reap).
+_TICK_SEC = 5.0
+#: How long a starting slot is waited for before it counts as ready anyway.
+_READY_WAIT_SEC = 5.0
+_READY_POLL_SEC = 0.002
+_READ_SIZE = 65536
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """How big the pool may grow and how fast it refills (``SandboxApp.pool_*`` traits)."""
+
+    mode: str = "auto"
+    #: Idle (and starting) slots at most, all keys together.
+    max_slots: int = 8
+    #: Slots kept per key in use, whatever the demand.
+    min_slots: int = 1
+    #: A slot, or a key's demand, unused this long is retired (seconds).
+    idle_sec: float = 300.0
+    #: Slots started at once (each is a short burst of work on one core).
+    spawn_concurrency: int = 2
+
+    def __post_init__(self) -> None:
+        if self.mode not in POOL_MODES:
+            raise InvalidSetting(f"pool must be one of {list(POOL_MODES)}, got {self.mode!r}")
+        if not 0 <= self.min_slots <= self.max_slots:
+            raise InvalidSetting("pool_min_slots must be between 0 and pool_max_slots")
+        if self.idle_sec <= 0 or self.spawn_concurrency < 1:
+            raise InvalidSetting("pool_idle_sec must be positive, pool_spawn_concurrency >= 1")
+
+    @property
+    def enabled(self) -> bool:
+        """True unless the pool is off (or may hold no slot)."""
+        return self.mode != "off" and (self.max_slots > 0 or self.mode == "always")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **given: Any) -> PoolConfig:
+        """``given`` fields, the rest from ``GITPILOT_SANDBOX_POOL[_MAX]``, else defaults."""
+        env = os.environ if environ is None else environ
+        mode = env.get(POOL_ENV, "").strip().lower()
+        if mode and "mode" not in given:
+            given["mode"] = mode
+        raw = env.get(POOL_MAX_ENV, "").strip()
+        if raw and "max_slots" not in given:
+            try:
+                given["max_slots"] = int(raw)
+            except ValueError:
+                raise InvalidSetting(f"{POOL_MAX_ENV} must be a number, got {raw!r}") from None
+        if given.get("max_slots", cls.max_slots) < given.get("min_slots", cls.min_slots):
+            given["min_slots"] = given.get("max_slots", cls.max_slots)
+        return cls(**given)
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    """Everything a slot's launch is made from: a run takes only a slot of its own key."""
+
+    language: str
+    interpreter: str
+    allow_network: bool
+    limits: ResourceLimits
+    env: tuple[tuple[str, str], ...]
+    #: True: stdin is a pipe the run's text is fed into; False: ``/dev/null``.
+    stdin: bool
+
+
+@dataclass
+class Slot:
+    """One started, waiting sandbox (see the module docstring)."""
+
+    key: PoolKey
+    workdir: Path
+    launch: Launch
+    popen: subprocess.Popen[bytes]
+    #: The FIFO's write end (the code goes here) and a read end that keeps what was
+    #: written until the chain has opened the FIFO itself.
+    writer: int
+    keeper: int
+    #: What of the host the launch was made from (compared again at hand-out).
+    fingerprint: Hashable
+    born: float = field(default_factory=time.monotonic)
+    ready: bool = False
+
+    def alive(self) -> bool:
+        """True while the chain still runs (it reaps a dead one)."""
+        return self.popen.poll() is None
+
+    def close_fds(self) -> None:
+        """Close the FIFO ends this side still holds (safe to call twice)."""
+        for name in ("writer", "keeper"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, name, -1)
+
+    def destroy(self) -> None:
+        """Kill the slot's processes and remove its cgroup and folder (blocking)."""
+        self.close_fds()
+        self.launch.kill_all()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            self.popen.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=5)
+        for pipe in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        self.launch.cleanup()
+        remove_tree(self.workdir)
+
+    def wait_ready(self, timeout: float = _READY_WAIT_SEC) -> bool:
+        """Block until bubblewrap waits for the code (its setup done); False if it died.
+
+        Seen from ``/proc``: a child of the chain sleeping in a pipe read (the FIFO).
+        """
+        deadline = time.monotonic() + timeout
+        pid = self.popen.pid
+        while time.monotonic() < deadline:
+            if not self.alive():
+                return False
+            if _child_reads_pipe(pid):
+                self.ready = True
+                return True
+            time.sleep(_READY_POLL_SEC)
+        self.ready = True  # slow host: still usable, the run just waits for the rest
+        return True
+
+    async def deliver(self, code: str) -> bool:
+        """Write the code into the FIFO and close it; False when the slot is dead."""
+        data = code.encode("utf-8")
+        try:
+            await write_all(self.writer, data)
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self.writer)
+            self.writer = -1
+        return True
+
+
+def _child_reads_pipe(pid: int) -> bool:
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return False
+    for child in children:
+        with contextlib.suppress(OSError):
+            if "pipe_read" in Path(f"/proc/{child}/wchan").read_text():
+                return True
+    return False
+
+
+async def write_all(fd: int, data: bytes) -> None:
+    """Write ``data`` to the non-blocking ``fd`` without blocking the event loop."""
+    loop = asyncio.get_running_loop()
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+            continue
+        except BlockingIOError:
+            pass
+        ready = loop.create_future()
+        loop.add_writer(fd, ready.set_result, None)
+        try:
+            await ready
+        finally:
+            loop.remove_writer(fd)
+
+
+def _factory(protocol: asyncio.StreamReaderProtocol) -> Callable[[], asyncio.BaseProtocol]:
+    return lambda: protocol
+
+
+class WarmChild:
+    """A slot's chain once handed out, with the surface the backend uses of a process.
+
+    (``asyncio`` cannot adopt a process started elsewhere: pipes are attached to the
+    running loop here, and the exit is seen through a pidfd.)
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.stdout: asyncio.StreamReader | None = None
+        self.stderr: asyncio.StreamReader | None = None
+        self._transports: list[asyncio.BaseTransport] = []
+        self._exit: asyncio.Future[None] | None = None
+        self._pidfd = -1
+
+    async def attach(self) -> None:
+        """Read the output pipes on this loop and watch for the exit."""
+        loop = asyncio.get_running_loop()
+        readers = []
+        for pipe in (self.popen.stdout, self.popen.stderr):
+            reader = asyncio.StreamReader(limit=_READ_SIZE, loop=loop)
+            protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+            transport, _ = await loop.connect_read_pipe(_factory(protocol), pipe)
+            self._transports.append(transport)
+            readers.append(reader)
+        self.stdout, self.stderr = readers
+        self._exit = loop.create_future()
+        self._pidfd = os.pidfd_open(self.pid)
+        loop.add_reader(self._pidfd, self._exited)
+
+    def _exited(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self._pidfd = -1
+        with contextlib.suppress(subprocess.TimeoutExpired, ChildProcessError):
+            self.popen.wait(timeout=1)
+        if self._exit is not None and not self._exit.done():
+            self._exit.set_result(None)
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status (negative: killed by that signal), None while it runs."""
+        return self.popen.returncode
+
+    async def wait(self) -> int:
+        """Wait for the exit (not for the pipes)."""
+        assert self._exit is not None
+        await asyncio.shield(self._exit)
+        code = self.popen.returncode
+        return -1 if code is None else code
+
+    def kill(self) -> None:
+        """SIGKILL the chain's head."""
+        with contextlib.suppress(OSError):
+            self.popen.kill()
+
+    def close_pipes(self) -> None:
+        """Release the pipes and the pidfd now."""
+        for transport in self._transports:
+            transport.close()
+        if self._pidfd >= 0:
+            with contextlib.suppress(RuntimeError, ValueError):
+                asyncio.get_running_loop().remove_reader(self._pidfd)
+            with contextlib.suppress(OSError):
+                os.close(self._pidfd)
+            self._pidfd = -1
+
+
+@dataclass
+class _Demand:
+    in_flight: int = 0
+    peak: int = 0
+    last_peak: int = 0
+    window_start: float = field(default_factory=time.monotonic)
+    last_used: float = field(default_factory=time.monotonic)
+
+
+#: Pools still open, closed at interpreter exit if their owner did not (CLI, kernels).
+_OPEN: set[WarmPool] = set()
+
+
+@atexit.register
+def _close_all() -> None:
+    for pool in list(_OPEN):
+        pool.close_now()
+
+
+class WarmPool:
+    """Idle slots per key, refilled in worker threads to follow demand.
+
+    ``spawn(key)`` starts a slot (blocking, in a worker thread); ``fingerprint(key)``
+    is what the host looks like for that key now (compared with the slot's).
+    """
+
+    def __init__(
+        self,
+        config: PoolConfig,
+        spawn: Callable[[PoolKey], Slot],
+        fingerprint: Callable[[PoolKey], Hashable],
+    ) -> None:
+        self.config = config
+        self._spawn = spawn
+        self._fingerprint = fingerprint
+        self._idle: dict[PoolKey, deque[Slot]] = {}
+        self._starting: dict[PoolKey, int] = {}
+        self._demand: dict[PoolKey, _Demand] = {}
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tick: asyncio.TimerHandle | None = None
+        self._closed = False
+        self._spawning: set[Future[None]] = set()
+        #: Counters for status and benchmarks.
+        self.stats = {"hits": 0, "misses": 0, "spawned": 0, "failed": 0, "stale": 0}
+        _OPEN.add(self)
+
+    # -- hand-out -----------------------------------------------------------------------
+
+    def take(self, key: PoolKey) -> Slot | None:
+        """A ready, current slot of ``key`` (counted as a run of it), or None: go cold."""
+        self._loop = asyncio.get_running_loop()
+        self._begin(key)
+        slot = self._pop(key)
+        if slot is None:
+            self.stats["misses"] += 1
+        else:
+            self.stats["hits"] += 1
+        self._fill()
+        return slot
+
+    async def acquire(self, key: PoolKey) -> Slot | None:
+        """A slot of ``key``, started now when none is idle (mode ``always``); None when
+        three in a row did not start (the run goes cold, ``warm`` false)."""
+        slot = self.take(key)
+        for _ in range(3):
+            if slot is not None:
+                break
+            await asyncio.wrap_future(self._start(key))
+            slot = self._pop(key)
+        return slot
+
+    def done(self, key: PoolKey) -> None:
+        """A run of ``key`` (warm or cold) ended."""
+        with self._lock:
+            demand = self._demand.get(key)
+            if demand is not None:
+                demand.in_flight = max(0, demand.in_flight - 1)
+
+    def _begin(self, key: PoolKey) -> None:
+        now = time.monotonic()
+        with self._lock:
+            demand = self._demand.setdefault(key, _Demand())
+            if now - demand.window_start > self.config.idle_sec / 4:
+                demand.last_peak, demand.peak, demand.window_start = demand.peak, 0, now
+            demand.in_flight += 1
+            demand.peak = max(demand.peak, demand.in_flight)
+            demand.last_used = now
+
+    def _pop(self, key: PoolKey) -> Slot | None:
+        while True:
+            with self._lock:
+                queue = self._idle.get(key)
+                slot = queue.popleft() if queue else None
+            if slot is None:
+                return None
+            if slot.alive() and self._current(slot):
+                return slot
+            self._retire(slot)
+
+    def _current(self, slot: Slot) -> bool:
+        """True when the host still looks as it did when the slot was made."""
+        if self._fingerprint(slot.key) == slot.fingerprint:
+            return True
+        # Something of the view changed (a credential folder appeared, a network
+        # address moved): every slot made before is out of date.
+        self.stats["stale"] += 1
+        self.flush()
+        return False
+
+    # -- sizing and refill --------------------------------------------------------------
+
+    def target(self, key: PoolKey) -> int:
+        """How many slots ``key`` should have idle now (demand, within the limits)."""
+        demand = self._demand.get(key)
+        if demand is None or time.monotonic() - demand.last_used > self.config.idle_sec:
+            return 0
+        want = max(demand.peak, demand.last_peak) + 1
+        return max(self.config.min_slots, min(want, self.config.max_slots))
+
+    def _deficits(self) -> list[PoolKey]:
+        """Keys to start a slot for, most recently used first, within the total cap."""
+        with self._lock:
+            held = sum(len(q) for q in self._idle.values()) + sum(self._starting.values())
+            keys = sorted(self._demand, key=lambda k: -self._demand[k].last_used)
+            out: list[PoolKey] = []
+            for key in keys:
+                have = len(self._idle.get(key, ())) + self._starting.get(key, 0)
+                for _ in range(self.target(key) - have):
+                    if held >= self.config.max_slots:
+                        return out
+                    out.append(key)
+                    held += 1
+            return out
+
+    def _fill(self) -> None:
+        """Start slots where keys are short (a few at once), retire unwanted ones.
+
+        On the event loop, and quick: each slot starts in a worker thread, whose end
+        calls this again. No task is kept on the loop (a loop may close at any time,
+        as ``asyncio.run`` does); a timer looks again while slots are held.
+        """
+        if self._closed:
+            return
+        self._sweep()
+        room = self.config.spawn_concurrency - len(self._spawning)
+        for key in self._deficits()[: max(0, room)]:
+            self._start(key)
+        if self._tick is None and self._loop is not None and (self._idle or self._spawning):
+            with contextlib.suppress(RuntimeError):  # a closed loop: the next take() looks
+                self._tick = self._loop.call_later(_TICK_SEC, self._ticked)
+
+    def _ticked(self) -> None:
+        self._tick = None
+        self._fill()
+
+    def _start(self, key: PoolKey) -> Future[None]:
+        """Start one slot of ``key`` in a worker thread; it joins the idle ones when ready."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=self.config.spawn_concurrency, thread_name_prefix="gitpilot-pool"
+            )
+        with self._lock:
+            self._starting[key] = self._starting.get(key, 0) + 1
+        future = self._executor.submit(self._spawn_ready, key)
+        self._spawning.add(future)
+        future.add_done_callback(self._started)
+        return future
+
+    def _started(self, future: Future[None]) -> None:
+        # In the worker thread: look again on the loop (if it still runs).
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._refill_after, future)
+
+    def _refill_after(self, future: Future[None]) -> None:
+        self._spawning.discard(future)
+        self._fill()
+
+    def _spawn_ready(self, key: PoolKey) -> None:
+        # In a worker thread. The slot is handed to the pool here, not through the loop:
+        # one whose waiter is gone (a closed loop) is still found and closed by the pool.
+        slot = None
+        try:
+            slot = self._spawn(key)
+            ready = slot.wait_ready()
+        except Exception as exc:  # a failed slot costs a cold run, never the server
+            log.warning("gitpilot sandbox pool: a slot did not start: %s", exc)
+            ready = False
+        with self._lock:
+            self._starting[key] = max(0, self._starting.get(key, 0) - 1)
+            if ready and slot is not None and not self._closed:
+                self._idle.setdefault(key, deque()).append(slot)
+                self.stats["spawned"] += 1
+                return
+            self.stats["failed" if not self._closed else "spawned"] += 1
+        if slot is not None:
+            if not ready:
+                log.warning("gitpilot sandbox pool: a slot exited before it was ready")
+            slot.destroy()
+
+    def _sweep(self) -> None:
+        """Retire dead slots, slots older than ``idle_sec`` and those past their key's target."""
+        now = time.monotonic()
+        retired = []
+        with self._lock:
+            for key, queue in self._idle.items():
+                keep = self.target(key)
+                kept: deque[Slot] = deque()
+                for slot in queue:
+                    fresh = now - slot.born <= self.config.idle_sec and slot.alive()
+                    if fresh and len(kept) < keep:
+                        kept.append(slot)
+                    else:
+                        retired.append(slot)
+                self._idle[key] = kept
+        for slot in retired:
+            self._retire(slot)
+
+    def _retire(self, slot: Slot) -> None:
+        slot.close_fds()
+        if self._executor is not None and not self._closed:
+            with contextlib.suppress(RuntimeError):
+                self._executor.submit(slot.destroy)
+                return
+        slot.destroy()
+
+    def flush(self) -> None:
+        """Retire every idle slot (the settings or the host changed)."""
+        with self._lock:
+            slots = [s for q in self._idle.values() for s in q]
+            self._idle.clear()
+        for slot in slots:
+            self._retire(slot)
+
+    def idle(self) -> int:
+        """Idle slots now, all keys."""
+        with self._lock:
+            return sum(len(q) for q in self._idle.values())
+
+    def starting(self) -> int:
+        """Slots being started now."""
+        with self._lock:
+            return sum(self._starting.values())
+
+    # -- closing ------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Stop refilling and destroy every idle slot (processes, cgroups, folders)."""
+        self._closed = True
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
+        # A slot still starting is destroyed by its worker (the pool is closed); one
+        # that became ready just before is idle and destroyed below: none is lost.
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            await asyncio.get_running_loop().run_in_executor(None, executor.shutdown, True)
+        await asyncio.to_thread(self.close_now)
+
+    def close_now(self) -> None:
+        """Destroy every idle slot now (blocking); for interpreter exit."""
+        self._closed = True
+        tick, self._tick = self._tick, None
+        if tick is not None:
+            tick.cancel()
+        with self._lock:
+            slots = [s for q in self._idle.values() for s in q]
+            self._idle.clear()
+        for slot in slots:
+            slot.destroy()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        # A killed slot's last processes are reaped by init a moment later: until then
+        # its cgroup cannot be removed. Wait for that here (a cold run's next run would).
+        deadline = time.monotonic() + _READY_WAIT_SEC
+        while cgroups.remove_stale() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        _OPEN.discard(self)

@@ -1,0 +1,333 @@
+"""The warm pool: a run through a slot is a cold run started early, and used once.
+
+Each test looks at what a snippet sees or what is left on the host, with real
+bubblewrap slots; the containment suite runs every attack through the pool too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import re
+import secrets
+import shutil
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
+from gitpilot_jupyter.sandbox.local.backends import NullSandbox, SubprocessSandbox
+from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator, _cgroup_tree
+from gitpilot_jupyter.sandbox.local.pool import POOL_ENV, PoolConfig, WarmPool
+from gitpilot_jupyter.sandbox.results import RunResult
+from tests.support.system import require_system
+
+from .conftest import SMALL, require_mechanism
+
+PATH = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+
+def pooled(
+    mode: str = "auto", *, environ: dict[str, str] | None = None, **config: Any
+) -> SubprocessSandbox:
+    """A bwrap backend with a pool of its own."""
+    require_mechanism("bwrap")
+    isolator = LayeredIsolator("bwrap", environ=environ)
+    backend = SubprocessSandbox(isolator=isolator, pool=PoolConfig(mode=mode, **config))
+    require_system("bwrap", backend.pool_error() is None, f"no pool here: {backend.pool_error()}")
+    return backend
+
+
+def request(code: str, **extra: Any) -> RunRequest:
+    extra.setdefault("env", dict(PATH))
+    extra.setdefault("limits", SMALL)
+    return RunRequest(language=extra.pop("language", "python"), code=code, timeout_sec=20, **extra)
+
+
+def the_pool(backend: SubprocessSandbox) -> WarmPool:
+    pool = backend.pool()
+    assert pool is not None
+    return pool
+
+
+async def until(check: Callable[[], bool], within: float = 30.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, "the pool did not get there in time"
+        await asyncio.sleep(0.05)
+
+
+def scenario(
+    body: Callable[[SubprocessSandbox], Awaitable[None]], backend: SubprocessSandbox
+) -> None:
+    """Run ``body`` on one loop and close the pool afterwards, whatever happened."""
+
+    async def main() -> None:
+        try:
+            await body(backend)
+        finally:
+            await backend.aclose()
+
+    asyncio.run(main())
+
+
+SEES = r"""
+import os, sys
+print("uid", os.getuid(), os.getgroups(), "argv", sys.argv, "file", __file__)
+print("stdin", os.readlink("/proc/self/fd/0"), "fds", sorted(os.listdir("/proc/self/fd")))
+print("here", sorted(os.listdir(".")), "tmp", os.listdir("/tmp"), "shm", os.listdir("/dev/shm"))
+print("me", open(__file__).read() == CODE)
+print("procs", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
+"""
+SEES = "CODE = open(__file__).read()\n" + SEES
+
+
+def test_a_warm_run_sees_exactly_what_a_cold_run_sees() -> None:
+    cold_and_warm: list[RunResult] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        cold_and_warm.append(await backend.run(request(SEES)))
+        await until(lambda: the_pool(backend).idle() >= 1)
+        cold_and_warm.append(await backend.run(request(SEES)))
+
+    scenario(body, pooled())
+    cold, warm = cold_and_warm
+    assert (cold.warm, warm.warm) == (False, True)
+    assert cold.exit_code == warm.exit_code == 0, warm.stderr
+
+    # uid, groups, argv, the snippet file, stdin /dev/null, no extra fd, an empty run
+    # folder and /tmp (but for the run folder's own mount point there, named per run),
+    # the pid namespace: all the same, line by line.
+    def same(text: str) -> str:
+        return re.sub(r"gitpilot-sandbox-\w+", "gitpilot-sandbox-X", text)
+
+    assert same(warm.stdout) == same(cold.stdout)
+    assert "stdin /dev/null" in warm.stdout and "me True" in warm.stdout
+    assert warm.isolation == cold.isolation and "seccomp" in warm.isolation
+
+
+def test_nothing_of_a_run_is_visible_to_the_next() -> None:
+    leave = (
+        "import os, subprocess\n"
+        "for path in ('left.txt', '/tmp/left.txt', '/dev/shm/left.txt'):\n"
+        "    open(path, 'w').write('secret')\n"
+        "subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+        "print(os.getpid())\n"
+    )
+    look = (
+        "import os\n"
+        "print(sorted(os.listdir('.')), os.listdir('/tmp'), os.listdir('/dev/shm'))\n"
+        "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+    )
+    results: list[RunResult] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        for code in (leave, look):
+            results.append(await backend.run(request(code)))
+
+    scenario(body, pooled("always"))
+    first, second = results
+    assert first.warm and second.warm and first.exit_code == 0, first.stderr
+    # (/tmp holds only the run folder's mount point, named after this run's folder.)
+    assert re.fullmatch(
+        r"\['inline.py'\] \['gitpilot-sandbox-\w+'\] \[\]", second.stdout.splitlines()[0]
+    )
+    # Its own pid namespace: the interpreter and bubblewrap's init, no sleeper of the first.
+    assert second.stdout.splitlines()[1] == "[1, 2]"
+
+
+def test_a_slot_serves_only_runs_of_its_own_key() -> None:
+    show = (
+        "import os, resource\n"
+        "print(os.environ.get('GP_KEY'), resource.getrlimit(resource.RLIMIT_FSIZE)[0])"
+    )
+    bigger = ResourceLimits(memory_mb=96, max_processes=32, max_file_size_mb=9)
+    results: list[RunResult] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        pool = the_pool(backend)
+        results.append(await backend.run(request(show, env={**PATH, "GP_KEY": "one"})))
+        await until(lambda: pool.idle() >= 1)
+        results.append(await backend.run(request(show, env={**PATH, "GP_KEY": "two"})))
+        results.append(
+            await backend.run(request(show, env={**PATH, "GP_KEY": "one"}, limits=bigger))
+        )
+        results.append(await backend.run(request(show, env={**PATH, "GP_KEY": "one"})))
+
+    scenario(body, pooled())
+    assert [(r.stdout.split(), r.warm) for r in results] == [
+        (["one", str(8 * 2**20)], False),
+        (["two", str(8 * 2**20)], False),  # another environment: not the waiting slot
+        (["one", str(9 * 2**20)], False),  # other limits: not it either
+        (["one", str(8 * 2**20)], True),
+    ]
+
+
+def test_stdin_is_dev_null_unless_text_is_given() -> None:
+    code = "import os, sys; print(os.readlink('/proc/self/fd/0')[:5], repr(sys.stdin.read()))"
+    results: list[RunResult] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        results.append(await backend.run(request(code)))
+        results.append(await backend.run(request(code, stdin="two\nlines")))
+        results.append(await backend.run(request(code, stdin="x" * 300_000)))
+
+    scenario(body, pooled("always"))
+    assert all(r.warm for r in results)
+    assert results[0].stdout == "/dev/ ''\n"
+    assert results[1].stdout == "pipe: 'two\\nlines'\n"
+    assert results[2].stdout == f"pipe: {'x' * 300_000!r}\n"
+
+
+def test_big_code_reaches_a_warm_slot_whole() -> None:
+    code = "# " + "x" * 600_000 + "\nprint(len(open(__file__).read()))\n"
+    results: list[RunResult] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        results.append(await backend.run(request(code)))
+
+    scenario(body, pooled("always"))
+    assert results[0].warm and results[0].stdout == f"{len(code)}\n", results[0].stderr
+
+
+def test_a_credential_folder_made_after_the_slot_started_stays_hidden() -> None:
+    # The folder must lie in a tree the run sees for hiding to matter: the interpreter's.
+    folder = Path(sys.prefix) / f".gitpilot-test-{secrets.token_hex(4)}"
+    if not os.access(sys.prefix, os.W_OK):
+        pytest.skip("the interpreter's folder is not writable by this user")
+    environ = {**os.environ, "GITPILOT_CONFIG_DIR": str(folder)}
+    read = f"print(open({str(folder / 'token')!r}).read())"
+    results: list[RunResult] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        pool = the_pool(backend)
+        results.append(await backend.run(request("print('warming')")))
+        await until(lambda: pool.idle() >= 1)
+        folder.mkdir()
+        (folder / "token").write_text("s3cret")
+        results.append(await backend.run(request(read)))
+        results.append(await backend.run(request("print('again')")))
+        assert pool.stats["stale"] >= 1
+
+    try:
+        scenario(body, pooled(environ=environ))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert "s3cret" not in results[1].stdout + results[1].stderr
+    assert results[1].exit_code != 0 and not results[1].warm  # the old slots were dropped
+
+
+def test_timeout_and_stop_are_those_of_a_cold_run() -> None:
+    results: list[RunResult] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        slow = request("import time\nprint('started', flush=True)\ntime.sleep(60)")
+        slow.timeout_sec = 1
+        results.append(await backend.run(slow))
+        stop = asyncio.Event()
+        stopped = request("import time\nprint('started', flush=True)\ntime.sleep(60)", stop=stop)
+        asyncio.get_running_loop().call_later(1.0, stop.set)
+        results.append(await backend.run(stopped))
+
+    started = time.monotonic()
+    scenario(body, pooled("always"))
+    timed_out, cancelled = results
+    assert timed_out.warm and timed_out.timed_out and timed_out.exit_code == -1
+    assert cancelled.warm and cancelled.cancelled and not cancelled.timed_out
+    assert timed_out.stdout == cancelled.stdout == "started\n"
+    assert time.monotonic() - started < 30
+
+
+def test_the_pool_follows_demand_within_its_limits() -> None:
+    seen: list[int] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        pool = the_pool(backend)
+        await backend.run(request("pass"))
+        await until(lambda: pool.idle() >= 2)  # one run at a time: two waiting
+        await asyncio.sleep(0.5)
+        seen.append(pool.idle() + pool.starting())
+        runs = [backend.run(request("import time; time.sleep(1)")) for _ in range(5)]
+        results = await asyncio.gather(*runs)
+        assert sum(r.warm for r in results) >= 2
+        await until(lambda: pool.idle() >= 3)  # five at once: as many as the cap allows
+        await asyncio.sleep(0.5)
+        seen.append(pool.idle() + pool.starting())
+
+    scenario(body, pooled(max_slots=3, min_slots=1))
+    assert seen == [2, 3]
+
+
+def test_closing_leaves_no_process_cgroup_or_folder() -> None:
+    slots: list[Any] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        pool = the_pool(backend)
+        await backend.run(request("pass"))
+        await asyncio.gather(*(backend.run(request("pass")) for _ in range(3)))
+        await until(lambda: pool.idle() >= 3)
+        slots.extend(s for q in pool._idle.values() for s in q)
+
+    scenario(body, pooled(max_slots=4))
+    assert len(slots) >= 3
+    for slot in slots:
+        assert slot.popen.returncode is not None
+        with pytest.raises(ProcessLookupError):
+            os.kill(slot.popen.pid, 0)
+        assert not slot.workdir.exists()
+    tree, _ = _cgroup_tree()
+    for parent in (tree.memory_parent, tree.pids_parent) if tree is not None else ():
+        if parent is not None:
+            assert not list(parent.glob(f"gitpilot-run-{os.getpid()}-*"))
+
+
+def test_pool_off_and_where_it_cannot_work() -> None:
+    require_mechanism("bwrap")
+    off = SubprocessSandbox(isolator=LayeredIsolator("bwrap"), pool=PoolConfig(mode="off"))
+    assert off.pool() is None and off.pool_error() == "turned off (pool = off)"
+    result = asyncio.run(off.run(request("print(1)")))
+    assert (result.stdout, result.warm) == ("1\n", False)
+    unshare = SubprocessSandbox(isolator=LayeredIsolator("unshare"), pool=PoolConfig())
+    assert unshare.pool() is None and "bubblewrap" in str(unshare.pool_error())
+    assert NullSandbox(pool=PoolConfig()).pool() is None
+
+
+def test_the_pool_is_on_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(POOL_ENV, raising=False)
+    require_mechanism("bwrap")
+    backend = SubprocessSandbox(isolator=LayeredIsolator("bwrap"))
+    assert backend.pool_config.mode == "auto"
+    require_system("bwrap", backend.pool_error() is None, f"no pool here: {backend.pool_error()}")
+    results: list[RunResult] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        results.append(await backend.run(request("print(1)")))
+        await until(lambda: the_pool(backend).idle() >= 1)
+        results.append(await backend.run(request("print(1)")))
+
+    scenario(body, backend)
+    assert [r.warm for r in results] == [False, True]
+
+
+def test_a_backend_dropped_without_closing_takes_its_slots_along() -> None:
+    backend = pooled(max_slots=2)
+    slots: list[Any] = []
+
+    async def body(mine: SubprocessSandbox) -> None:
+        await mine.run(request("pass"))
+        pool = the_pool(mine)
+        await until(lambda: pool.idle() >= 2)
+        slots.extend(s for q in pool._idle.values() for s in q)
+
+    asyncio.run(body(backend))  # no aclose(): the loop is gone, the slots wait
+    del backend
+    gc.collect()
+    for slot in slots:
+        with pytest.raises(ProcessLookupError):
+            os.kill(slot.popen.pid, 0)
+        assert not slot.workdir.exists()
