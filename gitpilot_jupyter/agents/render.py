@@ -79,6 +79,11 @@ def render_result(
             f"WARNING: Command timed out{after}; the process was killed "
             "(output printed before the kill is kept)"
         )
+    if result.cancelled:
+        lines.append(
+            "WARNING: The run was stopped before it ended (someone pressed Stop); the process "
+            "was killed (output printed before the stop is kept)"
+        )
     if result.truncated:
         lines.append(
             "WARNING: Output was truncated: the sandbox's per-stream output cap was reached "

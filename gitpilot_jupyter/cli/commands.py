@@ -152,7 +152,8 @@ def cmd_config(args: argparse.Namespace) -> int:
         question = off_confirmation(changes, run_sync(client.config())["backend"])
         if question is not None and not _ask(question, args.yes, "switch"):
             return 2
-        run_sync(client.configure(changes))
+        # Asked and said yes (or --yes): only then may the switch to off be saved.
+        run_sync(client.configure(changes, confirm=question is not None))
     config = run_sync(client.config())
     if args.json:
         _print_json(config)

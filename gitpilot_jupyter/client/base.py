@@ -120,8 +120,13 @@ class SandboxClient(abc.ABC):
         """Where the settings this client changes are saved (on the server for REST)."""
 
     @abc.abstractmethod
-    async def configure(self, changes: Mapping[str, object]) -> Status:
-        """Persist a subset of settings; answer the new status."""
+    async def configure(self, changes: Mapping[str, object], *, confirm: bool = False) -> Status:
+        """Persist a subset of settings; answer the new status.
+
+        ``confirm=True`` says the user confirmed the change: switching the backend to
+        ``off`` is refused without it (``confirmation_required``). Pass it only after
+        asking (:func:`~gitpilot_jupyter.sandbox.local.off.off_confirmation`).
+        """
 
     @abc.abstractmethod
     async def test_matrixlab(

@@ -122,8 +122,8 @@ class LocalClient(SandboxClient):
     async def settings_file(self) -> str:
         return str(self.service.settings.path)
 
-    async def configure(self, changes: Mapping[str, object]) -> Status:
-        return await self.service.configure(changes, user=self.user)
+    async def configure(self, changes: Mapping[str, object], *, confirm: bool = False) -> Status:
+        return await self.service.configure(changes, user=self.user, confirm=confirm)
 
     async def test_matrixlab(
         self, url: str | None = None, token: str | None = None

@@ -217,8 +217,9 @@ class RestClient(SandboxClient):
     async def settings_file(self) -> str:
         return str((await self.status())["settings_path"])
 
-    async def configure(self, changes: Mapping[str, object]) -> Status:
-        return cast(Status, await self._call("PUT", "config", dict(changes)))
+    async def configure(self, changes: Mapping[str, object], *, confirm: bool = False) -> Status:
+        body = {**changes, "confirm": True} if confirm else dict(changes)
+        return cast(Status, await self._call("PUT", "config", body))
 
     async def test_matrixlab(
         self, url: str | None = None, token: str | None = None

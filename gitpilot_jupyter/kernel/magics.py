@@ -286,13 +286,16 @@ class SandboxMagics(Magics):
     def _line_config(self, rest: list[str]) -> None:
         yes = "--yes" in rest
         changes = parse_assignments([word for word in rest if word != "--yes"], what="config")
+        question = None
         if changes and not yes:
             current = run_sync(self.client.status())["settings"]["backend"]
             question = off_confirmation(changes, current)
             if question is not None and not self._confirmed(question):
                 print("Not saved: the settings are as they were.")
                 return
-        status = run_sync(self.client.configure(changes)) if changes else None
+        # Reached only when the user said yes to a due question (or gave --yes).
+        confirmed = yes or question is not None
+        status = run_sync(self.client.configure(changes, confirm=confirmed)) if changes else None
         status = status or run_sync(self.client.status())
         for key, value in status["settings"].items():
             print(f"{key:18} {json.dumps(value)}")

@@ -101,6 +101,13 @@ class FileAccessError(SandboxError):
     code = "invalid_file"
 
 
+class ConfirmationRequired(SandboxError):
+    """A change that needs an explicit ``confirm`` (switching the backend to ``off``)."""
+
+    code = "confirmation_required"
+    status = 409
+
+
 class SettingsNotSaved(SandboxError):
     """The settings file could not be written (read-only folder, full disk, permissions)."""
 

@@ -4,6 +4,8 @@ A plan describes what would run. Approving it mints a single-use token bound
 to the plan's digest (canonical language, code, stdin, timeout, network,
 backend), to the session id when one was given, and to the approving user.
 A run presents the token with what it wants to run; the store checks it.
+While an approved plan runs, the store links the run to it (:class:`RunUnderWay`),
+so whoever approved it can see it run and stop it.
 """
 
 from __future__ import annotations
@@ -17,10 +19,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ApprovalError, PlanBlocked, PlanNotFound
-from .records import Check, PlanWarning
+from .records import Check, PlanWarning, RunningPlan
 from .spec import RunSpec, plan_digest
 
-__all__ = ["Approval", "ExecutionPlan", "PlanStore", "new_plan_id", "plan_digest"]
+__all__ = [
+    "Approval",
+    "ExecutionPlan",
+    "PlanStore",
+    "RunUnderWay",
+    "new_plan_id",
+    "plan_digest",
+]
 
 #: The ``source`` of plans made through the agent entry points; no other caller may claim it.
 AGENT_SOURCE = "agent"
@@ -68,6 +77,8 @@ class ExecutionPlan:
     spec: RunSpec | None = field(default=None, repr=False, compare=False)
     #: The identity that made the plan (``None`` under a shared-token login).
     owner: str | None = None
+    #: The run of this approved plan while it is under way (set when the run starts).
+    run_id: str | None = None
 
     @property
     def waiting(self) -> bool:
@@ -130,6 +141,8 @@ class Approval:
     spec: RunSpec | None = field(default=None, repr=False, compare=False)
     #: The identity that made the plan; only it may run the approval.
     owner: str | None = None
+    #: The approved plan itself, so its run can be linked to it (never sent over the wire).
+    plan: ExecutionPlan | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self, now: float) -> dict[str, Any]:
         """The approve answer."""
@@ -137,6 +150,29 @@ class Approval:
             "approval_token": self.token,
             "plan_id": self.plan_id,
             "expires_in": max(0, round(self.expires_at - now)),
+        }
+
+
+@dataclass
+class RunUnderWay:
+    """An approved plan whose run is under way: what Pending Plans offers to stop."""
+
+    plan: ExecutionPlan
+    run_id: str
+    started_at: float
+    #: ``user`` (a person approved it) or ``agent`` (an agent in ``auto`` mode).
+    approved_by: str
+    #: True once someone asked to stop it (the run has not answered yet).
+    stopping: bool = False
+
+    def to_dict(self) -> RunningPlan:
+        """The ``running`` entry of ``GET /api/sandbox/plans``."""
+        return {
+            "plan": self.plan.to_dict(),
+            "run_id": self.run_id,
+            "state": "stopping" if self.stopping else "running",
+            "started_at": self.started_at,
+            "approved_by": self.approved_by,
         }
 
 
@@ -177,6 +213,8 @@ class PlanStore:
         self._bucket_of: dict[str, _Bucket] = {}
         self._buckets: dict[_Bucket, OrderedDict[str, None]] = {}
         self._approvals: OrderedDict[str, Approval] = OrderedDict()
+        #: Runs of approved plans under way, by run id, oldest first.
+        self._running: OrderedDict[str, RunUnderWay] = OrderedDict()
         self._lock = threading.Lock()
 
     def add(self, plan: ExecutionPlan, *, owner: str | None = None) -> None:
@@ -287,6 +325,7 @@ class PlanStore:
                 file=plan.file,
                 spec=plan.spec,
                 owner=plan.owner,
+                plan=plan,
             )
             self._approvals[approval.token] = approval
             return approval
@@ -339,6 +378,45 @@ class PlanStore:
                 )
             approval.used = True
             return approval
+
+    # -- runs of approved plans -----------------------------------------------------
+
+    def run_started(self, plan: ExecutionPlan, run_id: str, *, approved_by: str) -> None:
+        """Link a run that has just started to the approved ``plan`` it runs."""
+        with self._lock:
+            plan.run_id = run_id
+            self._running[run_id] = RunUnderWay(
+                plan=plan, run_id=run_id, started_at=self.clock(), approved_by=approved_by
+            )
+
+    def run_stopping(self, run_id: str) -> None:
+        """Note that someone asked the run ``run_id`` to stop (no-op for an unlinked run)."""
+        with self._lock:
+            running = self._running.get(run_id)
+            if running is not None:
+                running.stopping = True
+
+    def run_ended(self, run_id: str) -> None:
+        """The run ``run_id`` is over: its plan leaves the running list."""
+        with self._lock:
+            running = self._running.pop(run_id, None)
+            if running is not None:
+                running.plan.run_id = None
+
+    def running(self, session_id: str | None = None) -> list[RunUnderWay]:
+        """Runs under way of plans that waited for someone else's decision, oldest first.
+
+        The counterpart of :meth:`waiting` once such a plan is approved and run (an
+        agent's plan): Pending Plans shows them apart, with Stop. ``session_id``
+        keeps one session's.
+        """
+        with self._lock:
+            return [
+                running
+                for running in self._running.values()
+                if running.plan.source in WAITING_SOURCES
+                and (session_id is None or running.plan.session_id == session_id)
+            ]
 
     def _forget_stale_plans(self) -> None:
         # Called with the lock held: undecided plans past their time leave the store.

@@ -3,7 +3,7 @@
 They are :class:`~typing.TypedDict` so they stay plain JSON-ready dicts on the
 wire while the type checker holds every reader (the CLI, the magic, the widgets,
 the agents' text) to the same keys. ``rest-api.yml`` documents the same shapes
-(``Status``, ``Check``, ``Warning``, ``Step``), and a test holds the lab's
+(``Status``, ``Check``, ``Warning``, ``Step``, ``RunningPlan``), and a test holds the lab's
 TypeScript types to it.
 """
 
@@ -79,3 +79,18 @@ class Status(TypedDict):
     waiting_plans: int
     languages: dict[str, bool]
     version: str
+
+
+class RunningPlan(TypedDict):
+    """An approved plan whose run is under way (``GET /api/sandbox/plans``, ``running``).
+
+    ``state`` is ``running``, or ``stopping`` once someone asked to stop it; the
+    entry leaves when the run ends. ``DELETE /api/sandbox/runs/{run_id}`` stops it.
+    """
+
+    plan: dict[str, Any]
+    run_id: str
+    state: Literal["running", "stopping"]
+    started_at: float
+    #: Who approved it: ``user`` (a person) or ``agent`` (an agent in ``auto`` mode).
+    approved_by: str

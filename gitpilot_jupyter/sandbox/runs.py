@@ -3,7 +3,8 @@
 A part of :class:`~gitpilot_jupyter.sandbox.service.SandboxService` (held, not
 inherited). :class:`RunExecutor` turns an approved :class:`~.spec.RunSpec` into a
 backend request, runs it while :meth:`RunExecutor.cancel` can stop it, and writes
-the ``run`` audit event whatever happens.
+the ``run`` audit event whatever happens. While a run of an approved plan is under
+way it is linked to that plan in the plan store (:meth:`.plans.PlanStore.running`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from .backend import OutputCallback, RunRequest, SandboxBackend
 from .errors import EmptyCode, InvalidRequest, RunNotFound
 from .files import path_under_root
+from .plans import Approval, PlanStore
 from .policy import SandboxPolicy
 from .resolver import BackendResolver
 from .results import RunResult, new_run_id
@@ -69,8 +71,11 @@ class RunExecutor:
         policy: Callable[[], SandboxPolicy],
         root_dir: Path | None,
         emit: AuditHook,
+        plans: PlanStore | None = None,
     ) -> None:
         self.settings = settings
+        #: Where a run of an approved plan is linked to its plan while under way.
+        self.plans = plans
         self.resolver = resolver
         #: The service's policy, read at each run (it may be replaced).
         self._policy = policy
@@ -88,8 +93,13 @@ class RunExecutor:
         user: str | None,
         on_output: OutputCallback | None,
         run_id: str | None = None,
+        approval: Approval | None = None,
     ) -> RunResult:
-        """Run ``spec`` under the policy on its backend; audit the run, whatever happens."""
+        """Run ``spec`` under the policy on its backend; audit the run, whatever happens.
+
+        ``approval`` is the approval the run redeemed: while the run is under way it is
+        linked to the approved plan, so Pending Plans can show it and stop it.
+        """
         if not isinstance(spec.code, str) or not spec.code.strip():
             raise EmptyCode("there is no code to run")
         policy = self._policy()
@@ -120,7 +130,7 @@ class RunExecutor:
         started = time.monotonic()
         try:
             result = await self._run_stoppable(
-                self.resolver.backend(name, settings), request, on_output, user
+                self.resolver.backend(name, settings), request, on_output, user, approval
             )
         except BaseException as exc:
             failure = exc
@@ -156,6 +166,7 @@ class RunExecutor:
         request: RunRequest,
         on_output: OutputCallback | None,
         user: str | None,
+        approval: Approval | None = None,
     ) -> RunResult:
         """Run ``request`` on ``backend`` while it can be stopped by :meth:`cancel`."""
         stop = asyncio.Event()
@@ -174,6 +185,10 @@ class RunExecutor:
                     f"a run with id {request.run_id} is already under way", code="run_id_in_use"
                 )
             self._runs[request.run_id] = active
+        # A run of an approved plan is linked to it while under way (Pending Plans' Stop).
+        store = self.plans if approval is not None and approval.plan is not None else None
+        if store is not None and approval is not None and approval.plan is not None:
+            store.run_started(approval.plan, request.run_id, approved_by=approval.approved_by)
         task = asyncio.ensure_future(backend.run(request, on_output))
         stopped = asyncio.ensure_future(stop.wait())
         try:
@@ -207,6 +222,8 @@ class RunExecutor:
                     await task
             with self._runs_lock:
                 self._runs.pop(request.run_id, None)
+            if store is not None:
+                store.run_ended(request.run_id)
 
     def cancel(self, run_id: str, *, user: str | None = None) -> dict[str, Any]:
         """Stop a run under way (see :meth:`.service.SandboxService.cancel`)."""
@@ -215,6 +232,8 @@ class RunExecutor:
         if active is None or (active.user is not None and user is not None and active.user != user):
             raise RunNotFound(f"no run {run_id!r} is under way (unknown, or already over)")
         active.request_stop()
+        if self.plans is not None:
+            self.plans.run_stopping(active.run_id)
         self._emit("cancel", {"user": user, "run_id": active.run_id, "backend": active.backend})
         return {"run_id": active.run_id, "cancelled": True}
 

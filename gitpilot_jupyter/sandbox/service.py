@@ -29,10 +29,11 @@ from .claims import AgentPlan, ClaimAnswer, ClaimStore
 from .errors import InvalidRequest, SandboxError
 from .languages import Interpreters
 from .local.isolation import Isolator
+from .local.off import check_off_confirmed
 from .matrixlab.config import LifecycleConfig
 from .matrixlab.ops import MatrixLabOperations, ProgressCallback
 from .planner import MAX_CODE_CHARS, Planner
-from .plans import AGENT_SOURCE, ExecutionPlan, PlanStore
+from .plans import AGENT_SOURCE, Approval, ExecutionPlan, PlanStore, RunUnderWay
 from .policy import SandboxPolicy
 from .records import Status
 from .resolver import BackendResolver
@@ -121,6 +122,7 @@ class SandboxService:
             policy=lambda: self.policy,
             root_dir=self.root_dir,
             emit=self._emit,
+            plans=self.plans,
         )
         self.reporter = StatusReporter(
             settings=self.settings,
@@ -302,6 +304,16 @@ class SandboxService:
         """
         return self.workflow.pending(user=user, session_id=session_id)
 
+    async def running(
+        self, *, user: str | None = None, session_id: str | None = None
+    ) -> list[RunUnderWay]:
+        """Approved plans of the :meth:`pending` kind whose run is under way, oldest first.
+
+        Each names its run id, which :meth:`cancel` stops; it leaves when the run ends.
+        These no longer wait for anyone's decision (not in :meth:`pending`).
+        """
+        return self.workflow.running(user=user, session_id=session_id)
+
     # -- approve / reject ---------------------------------------------------------------
 
     async def approve(
@@ -406,6 +418,7 @@ class SandboxService:
         except SandboxError as exc:  # refused after the approval check, as the contract orders
             spec, invalid = None, exc
         plan_id: str | None = None
+        approval: Approval | None = None
         if self.require_approval:
             approval = self.workflow.redeem(
                 approval_token,
@@ -419,7 +432,12 @@ class SandboxService:
             raise invalid
         assert spec is not None
         return await self.executor.execute(
-            spec, plan_id=plan_id, user=user, on_output=on_output, run_id=run_id
+            spec,
+            plan_id=plan_id,
+            user=user,
+            on_output=on_output,
+            run_id=run_id,
+            approval=approval,
         )
 
     async def run_approved(
@@ -444,6 +462,7 @@ class SandboxService:
             user=user,
             on_output=on_output,
             run_id=run_id,
+            approval=approval,
         )
 
     async def run_plan(
@@ -538,14 +557,20 @@ class SandboxService:
         """The effective settings, masked (``has_token``, never the token)."""
         return self.settings.effective().settings.masked()
 
-    async def configure(self, changes: Mapping[str, object], *, user: str | None = None) -> Status:
-        """Persist a subset of settings (validated, env values never written); return status."""
+    async def configure(
+        self, changes: Mapping[str, object], *, user: str | None = None, confirm: bool = False
+    ) -> Status:
+        """Persist a subset of settings (validated, env values never written); return status.
+
+        Switching the backend to ``off`` needs ``confirm=True``, which a face passes only
+        after its user said yes (else :class:`.errors.ConfirmationRequired`, nothing saved).
+        """
         if not isinstance(changes, Mapping):
             raise InvalidRequest("the settings must be a JSON object")
         if "backend" in changes:
             # Saving a backend the server refuses would break every later run.
             self.check_allowed(check_backend(changes["backend"]))
-        # Switching to ``off`` is confirmed by each face (sandbox.local.off.off_confirmation).
+        check_off_confirmed(changes, self.config()["backend"], confirm)
         self.settings.update(changes)
         self._emit("config", {"user": user, "keys": sorted(changes)})
         return await self.status()

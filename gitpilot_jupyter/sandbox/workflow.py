@@ -13,7 +13,7 @@ from typing import Any
 
 from .claims import AgentPlan, ClaimAnswer, ClaimStore
 from .errors import NotPlanOwner, PlanNotFound
-from .plans import Approval, ExecutionPlan, PlanStore
+from .plans import Approval, ExecutionPlan, PlanStore, RunUnderWay
 
 #: Receives ``(event_name, data)`` for every plan, approval, run and config change.
 AuditHook = Callable[[str, dict[str, Any]], None]
@@ -76,6 +76,10 @@ class PlanWorkflow:
     def pending(self, *, user: str | None, session_id: str | None) -> list[ExecutionPlan]:
         """Plans waiting for a decision that ``user`` may see, oldest first."""
         return [plan for plan in self.plans.waiting(session_id) if visible(plan, user)]
+
+    def running(self, *, user: str | None, session_id: str | None) -> list[RunUnderWay]:
+        """Approved plans of the :meth:`pending` kind whose run is under way, oldest first."""
+        return [run for run in self.plans.running(session_id) if visible(run.plan, user)]
 
     def approve(
         self, plan_id: str, *, session_id: str | None, user: str | None, approved_by: str

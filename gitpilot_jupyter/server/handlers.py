@@ -39,7 +39,10 @@ class ConfigHandler(SandboxHandler):
     async def put(self) -> None:
         """Persist any subset of the settings; answer the new status."""
         changes = self.body("SettingsUpdate")
-        self.write_json(await self.call(self.service.configure(changes, user=self.username)))
+        confirm = changes.pop("confirm", False) is True
+        self.write_json(
+            await self.call(self.service.configure(changes, user=self.username, confirm=confirm))
+        )
 
 
 class PlanHandler(SandboxHandler):
@@ -77,10 +80,18 @@ class PlansHandler(SandboxHandler):
 
         The same rule the status counts as ``waiting_plans``: an agent's plans in ``ask``
         mode that can still be approved; not cells', ▶ Run's or REST callers' own plans.
+        ``running`` lists such plans once approved while their run is under way (with the
+        run id that ``DELETE /runs/{run_id}`` stops); they are no longer waiting.
         """
         session_id = self.get_query_argument("session_id", None)
         pending = await self.call(self.service.pending(user=self.username, session_id=session_id))
-        self.write_json({"plans": [plan.to_dict() for plan in pending]})
+        running = await self.call(self.service.running(user=self.username, session_id=session_id))
+        self.write_json(
+            {
+                "plans": [plan.to_dict() for plan in pending],
+                "running": [run.to_dict() for run in running],
+            }
+        )
 
 
 class ApproveHandler(SandboxHandler):

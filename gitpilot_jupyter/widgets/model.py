@@ -183,7 +183,8 @@ class SandboxSettingsModel(HasTraits):
             return
         self.question = ""
         self.token_input = ""
-        status = self._call(self.client.configure(changes))
+        # ``confirmed``: the user said yes to the question shown (switching to off included).
+        status = self._call(self.client.configure(changes, confirm=confirmed))
         if status is not None:
             self._apply_status(status)
             self.message = f"Saved {', '.join(sorted(changes))}."

@@ -132,11 +132,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
           return;
         }
         // Pass-through has no isolation: one click must never switch to it.
-        if (backend === 'off' && !(await confirmPassThrough())) {
+        const off = backend === 'off';
+        if (off && !(await confirmPassThrough())) {
           return;
         }
         try {
-          model.set(await client.configure({ backend }));
+          model.set(await client.configure({ backend }, off));
           Notification.success(
             trans.__('Snippets now run in: %1.', backendLabel(backend)),
             { autoClose: 4000 }

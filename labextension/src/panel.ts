@@ -353,7 +353,8 @@ export class SandboxPanel extends Widget {
       this.say(trans.__('Nothing changed: nothing to save.'), false);
       return;
     }
-    if (changes.backend === 'off' && !(await confirmPassThrough())) {
+    const off = changes.backend === 'off';
+    if (off && !(await confirmPassThrough())) {
       this.say(trans.__('Not saved: the backend stays as it was.'), false);
       return;
     }
@@ -362,7 +363,7 @@ export class SandboxPanel extends Widget {
       return;
     }
     try {
-      const status = await this.model.client.configure(changes);
+      const status = await this.model.client.configure(changes, off);
       this.model.set(status);
       this.fill(status);
       const text = trans.__('Saved. %1.', statusText(status, null));

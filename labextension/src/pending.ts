@@ -4,6 +4,10 @@
  * Approve only approves: it never runs the plan, and the approval token the server
  * answers is dropped unread, neither shown nor kept. The agent claims the token itself
  * and runs the plan. Reject drops the plan so it can never run.
+ *
+ * Once the agent runs an approved plan, the server links the run to it: the plan shows
+ * apart, under "Running now" (it no longer waits for anyone), with ■ Stop, which ends
+ * the run on the server. It leaves when the run ends.
  */
 
 import { Widget } from '@lumino/widgets';
@@ -11,8 +15,9 @@ import { Widget } from '@lumino/widgets';
 import { trans } from './i18n';
 import { AGENT_SOURCE, SandboxModel } from './model';
 import { escapeText } from './escape';
-import { badge, el, isRisky, renderPlan } from './render';
-import type { IPlan } from './types';
+import { ResponseError } from './request';
+import { badge, el, formatDuration, isRisky, renderPlan } from './render';
+import type { IPlan, IRunningPlan } from './types';
 
 /** How often the open panel asks the server for pending plans. */
 export const POLL_SECONDS = 4;
@@ -208,6 +213,116 @@ export class PlanCard {
   }
 }
 
+/** A running plan's state in words: "Running for 12 s — approved by you", "Stopping…". */
+export function runningStateText(run: IRunningPlan, now: number): string {
+  if (run.state === 'stopping') {
+    return trans.__('Stopping…');
+  }
+  const took = formatDuration(Math.max(0, now - run.started_at * 1000));
+  return run.approved_by === AGENT_SOURCE
+    ? trans.__('Running for %1 — the agent approved it itself.', took)
+    : trans.__('Running for %1 — approved by a person.', took);
+}
+
+/** An approved plan whose run is under way: goal, state in words, the code, ■ Stop. */
+export class RunningCard {
+  readonly node: HTMLElement;
+  private readonly stopButton: HTMLButtonElement;
+  private readonly state: HTMLElement;
+  private run: IRunningPlan;
+  private stopping = false;
+
+  constructor(
+    run: IRunningPlan,
+    private readonly model: SandboxModel,
+    private readonly onStopped: () => void = () => undefined
+  ) {
+    this.run = run;
+    const plan = run.plan;
+    this.node = el('section', 'jp-gitpilot-card jp-gitpilot-running-card');
+    this.node.dataset.planId = plan.plan_id;
+    this.node.dataset.runId = run.run_id;
+    const titleId = `jp-gitpilot-running-${run.run_id}`;
+    this.node.setAttribute('aria-labelledby', titleId);
+
+    const header = el('div', 'jp-gitpilot-pending-header');
+    const goal = el(
+      'h3',
+      'jp-gitpilot-pending-goal',
+      escapeText(plan.goal || trans.__('A plan'))
+    );
+    goal.id = titleId;
+    header.append(goal, badge(trans.__('running'), 'running'));
+
+    this.state = el('div', 'jp-gitpilot-pending-state jp-mod-running');
+    this.state.setAttribute('role', 'status');
+    this.state.setAttribute('aria-live', 'polite');
+
+    this.stopButton = el(
+      'button',
+      'jp-mod-styled jp-gitpilot-stop-button',
+      trans.__('■ Stop')
+    );
+    this.stopButton.type = 'button';
+    this.stopButton.setAttribute(
+      'aria-label',
+      trans.__('Stop: %1', escapeText(plan.goal))
+    );
+    this.stopButton.title = trans.__(
+      'Stop this run (it is ended on the server)'
+    );
+    this.stopButton.addEventListener('click', () => void this.stop());
+    const buttons = el('div', 'jp-gitpilot-buttons');
+    buttons.append(this.stopButton);
+
+    const code = el('details', 'jp-gitpilot-running-plan');
+    code.append(el('summary', '', trans.__('What it runs')), renderPlan(plan));
+    this.node.append(header, this.state, buttons, code);
+    this.update(run);
+  }
+
+  /** The run id this card stops. */
+  get runId(): string {
+    return this.run.run_id;
+  }
+
+  /** Take the server's latest word on the run (its state, while it is listed). */
+  update(run: IRunningPlan, now = Date.now()): void {
+    this.run = run;
+    const stopping = this.stopping || run.state === 'stopping';
+    this.state.textContent = runningStateText(
+      stopping ? { ...run, state: 'stopping' } : run,
+      now
+    );
+    this.stopButton.disabled = stopping;
+  }
+
+  /** `DELETE runs/{run_id}`: the server kills the run; the card leaves when it is over. */
+  async stop(): Promise<void> {
+    if (this.stopping) {
+      return;
+    }
+    this.stopping = true;
+    this.update(this.run);
+    try {
+      await this.model.client.cancelRun(this.run.run_id);
+    } catch (error) {
+      if (error instanceof ResponseError && error.code === 'run_not_found') {
+        this.state.textContent = trans.__('It had already ended.');
+      } else {
+        this.stopping = false;
+        this.update(this.run);
+        this.state.className = 'jp-gitpilot-pending-state jp-gitpilot-error';
+        this.state.setAttribute('role', 'alert');
+        this.state.textContent =
+          error instanceof Error ? error.message : String(error);
+        return;
+      }
+    }
+    this.onStopped();
+  }
+}
+
 /** The panel widget: `refresh()` fetches the list; it polls while attached and visible. */
 export class PendingPlansPanel extends Widget {
   private readonly list = el('div', 'jp-gitpilot-pending-list');
@@ -218,6 +333,9 @@ export class PendingPlansPanel extends Widget {
     trans.__('No plans are waiting for your decision.')
   );
   private readonly cards = new Map<string, PlanCard>();
+  private readonly runningList = el('div', 'jp-gitpilot-running-list');
+  private readonly runningSection = el('div', 'jp-gitpilot-running-section');
+  private readonly runningCards = new Map<string, RunningCard>();
   private timer: number | undefined;
 
   constructor(private readonly model: SandboxModel) {
@@ -245,7 +363,27 @@ export class PendingPlansPanel extends Widget {
     this.message.setAttribute('aria-live', 'polite');
     this.list.setAttribute('role', 'list');
     this.list.setAttribute('aria-label', trans.__('Pending plans'));
-    body.append(header, help, this.message, this.empty, this.list);
+    // Approved plans whose run is under way: apart, since they wait for no one.
+    const runningTitle = el('h2', '', trans.__('Running now'));
+    const runningHelp = el(
+      'p',
+      'jp-gitpilot-muted',
+      trans.__(
+        'Approved plans an agent is running now. Stop ends the run on the server; a plan leaves when its run ends.'
+      )
+    );
+    this.runningList.setAttribute('role', 'list');
+    this.runningList.setAttribute('aria-label', trans.__('Running now'));
+    this.runningSection.append(runningTitle, runningHelp, this.runningList);
+    this.runningSection.hidden = true;
+    body.append(
+      header,
+      help,
+      this.message,
+      this.empty,
+      this.list,
+      this.runningSection
+    );
     this.node.appendChild(body);
   }
 
@@ -254,15 +392,22 @@ export class PendingPlansPanel extends Widget {
     return Array.from(this.cards.values());
   }
 
+  /** The running cards shown, in order. */
+  get running(): RunningCard[] {
+    return Array.from(this.runningCards.values());
+  }
+
   /**
    * Ask the server for pending plans and update the cards in place (focus stays where it is).
    * Plans the server no longer lists (rejected, approved, expired) leave; a card decided
    * here stays `DECIDED_LINGER_MS` first (or until a manual refresh) so its outcome can be read.
+   * Runs of approved plans show under "Running now" while the server lists them.
    */
   async refresh(clearDecided = false): Promise<void> {
     let plans: IPlan[];
+    let running: IRunningPlan[];
     try {
-      plans = await this.model.client.plans();
+      ({ plans, running } = await this.model.client.planListing());
     } catch (error) {
       this.message.textContent =
         error instanceof Error ? error.message : String(error);
@@ -296,6 +441,33 @@ export class PendingPlansPanel extends Widget {
       }
     }
     this.empty.hidden = this.cards.size > 0;
+    this.showRunning(running);
+  }
+
+  private showRunning(running: IRunningPlan[]): void {
+    const now = Date.now();
+    const ids = new Set(running.map(run => run.run_id));
+    for (const [id, card] of this.runningCards) {
+      if (!ids.has(id)) {
+        card.node.remove(); // the run ended (or was stopped): it leaves
+        this.runningCards.delete(id);
+      }
+    }
+    for (const run of running) {
+      const card = this.runningCards.get(run.run_id);
+      if (card) {
+        card.update(run, now);
+        continue;
+      }
+      const fresh = new RunningCard(run, this.model, () => {
+        // Stopped: look again soon, so the card leaves once the run has ended.
+        window.setTimeout(() => void this.refresh(), 1000);
+      });
+      fresh.node.setAttribute('role', 'listitem');
+      this.runningCards.set(run.run_id, fresh);
+      this.runningList.appendChild(fresh.node);
+    }
+    this.runningSection.hidden = this.runningCards.size === 0;
   }
 
   private async refreshCount(): Promise<void> {

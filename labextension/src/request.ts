@@ -13,6 +13,7 @@ import type {
   ILifecycleStatus,
   IMaskedSettings,
   IPlan,
+  IPlanListing,
   IRunRequest,
   IRunResult,
   IStatus,
@@ -154,11 +155,16 @@ export class SandboxClient {
     return this.requestJSON<IMaskedSettings>('config');
   }
 
-  /** `PUT config`: save a subset of settings; answers the new status. */
-  configure(changes: SettingsUpdate): Promise<IStatus> {
+  /**
+   * `PUT config`: save a subset of settings; answers the new status.
+   *
+   * `confirmed`: the user said yes to switching to Pass-through (`confirmPassThrough`);
+   * the server refuses that switch without it (`confirmation_required`).
+   */
+  configure(changes: SettingsUpdate, confirmed = false): Promise<IStatus> {
     return this.requestJSON<IStatus>('config', {
       method: 'PUT',
-      body: JSON.stringify(changes),
+      body: JSON.stringify(confirmed ? { ...changes, confirm: true } : changes),
       headers: { 'Content-Type': 'application/json' }
     });
   }
@@ -171,8 +177,19 @@ export class SandboxClient {
 
   /** `GET plans`: the plans waiting for approval, oldest first (e.g. an agent's in `ask` mode). */
   async plans(): Promise<IPlan[]> {
-    const answer = await this.requestJSON<{ plans?: IPlan[] }>('plans');
-    return Array.isArray(answer.plans) ? answer.plans : [];
+    return (await this.planListing()).plans;
+  }
+
+  /**
+   * `GET plans` in full: the plans waiting for a decision, and the approved ones whose
+   * run is under way (each with the run id that `cancelRun` stops).
+   */
+  async planListing(): Promise<IPlanListing> {
+    const answer = await this.requestJSON<Partial<IPlanListing>>('plans');
+    return {
+      plans: Array.isArray(answer.plans) ? answer.plans : [],
+      running: Array.isArray(answer.running) ? answer.running : []
+    };
   }
 
   /** `POST approve`: a single-use token for a pending plan. */

@@ -113,10 +113,11 @@ export class SettingsSync {
     }
     this.sending = true;
     try {
-      if (changes.backend === 'off' && !(await this.confirmOff())) {
+      const off = changes.backend === 'off';
+      if (off && !(await this.confirmOff())) {
         return; // `finally` puts the page back to the server's value
       }
-      const next = await this.model.client.configure(changes);
+      const next = await this.model.client.configure(changes, off);
       this.model.set(next);
       Notification.success(trans.__('Sandbox settings saved.'), {
         autoClose: 4000

@@ -38,6 +38,25 @@ export interface IPlan {
   file?: string | null;
 }
 
+/** An approved plan whose run is under way (`GET plans`, `running`): Stop ends it. */
+export interface IRunningPlan {
+  plan: IPlan;
+  /** Stop it with `DELETE runs/{run_id}`. */
+  run_id: string;
+  state: 'running' | 'stopping';
+  started_at: number;
+  /** `user` (a person approved it) or `agent` (an agent in auto mode). */
+  approved_by: string;
+}
+
+/** The answer of `GET /api/sandbox/plans`. */
+export interface IPlanListing {
+  /** Plans waiting for someone's decision. */
+  plans: IPlan[];
+  /** Approved plans whose run is under way (no longer waiting for anyone). */
+  running: IRunningPlan[];
+}
+
 /** A plan request: a snippet, or a file under the server's root. */
 export type PlanRequest =
   | { language: string; code: string; source: string; timeout_sec?: number }

@@ -330,6 +330,86 @@ describe('PendingPlansPanel', () => {
     expect(document.activeElement).toBe(reject);
   });
 
+  it('an approved plan whose run is under way shows apart, in words, and Stop deletes its run', async () => {
+    const runId = 'run_0123456789abcdef';
+    let running = [
+      {
+        plan: plan({ plan_id: 'plan_agent_9', goal: 'Train the model' }),
+        run_id: runId,
+        state: 'running',
+        started_at: Date.now() / 1000 - 12,
+        approved_by: 'user'
+      }
+    ];
+    const { panel, sent, model } = await openPanel({
+      'GET plans': () => ({ plans: [], running }),
+      [`DELETE runs/${runId}`]: () => {
+        running = running.map(r => ({ ...r, state: 'stopping' }));
+        return { run_id: runId, cancelled: true };
+      }
+    });
+    // Running is not waiting: the pending list says none wait, and nothing is counted.
+    expect(panel.node.textContent).toContain(
+      'No plans are waiting for your decision.'
+    );
+    expect(model.waiting).toBe(0);
+    const card = panel.node.querySelector<HTMLElement>(
+      '.jp-gitpilot-running-card'
+    )!;
+    expect(card.dataset.runId).toBe(runId);
+    expect(card.textContent).toContain('Train the model');
+    expect(card.textContent).toMatch(
+      /Running for 1\d(\.\d)? s — approved by a person\./
+    );
+    const stop = buttonNamed(card, '■ Stop')!;
+    click(stop);
+    await flush();
+    expect(sent.filter(r => r.method === 'DELETE')).toEqual([
+      { method: 'DELETE', endpoint: `runs/${runId}`, body: null }
+    ]);
+    expect(card.textContent).toContain('Stopping…');
+    expect(stop.disabled).toBe(true);
+    await panel.refresh();
+    expect(card.textContent).toContain('Stopping…');
+    // The run ended: the server no longer lists it, and the card leaves.
+    running = [];
+    await panel.refresh();
+    expect(
+      panel.node.querySelectorAll('.jp-gitpilot-running-card')
+    ).toHaveLength(0);
+    expect(
+      panel.node.querySelector<HTMLElement>('.jp-gitpilot-running-section')!
+        .hidden
+    ).toBe(true);
+  });
+
+  it('Stop on a run that already ended says so instead of an error', async () => {
+    const runId = 'run_fedcba9876543210';
+    const { panel } = await openPanel({
+      'GET plans': {
+        plans: [],
+        running: [
+          {
+            plan: plan(),
+            run_id: runId,
+            state: 'running',
+            started_at: Date.now() / 1000,
+            approved_by: 'agent'
+          }
+        ]
+      },
+      [`DELETE runs/${runId}`]: [
+        404,
+        { message: 'no run is under way', code: 'run_not_found' }
+      ]
+    });
+    const card = panel.node.querySelector('.jp-gitpilot-running-card')!;
+    expect(card.textContent).toContain('the agent approved it itself');
+    click(buttonNamed(card as HTMLElement, '■ Stop'));
+    await flush();
+    expect(card.textContent).toContain('It had already ended.');
+  });
+
   it('polls while told to and stops', async () => {
     jest.useFakeTimers();
     try {

@@ -200,6 +200,32 @@ describe('SandboxClient', () => {
     });
   });
 
+  it('says confirm only for a switch the user confirmed', async () => {
+    const { client, calls } = clientAnswering(
+      json({ backend: 'off', ok: true }),
+      json(
+        {
+          message:
+            'Switch the sandbox backend to off? ... send "confirm": true',
+          reason: 'Conflict',
+          code: 'confirmation_required'
+        },
+        409
+      )
+    );
+    await client.configure({ backend: 'off' }, true);
+    expect(JSON.parse(String(calls[0].init.body))).toEqual({
+      backend: 'off',
+      confirm: true
+    });
+    // Unconfirmed, the server refuses; the error carries its stable code.
+    await expect(client.configure({ backend: 'off' })).rejects.toMatchObject({
+      status: 409,
+      code: 'confirmation_required'
+    });
+    expect(JSON.parse(String(calls[1].init.body))).toEqual({ backend: 'off' });
+  });
+
   it('streams NDJSON output in order and answers the result envelope', async () => {
     const lines = [
       { type: 'stdout', data: 'hello ' },

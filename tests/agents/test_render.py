@@ -47,6 +47,20 @@ def test_timeout_and_truncation_are_stated() -> None:
     assert "--- stderr ---" not in text
 
 
+def test_a_stopped_run_is_stated() -> None:
+    result = RunResult(
+        backend="subprocess",
+        language="python",
+        command=["python", "inline.py"],
+        exit_code=-1,
+        stdout="started\n",
+        cancelled=True,
+    )
+    text = render_result(result)
+    assert "WARNING: The run was stopped before it ended (someone pressed Stop)" in text
+    assert "timed out" not in text
+
+
 def test_shortening_keeps_head_and_tail_and_counts_what_is_left_out() -> None:
     text = "".join(f"line {i}\n" for i in range(5000)) + "Error: the real failure\n"
     short = shorten(text, 1000)

@@ -2,17 +2,22 @@
 
 A real agent (``AgentSandbox`` in ``ask`` mode) plans through the suite's lab server; the
 panel, opened from the palette, decides it; the agent then claims its token and runs the
-plan itself. The browser never runs it and never sees the token on screen.
+plan itself. The browser never runs it and never sees the token on screen. While the
+agent's run is under way the panel shows it under "Running now", and ■ Stop ends it on
+the server.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+import time
 
 import pytest
 from playwright.sync_api import Locator, Page, Request, expect
 
-from gitpilot_jupyter.agents import AgentSandbox
+from gitpilot_jupyter.agents import AgentReply, AgentSandbox
+from tests.server.test_cancel import appears, new_marker, processes_with, sleeper
 
 from .lab import Lab
 from .ui import run_palette_command, screenshot, set_theme
@@ -120,3 +125,50 @@ def test_only_plans_waiting_for_someone_else_are_listed_and_counted(lab: Lab, pa
     expect(status).to_have_text("Sandbox: Local")
     expect(cards).to_have_count(0, timeout=15_000)  # a rejected plan leaves by itself
     expect(panel).to_contain_text("No plans are waiting for your decision.")
+
+
+def test_stop_in_the_panel_ends_the_run_the_agent_started(lab: Lab, page: Page) -> None:
+    marker = new_marker()
+    agent = ask_mode_agent(lab)
+    reply = agent.run_in_sandbox("python", sleeper(marker), timeout_sec=120)
+    assert reply.status == "approval_pending", reply.text
+    plan_id = reply.plan_id or ""
+
+    panel, card = open_pending_plans(page, plan_id)
+    card.get_by_role("checkbox").check()  # it starts a process: a high-severity warning
+    card.get_by_role("button", name=re.compile("^Approve")).click()
+    expect(card).to_contain_text("Approved — the agent will run it.")
+
+    # The agent claims its token and runs the plan itself, as an agent does (its own thread).
+    answers: list[AgentReply] = []
+    agent_thread = threading.Thread(
+        target=lambda: answers.append(agent.wait_for_approval(plan_id, WAIT_SEC)), daemon=True
+    )
+    agent_thread.start()
+    assert appears(marker, within=WAIT_SEC), "the agent's run never started"
+
+    running = panel.locator(f'.jp-gitpilot-running-card[data-plan-id="{plan_id}"]')
+    expect(running).to_be_visible(timeout=15_000)  # the panel polls every few seconds
+    expect(running).to_contain_text(re.compile(r"Running for .+ — approved by a person\."))
+    expect(panel.locator(".jp-gitpilot-pending-card")).to_have_count(0, timeout=15_000)
+    expect(panel).to_contain_text("No plans are waiting for your decision.")
+    # Running is not waiting for anyone's decision: the status bar counts nothing.
+    expect(page.locator(".jp-gitpilot-status")).to_have_text("Sandbox: Local")
+    screenshot(panel, "pending-plans-running")
+
+    stop = running.get_by_role("button", name=re.compile("^Stop"))
+    with page.expect_response(re.compile(r"/api/sandbox/runs/run_[0-9a-f]{16}(\?|$)")) as stopped:
+        stop.click()
+    assert stopped.value.ok and stopped.value.json()["cancelled"] is True
+    expect(running).to_have_count(0, timeout=15_000)  # it leaves once the run has ended
+
+    agent_thread.join(WAIT_SEC)
+    assert answers, "the agent never got an answer to its run"
+    done = answers[0]
+    assert done.result is not None, done.text
+    assert done.result.cancelled is True and done.result.exit_code == -1
+    assert "stopped before it ended" in done.text and "never printed" not in done.text
+    deadline = time.monotonic() + 10
+    while processes_with(marker):  # killed on the server, not only forgotten by the panel
+        assert time.monotonic() < deadline, "the snippet's process outlived Stop"
+        time.sleep(0.1)

@@ -133,6 +133,17 @@ def test_status_and_config_on_both_paths(both: dict[str, SandboxClient]) -> None
     run_sync(local.configure({"timeout_sec": 120}))
 
 
+def test_switching_to_off_needs_confirm_on_both_paths(both: dict[str, SandboxClient]) -> None:
+    for name, client in both.items():
+        with pytest.raises(SandboxError) as info:
+            run_sync(client.configure({"backend": "off"}))
+        assert info.value.code == "confirmation_required", name
+        assert '"confirm": true' in info.value.message
+        assert run_sync(client.status())["backend"] == "subprocess"
+        assert run_sync(client.configure({"backend": "off"}, confirm=True))["backend"] == "off"
+        run_sync(client.configure({"backend": "subprocess"}))
+
+
 def test_magic_with_a_server_url_uses_rest(server: LiveServer) -> None:
     InteractiveShell.clear_instance()
     ip = InteractiveShell.instance()

@@ -209,3 +209,68 @@ async def test_stopping_an_unknown_run_is_a_404_and_a_bad_run_id_a_400(api: Api)
         {"language": "python", "code": "print(1)", "approval_token": token, "run_id": "mine"},
     )
     assert bad.code == 400
+
+
+async def running_entries(api: Api) -> tuple[list[dict[str, Any]], list[str], int]:
+    """GET /plans' ``running`` entries, its waiting ids, and the status's count."""
+    listed = await api("GET", "api/sandbox/plans")
+    status = await api("GET", "api/sandbox/status")
+    waiting = [plan["plan_id"] for plan in listed.body["plans"]]
+    return listed.body["running"], waiting, status.body["waiting_plans"]
+
+
+async def test_an_agents_approved_plan_runs_linked_to_its_plan_until_stopped(
+    api: Api, client: httpx.AsyncClient
+) -> None:
+    marker = new_marker()
+    agent = await api(
+        "POST", "api/sandbox/agent/plan", {"language": "python", "code": sleeper(marker)}
+    )
+    plan_id = agent.body["plan"]["plan_id"]
+    approval = await api("POST", "api/sandbox/approve", {"plan_id": plan_id})
+    assert approval.code == 200
+    assert await running_entries(api) == ([], [], 0)  # approved, not yet run: nothing to stop
+
+    async with client:
+        # The agent runs its plan by the token alone and names no run id: the server makes one.
+        run = asyncio.ensure_future(
+            client.post("api/sandbox/run", json={"approval_token": approval.body["approval_token"]})
+        )
+        deadline = time.monotonic() + 30
+        while not processes_with(marker):
+            assert time.monotonic() < deadline, "the snippet never started"
+            await asyncio.sleep(0.1)
+        running, waiting, count = await running_entries(api)
+        assert waiting == [] and count == 0  # running is not waiting for anyone's decision
+        assert [(r["plan"]["plan_id"], r["state"], r["approved_by"]) for r in running] == [
+            (plan_id, "running", "user")
+        ]
+        run_id = running[0]["run_id"]
+        stop = await api("DELETE", f"api/sandbox/runs/{run_id}")
+        assert stop.code == 200 and stop.body == {"run_id": run_id, "cancelled": True}
+        answer = await run
+    envelope = answer.json()
+    assert envelope["cancelled"] is True and envelope["run_id"] == run_id
+    assert envelope["plan_id"] == plan_id
+    assert await gone(marker)
+    assert await running_entries(api) == ([], [], 0)  # the entry left when the run ended
+
+
+async def test_a_run_decided_where_it_was_made_is_not_listed_as_running(
+    api: Api, client: httpx.AsyncClient
+) -> None:
+    marker = new_marker()
+    code = sleeper(marker)
+    _, token = await plan_and_approve(api, language="python", code=code, source="code_block")
+    run_id = new_run_id()
+    async with client:
+        run = asyncio.ensure_future(
+            client.post("api/sandbox/run", json={"approval_token": token, "run_id": run_id})
+        )
+        deadline = time.monotonic() + 30
+        while not processes_with(marker):
+            assert time.monotonic() < deadline, "the snippet never started"
+            await asyncio.sleep(0.1)
+        assert await running_entries(api) == ([], [], 0)
+        assert (await api("DELETE", f"api/sandbox/runs/{run_id}")).code == 200
+        assert (await run).json()["cancelled"] is True

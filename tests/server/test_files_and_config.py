@@ -107,6 +107,34 @@ async def test_config_roundtrip_and_masking(api: Api, sandbox_config_dir: Path) 
     assert cleared.body["has_token"] is False
 
 
+async def test_switching_to_off_needs_an_explicit_confirmation(
+    api: Api, sandbox_config_dir: Path
+) -> None:
+    refused = await api("PUT", "api/sandbox/config", {"backend": "off", "timeout_sec": 30})
+    assert (refused.code, refused.body["code"]) == (409, "confirmation_required")
+    message = refused.body["message"]
+    assert "No isolation: runs on the host as you" in message  # the question, in words
+    assert '"confirm": true' in message and "Nothing was saved" in message  # and how
+    assert not (sandbox_config_dir / "settings.json").exists()  # nothing, not even the timeout
+    status = await api("GET", "api/sandbox/status")
+    assert status.body["backend"] == "subprocess"
+
+    # Not a confirmation: anything but true.
+    for confirm in (False, None, "yes", 1):
+        again = await api("PUT", "api/sandbox/config", {"backend": "off", "confirm": confirm})
+        assert again.code in (400, 409), (confirm, again.text)
+    switched = await api("PUT", "api/sandbox/config", {"backend": "off", "confirm": True})
+    assert switched.code == 200, switched.text
+    assert switched.body["backend"] == "off"
+    saved = json.loads((sandbox_config_dir / "settings.json").read_text())
+    assert saved["sandbox"] == {"backend": "off"}  # confirm is no setting: never saved
+    # Already off, or any other change: nothing to confirm.
+    assert (await api("PUT", "api/sandbox/config", {"timeout_sec": 20})).code == 200
+    assert (await api("PUT", "api/sandbox/config", {"backend": "off"})).code == 200
+    back = await api("PUT", "api/sandbox/config", {"backend": "subprocess"})
+    assert back.code == 200 and back.body["backend"] == "subprocess"
+
+
 @pytest.mark.parametrize(
     ("body", "code"),
     [

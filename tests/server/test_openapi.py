@@ -53,6 +53,8 @@ def test_request_schemas_match_what_the_service_accepts() -> None:
 
 
 def test_settings_schemas_match_the_settings() -> None:
-    assert set(SCHEMAS["SettingsUpdate"]["properties"]) == set(FIELD_NAMES)
+    # ``confirm`` is the user's yes to switching to off (configure's argument), no setting.
+    assert set(SCHEMAS["SettingsUpdate"]["properties"]) == set(FIELD_NAMES) | {"confirm"}
+    assert "confirm" in inspect.signature(SandboxService.configure).parameters
     shown = set(SCHEMAS["Settings"]["properties"])
     assert shown == set(FIELD_NAMES) - {"matrixlab_token"} | {"has_token"}

@@ -11,6 +11,7 @@ import pytest
 
 from gitpilot_jupyter.sandbox.errors import (
     ApprovalError,
+    ConfirmationRequired,
     EmptyCode,
     FileAccessError,
     InvalidRequest,
@@ -236,7 +237,10 @@ def test_default_backend_and_env_resolution(
     service: SandboxService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert sync(service.plan(language="python", code="1")).backend == "subprocess"
-    sync(service.configure({"backend": "off"}))
+    with pytest.raises(ConfirmationRequired):  # the user never said yes: nothing saved
+        sync(service.configure({"backend": "off"}))
+    assert sync(service.plan(language="python", code="1")).backend == "subprocess"
+    sync(service.configure({"backend": "off"}, confirm=True))
     assert sync(service.plan(language="python", code="1")).backend == "off"
     monkeypatch.setenv("GITPILOT_SANDBOX", "subprocess")
     assert sync(service.plan(language="python", code="1")).backend == "subprocess"

@@ -24,6 +24,7 @@ PAIRS = {
     "IPlanCheck": "Check",
     "IPlanWarning": "Warning",
     "IPlan": "Plan",
+    "IRunningPlan": "RunningPlan",
     "IApproval": "Approval",
     "IRunRequest": "RunRequest",
     "IRunResult": "RunResult",

@@ -102,9 +102,9 @@ class Recording(LocalClient):
         super().__init__()
         self.sent: list[dict[str, object]] = []
 
-    async def configure(self, changes: Any) -> dict[str, Any]:
+    async def configure(self, changes: Any, *, confirm: bool = False) -> dict[str, Any]:
         self.sent.append(dict(changes))
-        return await super().configure(changes)
+        return await super().configure(changes, confirm=confirm)
 
 
 def test_save_sends_only_the_fields_that_changed() -> None:

@@ -8,13 +8,16 @@ scrubbing, destructive patterns) still applies. So:
 * every ``off`` plan carries :data:`OFF_WARNING` (high severity) and never says
   "network disabled": its network is whatever the host allows;
 * switching the backend to ``off`` asks for a confirmation in every face, with
-  :func:`off_confirmation` as the question.
+  :func:`off_confirmation` as the question, and the core itself refuses the switch
+  unless the caller says it was confirmed (:func:`check_off_confirmed`): a face sends
+  ``confirm`` only after its user said yes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..errors import ConfirmationRequired
 from ..records import PlanWarning
 
 OFF_BACKEND = "off"
@@ -55,3 +58,23 @@ def off_confirmation(changes: Mapping[str, object], current_backend: str | None)
         "snippets can read and change your files, reach your network and the Jupyter "
         "server, and run without limits."
     )
+
+
+#: How a caller confirms the switch (said in the refusal).
+CONFIRM_HOW = (
+    'Nothing was saved. Ask the user, then send the change again with "confirm": true '
+    "(jupyter sandbox config --backend off asks, or takes --yes)."
+)
+
+
+def check_off_confirmed(
+    changes: Mapping[str, object], current_backend: str | None, confirm: bool
+) -> None:
+    """Refuse switching the backend to ``off`` unless ``confirm`` says the user agreed.
+
+    Raises :class:`~gitpilot_jupyter.sandbox.errors.ConfirmationRequired` (409,
+    ``confirmation_required``) with the question and how to confirm; nothing is saved.
+    """
+    question = off_confirmation(changes, current_backend)
+    if question is not None and confirm is not True:
+        raise ConfirmationRequired(f"{question} {CONFIRM_HOW}")
