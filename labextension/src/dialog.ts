@@ -6,12 +6,12 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { trans } from './i18n';
+import { N_, trans } from './i18n';
 import { el, isRisky, renderPlan } from './render';
 import type { IPlan } from './types';
 
 /** The accessible name of the approve button (tests and screen readers find it by this). */
-export const APPROVE_LABEL = 'Approve this plan and run it in the sandbox';
+export const APPROVE_LABEL = N_('Approve this plan and run it in the sandbox');
 
 /**
  * Show `plan`; true only when the user approved a plan that is not blocked.

@@ -22,6 +22,14 @@ export function useTranslator(translator: ITranslator | null): void {
   bundle = (translator ?? nullTranslator).load(DOMAIN);
 }
 
+/**
+ * Mark a string for translation where it is defined (a table of labels); it is
+ * translated where it is shown, with `trans.__(label)`. Answers the string unchanged.
+ */
+export function N_(msgid: string): string {
+  return msgid;
+}
+
 /** `trans.__('Run %1', name)` and `trans._n(...)`: always the current translator. */
 export const trans = {
   __: (msgid: string, ...args: unknown[]): string => bundle.__(msgid, ...args),

@@ -2,7 +2,7 @@
  * Words the UI shows for backends and health, and the fenced-code languages that get ▶ Run.
  */
 
-import { trans } from './i18n';
+import { N_, trans } from './i18n';
 import type { IStatus } from './types';
 
 /** The three backends with the names users see. */
@@ -13,18 +13,24 @@ export const BACKENDS: ReadonlyArray<{
 }> = [
   {
     name: 'subprocess',
-    label: 'Local',
-    help: 'A child process on the server in a fresh temp dir, with the strongest OS isolation available.'
+    label: N_('Local'),
+    help: N_(
+      'A child process on the server in a fresh temp dir, with the strongest OS isolation available.'
+    )
   },
   {
     name: 'matrixlab',
-    label: 'MatrixLab',
-    help: 'A MatrixLab Runner runs each snippet in its own Docker container.'
+    label: N_('MatrixLab'),
+    help: N_(
+      'A MatrixLab Runner runs each snippet in its own Docker container.'
+    )
   },
   {
     name: 'off',
-    label: 'Pass-through',
-    help: 'No isolation: runs on the host as you, network not blocked. For local development only.'
+    label: N_('Pass-through'),
+    help: N_(
+      'No isolation: runs on the host as you, network not blocked. For local development only.'
+    )
   }
 ];
 
@@ -133,7 +139,8 @@ export function fileLanguage(path: string): string | null {
 }
 
 /** Under the token field (gitpilot_jupyter/sandbox/settings.py TOKEN_NOTE has the same words). */
-export const TOKEN_NOTE =
+export const TOKEN_NOTE = N_(
   'Write-only: a saved token is never shown again. It is only sent to the URL it was ' +
-  'saved with: saving a new URL clears it, and Test connection of an unsaved URL sends ' +
-  'no saved token.';
+    'saved with: saving a new URL clears it, and Test connection of an unsaved URL sends ' +
+    'no saved token.'
+);

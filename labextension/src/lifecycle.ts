@@ -4,7 +4,7 @@
 
 import { Notification } from '@jupyterlab/apputils';
 
-import { trans } from './i18n';
+import { N_, trans } from './i18n';
 import { el } from './render';
 import type { SandboxClient } from './request';
 import type {
@@ -22,24 +22,24 @@ const ACTIONS: ReadonlyArray<{
 }> = [
   {
     action: 'install',
-    label: 'Install',
-    busy: 'Pulling the Runner and sandbox images…',
-    done: 'The MatrixLab Runner is installed.',
-    failed: 'Installing the MatrixLab Runner failed: %1'
+    label: N_('Install'),
+    busy: N_('Pulling the Runner and sandbox images…'),
+    done: N_('The MatrixLab Runner is installed.'),
+    failed: N_('Installing the MatrixLab Runner failed: %1')
   },
   {
     action: 'start',
-    label: 'Start',
-    busy: 'Starting the Runner container…',
-    done: 'The MatrixLab Runner is running.',
-    failed: 'Starting the MatrixLab Runner failed: %1'
+    label: N_('Start'),
+    busy: N_('Starting the Runner container…'),
+    done: N_('The MatrixLab Runner is running.'),
+    failed: N_('Starting the MatrixLab Runner failed: %1')
   },
   {
     action: 'stop',
-    label: 'Stop',
-    busy: 'Stopping the Runner container…',
-    done: 'The MatrixLab Runner is stopped.',
-    failed: 'Stopping the MatrixLab Runner failed: %1'
+    label: N_('Stop'),
+    busy: N_('Stopping the Runner container…'),
+    done: N_('The MatrixLab Runner is stopped.'),
+    failed: N_('Stopping the MatrixLab Runner failed: %1')
   }
 ];
 
