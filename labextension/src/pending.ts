@@ -44,6 +44,31 @@ export function requesterText(source: string): string {
     : trans.__('Requested by %1', escapeText(source.replace(/_/g, ' ')));
 }
 
+/**
+ * A card for `plan` titled by its goal (the card's accessible name) with `tag` beside it:
+ * the card node and its header.
+ */
+function planCard(
+  plan: IPlan,
+  kind: 'pending' | 'running',
+  id: string,
+  tag: HTMLElement
+): { node: HTMLElement; header: HTMLElement } {
+  const node = el('section', `jp-gitpilot-card jp-gitpilot-${kind}-card`);
+  node.dataset.planId = plan.plan_id;
+  const titleId = `jp-gitpilot-${kind}-${id}`;
+  node.setAttribute('aria-labelledby', titleId);
+  const header = el('div', 'jp-gitpilot-pending-header');
+  const goal = el(
+    'h3',
+    'jp-gitpilot-pending-goal',
+    escapeText(plan.goal || trans.__('A plan'))
+  );
+  goal.id = titleId;
+  header.append(goal, tag);
+  return { node, header };
+}
+
 /** One pending plan: goal, source, the plan rendering, Approve and Reject. */
 export class PlanCard {
   readonly node: HTMLElement;
@@ -59,25 +84,12 @@ export class PlanCard {
     private readonly model: SandboxModel,
     private readonly onDecided: () => void = () => undefined
   ) {
-    this.node = el('section', 'jp-gitpilot-card jp-gitpilot-pending-card');
-    this.node.dataset.planId = plan.plan_id;
-    const titleId = `jp-gitpilot-pending-${plan.plan_id}`;
-    this.node.setAttribute('aria-labelledby', titleId);
-
-    const header = el('div', 'jp-gitpilot-pending-header');
-    const goal = el(
-      'h3',
-      'jp-gitpilot-pending-goal',
-      escapeText(plan.goal || trans.__('A plan'))
+    const source = badge(
+      plan.source === AGENT_SOURCE ? trans.__('agent') : plan.source,
+      'source'
     );
-    goal.id = titleId;
-    header.append(
-      goal,
-      badge(
-        plan.source === AGENT_SOURCE ? trans.__('agent') : plan.source,
-        'source'
-      )
-    );
+    const { node, header } = planCard(plan, 'pending', plan.plan_id, source);
+    this.node = node;
     const meta = el(
       'div',
       'jp-gitpilot-muted jp-gitpilot-pending-meta',
@@ -239,20 +251,10 @@ export class RunningCard {
   ) {
     this.run = run;
     const plan = run.plan;
-    this.node = el('section', 'jp-gitpilot-card jp-gitpilot-running-card');
-    this.node.dataset.planId = plan.plan_id;
+    const tag = badge(trans.__('running'), 'running');
+    const { node, header } = planCard(plan, 'running', run.run_id, tag);
+    this.node = node;
     this.node.dataset.runId = run.run_id;
-    const titleId = `jp-gitpilot-running-${run.run_id}`;
-    this.node.setAttribute('aria-labelledby', titleId);
-
-    const header = el('div', 'jp-gitpilot-pending-header');
-    const goal = el(
-      'h3',
-      'jp-gitpilot-pending-goal',
-      escapeText(plan.goal || trans.__('A plan'))
-    );
-    goal.id = titleId;
-    header.append(goal, badge(trans.__('running'), 'running'));
 
     this.state = el('div', 'jp-gitpilot-pending-state jp-mod-running');
     this.state.setAttribute('role', 'status');
