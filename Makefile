@@ -29,6 +29,7 @@ $(RUN_STAMP): pyproject.toml
 	touch $@
 
 $(STAMP): $(RUN_STAMP)
+	rm -f gitpilot_jupyter/labextension/install.json  # the run install's build leaves one
 	$(BIN)/python -m pip install --quiet -e ".[lab,docker,test,docs]"
 	touch $@
 
