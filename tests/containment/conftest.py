@@ -15,7 +15,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,10 @@ import pytest
 from gitpilot_jupyter.sandbox.local.pool import POOL_ENV
 from tests.server.conftest import api, jp_server_config, openapi
 from tests.server.helpers import Api, approved_run
+from tests.support.processes import processes_named, wait_for_process
 from tests.support.system import in_ci, require_system
 
-__all__ = ["api", "jp_server_config", "openapi"]
+__all__ = ["api", "jp_server_config", "openapi", "processes_named", "wait_for_process"]
 
 collect_ignore_glob = [] if sys.platform == "linux" else ["test_*.py"]
 
@@ -62,29 +62,6 @@ async def attack(api: Api, code: str, *, language: str = "python", **extra: Any)
 def nonce(kind: str) -> str:
     """A unique, recognisable name for what an attack leaves behind."""
     return f"gitpilot-{kind}-{secrets.token_hex(6)}"
-
-
-def processes_named(name: str) -> list[int]:
-    """Host pids whose argv[0] is ``name``."""
-    found = []
-    needle = name.encode() + b"\0"
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                if Path(f"/proc/{entry}/cmdline").read_bytes().startswith(needle):
-                    found.append(int(entry))
-    return found
-
-
-def wait_for_process(name: str, timeout: float = 15.0) -> int | None:
-    """The pid of the first process named ``name`` to appear within ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pids = processes_named(name)
-        if pids:
-            return pids[0]
-        time.sleep(0.05)
-    return None
 
 
 def status_fields(pid: int) -> dict[str, list[str]]:

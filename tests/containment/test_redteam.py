@@ -93,6 +93,28 @@ async def test_4_the_servers_proc_entries_are_not_visible(
     assert secret not in seen["text"]
 
 
+CGROUP_VIEW = r"""
+import json
+print(json.dumps({"cgroup": open("/proc/self/cgroup").read(),
+                  "mountinfo": open("/proc/self/mountinfo").read()}))
+"""
+
+
+async def test_4_the_hosts_cgroup_paths_are_not_visible(api: Api) -> None:
+    result = await attack(api, CGROUP_VIEW)
+    assert "cgroupns" in result["isolation"], result["isolation"]
+    seen = json.loads(result["stdout"])
+    # Its own cgroup namespace, rooted at the run cgroup: every path is "/".
+    assert seen["cgroup"] and all(
+        line.split(":", 2)[2] == "/" for line in seen["cgroup"].splitlines()
+    ), seen["cgroup"]
+    text = seen["cgroup"] + seen["mountinfo"]
+    assert "gitpilot-run-" not in text
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        path = line.split(":", 2)[2]
+        assert path == "/" or path not in text, path  # the server's own cgroup paths
+
+
 # -- 2: devices, /sys and the kernel log ----------------------------------------------------
 
 DEVICES = r"""

@@ -4,33 +4,57 @@ so CPython can vfork instead of forking the server), or a ``preexec_fn`` where `
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import resource
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gitpilot_jupyter.sandbox.diagnostics.isolation import in_run_cgroup
 from gitpilot_jupyter.sandbox.local import layered
+from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.cgroups import CgroupRun
 from gitpilot_jupyter.sandbox.local.rlimits import MIB, RlimitPlan
+from gitpilot_jupyter.sandbox.results import RunResult
+from tests.support.processes import wait_for_process
 
 from .conftest import MECHANISMS, SMALL, make_backend, run
 
-#: What a snippet reports from inside: its cgroups, and a child's (started by a shell) too.
+#: What a snippet reports from inside: its rlimits. It starts a sleeper named NAME first,
+#: whose cgroups (and its parent's: the snippet) the host reads, then kills it.
 INSIDE = """
 import json, resource, subprocess
+subprocess.run([NAME, "30"], executable="/bin/sleep")
 names = ("FSIZE", "CPU", "DATA", "NPROC")
 print(json.dumps({
-    "cgroup": open("/proc/self/cgroup").read(),
-    "child": subprocess.run(["cat", "/proc/self/cgroup"], capture_output=True, text=True).stdout,
     "limits": {n: resource.getrlimit(getattr(resource, "RLIMIT_" + n)) for n in names},
 }))
 """
+
+
+def run_seen_from_outside(backend: SubprocessSandbox) -> tuple[RunResult, dict[str, str]]:
+    """Run :data:`INSIDE`; the result and the host's ``/proc/PID/cgroup`` of the snippet
+    and of the process it started (a run's own cgroup namespace hides them inside)."""
+    name = f"gitpilot-cgroup-{uuid.uuid4().hex[:12]}"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(run, backend, INSIDE.replace("NAME", repr(name)))
+        pid = wait_for_process(name)
+        assert pid is not None, "the snippet's sleeper never showed up"
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        parent = int(stat.rpartition(")")[2].split()[1])
+        seen = {
+            "child": Path(f"/proc/{pid}/cgroup").read_text(),
+            "snippet": Path(f"/proc/{parent}/cgroup").read_text(),
+        }
+        os.kill(pid, 9)
+        return future.result(), seen
 
 
 @pytest.fixture
@@ -47,21 +71,15 @@ def no_prlimit(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def _check_inside(mechanism: str, cgroups: bool) -> None:
     backend = make_backend(mechanism, cgroups=cgroups)
-    result = run(backend, INSIDE)
+    result, cgroup_files = run_seen_from_outside(backend)
     assert result.exit_code == 0, result.stderr
     seen = json.loads(result.stdout)
     layers = result.isolation
     for claimed in ("cgroup-memory", "cgroup-pids"):
         if claimed in layers:
-            controller = claimed.split("-")[1]
-            # The snippet and what it starts are in a gitpilot run cgroup of that controller
-            # (cgroup v2 has one line, "0::<path>", for every controller).
-            for text in (seen["cgroup"], seen["child"]):
-                lines = [ln for ln in text.splitlines() if "gitpilot-run-" in ln]
-                assert any(
-                    ln.startswith("0::") or controller in ln.split(":")[1].split(",")
-                    for ln in lines
-                ), (claimed, text)
+            # The snippet and what it starts are in a gitpilot run cgroup of that controller.
+            for text in cgroup_files.values():
+                assert in_run_cgroup(text.splitlines(), claimed.split("-")[1]), (claimed, text)
     limits = seen["limits"]
     expected = {
         "rlimit-fsize": ("FSIZE", SMALL.max_file_size_mb * MIB),

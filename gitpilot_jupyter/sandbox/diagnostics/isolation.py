@@ -27,7 +27,7 @@ from .stage import FAIL, PASS, SKIP, Stage
 
 NAMESPACE_TOOLS = ("bwrap", "unshare")
 #: Layer -> the namespace whose inode must differ from the server's.
-NS_FILES = {"pidns": "pid", "ipcns": "ipc", "utsns": "uts", "netns": "net"}
+NS_FILES = {"pidns": "pid", "ipcns": "ipc", "utsns": "uts", "netns": "net", "cgroupns": "cgroup"}
 RLIMITS = {
     "rlimit-data": "RLIMIT_DATA",
     "rlimit-nproc": "RLIMIT_NPROC",
@@ -60,15 +60,7 @@ facts["private-tmp"] = not os.path.exists(args["marker"])
 facts["hidden-credentials"] = all(
     not os.path.isdir(p) or not os.listdir(p) for p in args["hidden"]
 )
-try:
-    groups = open("/proc/self/cgroup").read().splitlines()
-except OSError:
-    groups = []
-def in_run_cgroup(ctrl):
-    return any("gitpilot-run-" in g and (ctrl in g.split(":")[1] or g.startswith("0::"))
-               for g in groups)
-facts["cgroup-memory"] = in_run_cgroup("memory")
-facts["cgroup-pids"] = in_run_cgroup("pids")
+# The run's cgroups are checked from outside (its own cgroup namespace shows "/").
 try:
     import resource
     for layer, name in args["rlimits"].items():
@@ -192,6 +184,8 @@ async def isolation_check(probe: SandboxService) -> Stage:
     if creds is not None:
         facts["non-root"] = "0" not in creds["Uid"] + creds["Gid"]
         facts["no-groups"] = not creds["Groups"]
+        for layer in ("cgroup-memory", "cgroup-pids"):
+            facts[layer] = in_run_cgroup(creds["cgroup"], layer.split("-")[1])
     claimed = [layer for layer in result.isolation if layer != BASE_LAYERS[1]]
     checked = [layer for layer in claimed if layer in facts]
     broken = [layer for layer in checked if not facts[layer]]
@@ -214,9 +208,20 @@ async def isolation_check(probe: SandboxService) -> Stage:
 _STOP: set[str] = set()
 
 
+def in_run_cgroup(lines: list[str], controller: str) -> bool:
+    """True when ``/proc/PID/cgroup`` ``lines`` (as the host reads them) put the process in
+    a run cgroup of ``controller`` (cgroup v2 has one line, ``0::PATH``, for all)."""
+    return any(
+        "gitpilot-run-" in line
+        and (controller in line.split(":")[1].split(",") or line.startswith("0::"))
+        for line in lines
+    )
+
+
 def _credentials_of(nonce: str, timeout: float = 20.0) -> dict[str, list[str]] | None:
     """The host's view of the probe's sleeper (``Uid``, ``Gid``, ``Groups`` of
-    ``/proc/PID/status``), found by its argv[0]; it is then killed. None if never seen."""
+    ``/proc/PID/status``, and its ``cgroup`` lines), found by its argv[0]; it is then
+    killed. None if never seen."""
     deadline = time.monotonic() + timeout
     needle = nonce.encode()
     while time.monotonic() < deadline and nonce not in _STOP:
@@ -227,6 +232,7 @@ def _credentials_of(nonce: str, timeout: float = 20.0) -> dict[str, list[str]] |
                 if not Path(f"/proc/{entry}/cmdline").read_bytes().startswith(needle + b"\0"):
                     continue
                 status = Path(f"/proc/{entry}/status").read_text()
+                cgroup = Path(f"/proc/{entry}/cgroup").read_text().splitlines()
             except OSError:
                 continue
             found = {
@@ -235,6 +241,7 @@ def _credentials_of(nonce: str, timeout: float = 20.0) -> dict[str, list[str]] |
                 for key in ("Uid", "Gid", "Groups")
                 if line.startswith(key + ":")
             }
+            found["cgroup"] = cgroup
             with contextlib.suppress(OSError):
                 os.kill(int(entry), signal.SIGKILL)
             return found

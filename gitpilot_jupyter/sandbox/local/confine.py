@@ -64,6 +64,8 @@ SECRET_FILES = (
 SECRET_DIRS = ("/etc/ssh", "/etc/ssl/private", "/etc/sudoers.d", "/etc/docker", "/etc/gitpilot")
 #: The account a run uses when the server is root: no files, no groups, no login.
 SANDBOX_USER = "nobody"
+#: True when this kernel has cgroup namespaces (a run then gets one of its own).
+CGROUP_NS = os.path.exists("/proc/self/ns/cgroup")
 #: Inodes of the writable space per MiB of its size (256 MiB: 16,384 files and folders).
 INODES_PER_MB = 64
 #: Where the run's private, size-capped writable space is mounted, inside the run folder.
@@ -510,6 +512,10 @@ class Confinement:
             # ordinary uid in its own (nested) one, with no capabilities.
             cmd += ["--uid", str(uid), "--gid", str(gid)]
         cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+        if CGROUP_NS:
+            # Its own cgroup namespace, rooted at the run cgroup it already joined: its
+            # /proc/self/cgroup shows "/", not the host's path (debug checks from outside).
+            cmd.append("--unshare-cgroup-try")
         if not allow_network:
             cmd.append("--unshare-net")  # (network on with egress: the slirp4netns one)
         cmd += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]

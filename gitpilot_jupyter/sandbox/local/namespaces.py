@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..backend import DEFAULT_DISK_MB
 from .confine import (
+    CGROUP_NS,
     TOOLS_FIX,
     Confinement,
     View,
@@ -107,6 +108,8 @@ class Namespaces:
         elif self.kind == "bwrap" and self.egress_error is None:
             out.append("egress-only")
         if self.kind == "bwrap":
+            if CGROUP_NS:
+                out.append("cgroupns")
             out[:0] = list(BWRAP_LAYERS)
             if self.confine is not None and self.confine.drops:
                 out.insert(2, "no-groups")
