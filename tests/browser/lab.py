@@ -99,8 +99,11 @@ class Lab:
         self.server.stop()
 
 
-def start_lab(workdir: Path) -> Lab:
-    """Start a server with JupyterLab and the sandbox; every Jupyter folder is under ``workdir``."""
+def start_lab(workdir: Path, env: dict[str, str] | None = None) -> Lab:
+    """Start a server with JupyterLab and the sandbox; every Jupyter folder is under ``workdir``.
+
+    ``env`` adds to the server's environment (e.g. the MatrixLab lifecycle switched on).
+    """
     write_demo_root(workdir / "root")
     settings, workspaces = workdir / "lab-settings", workdir / "lab-workspaces"
     news = settings / "@jupyterlab" / "apputils-extension"
@@ -109,7 +112,7 @@ def start_lab(workdir: Path) -> Lab:
     (news / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False})
     )
-    env = {"JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(workspaces)}
+    dirs = {"JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(workspaces)}
     # The test server exposes the app so a test can switch themes with the lab's own command.
     args = ["--LabApp.expose_app_in_browser=True"]
-    return Lab(start_live_server(workdir, env=env, args=args))
+    return Lab(start_live_server(workdir, env={**dirs, **(env or {})}, args=args))
