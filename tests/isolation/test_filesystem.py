@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from gitpilot_jupyter.sandbox.languages import Interpreters
+
 from .conftest import MECHANISMS, make_backend, run
 
 PROBE = """
@@ -115,3 +117,21 @@ def test_credential_folders_are_hidden(
         assert seen[str(home / "notes.txt")] == "not a credential"
         assert "hidden-credentials" not in result.isolation
         assert seen[str(home / ".ssh/id_ed25519")] == "PRIVATE KEY"
+
+
+def test_an_interpreter_under_tmp_is_bound_back() -> None:
+    # /tmp is the run's own; an interpreter installed below the host's /tmp (a CI venv,
+    # a tool unpacked there) must still be there, read-only.
+    backend = make_backend("bwrap")
+    folder = Path(tempfile.mkdtemp(prefix="gitpilot-interp-", dir="/tmp"))
+    try:
+        folder.chmod(0o755)
+        (folder / "bin").mkdir(mode=0o755)
+        bash = folder / "bin" / "bash"
+        shutil.copy2(shutil.which("bash") or "/bin/bash", bash)
+        backend.interpreters = Interpreters(bash=str(bash))
+        result = run(backend, f"echo ran; echo x > {bash} || echo read-only", language="bash")
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout == "ran\nread-only\n"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -531,6 +531,8 @@ class Confinement:
             real = resolv.resolve()
             if real.is_file() and not inside(real, Path("/etc").resolve()):
                 cmd += ["--ro-bind", str(real), str(resolv)]
+        # The run's own /tmp first: an interpreter folder under /tmp is bound back into it.
+        cmd += ["--bind", str(moved / "tmp"), "/tmp"]
         for source, target in zip(view.interpreters, staged, strict=True):
             cmd += ["--ro-bind", str(moved / target), str(source)]
         empty = str(moved / "empty")
@@ -539,7 +541,7 @@ class Confinement:
         for file in view.cover_files:
             cmd += ["--ro-bind", "/dev/null", str(file)]
         cmd += ["--dev", "/dev", "--proc", "/proc"]
-        cmd += ["--bind", str(moved / "tmp"), "/tmp", "--bind", str(moved / "shm"), "/dev/shm"]
+        cmd += ["--bind", str(moved / "shm"), "/dev/shm"]
         cmd += ["--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
         cmd += ["--bind", str(moved / "run"), str(workdir)]
         cmd += ["--chdir", str(workdir), "--remount-ro", "/", "--remount-ro", "/dev"]
