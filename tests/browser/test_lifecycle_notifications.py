@@ -129,7 +129,7 @@ def test_install_start_and_stop_report_through_notifications(
     running = toast(page, "The MatrixLab Runner is running.")
     expect(running).to_be_visible(timeout=ACTION_SEC * 1000)
     page.wait_for_timeout(500)  # the toast slides in
-    screenshot(page, "lifecycle-started-notification")
+    screenshot(page, "lifecycle-notification-light")
     expect(state).to_have_text("Installed · Running · Docker available")
     assert docker_client.containers.get(container_name).status == "running"
 
@@ -156,7 +156,7 @@ def test_a_failed_start_says_why_and_stays_on_screen(
         failed = toast(page, re.compile(r"^Starting the MatrixLab Runner failed: "))
         expect(failed).to_be_visible(timeout=ACTION_SEC * 1000)
     page.wait_for_timeout(500)
-    screenshot(page, "lifecycle-failed-notification")
+    screenshot(page, "lifecycle-failed-notification-light")
     # An error stays until dismissed (success toasts close by themselves).
     page.wait_for_timeout(6000)
     expect(failed).to_be_visible()

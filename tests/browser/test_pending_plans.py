@@ -154,7 +154,7 @@ def test_stop_in_the_panel_ends_the_run_the_agent_started(lab: Lab, page: Page) 
     expect(panel).to_contain_text("No plans are waiting for your decision.")
     # Running is not waiting for anyone's decision: the status bar counts nothing.
     expect(page.locator(".jp-gitpilot-status")).to_have_text("Sandbox: Local")
-    screenshot(panel, "pending-plans-running")
+    screenshot(panel, "pending-plans-running-light")
 
     stop = running.get_by_role("button", name=re.compile("^Stop"))
     with page.expect_response(re.compile(r"/api/sandbox/runs/run_[0-9a-f]{16}(\?|$)")) as stopped:

@@ -68,7 +68,7 @@ def test_the_panel_and_status_bar_are_in_french(lab: Lab, french: Page) -> None:
     for text in ("Demandé par un agent", "Langage", "Réseau", "Durée maximale", "bloqué"):
         expect(card).to_contain_text(text)
     expect(card.get_by_role("button", name=re.compile("^Approuver"))).to_be_visible()
-    screenshot(panel, "pending-plans-french")
+    screenshot(panel, "pending-plans-french-light")
     card.get_by_role("button", name=re.compile("^Refuser")).click()
     expect(card).to_contain_text("Refusé — il ne s'exécutera pas.")
     expect(status).to_have_text("Bac à sable : Local")
