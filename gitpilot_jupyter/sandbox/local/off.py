@@ -63,7 +63,7 @@ def off_confirmation(changes: Mapping[str, object], current_backend: str | None)
 #: How a caller confirms the switch (said in the refusal).
 CONFIRM_HOW = (
     'Nothing was saved. Ask the user, then send the change again with "confirm": true '
-    "(jupyter sandbox config --backend off asks, or takes --yes)."
+    "(jupyter sandbox config --set backend=off asks, or takes --yes)."
 )
 
 
