@@ -245,3 +245,8 @@ def test_settings_editor_page_holds_the_servers_settings(lab: Lab, page: Page) -
     dialog.get_by_role("button", name="Cancel").click()
     expect(backend.locator("option:checked")).to_have_text("Local")
     assert lab.api("GET", "api/sandbox/config").json()["backend"] == "subprocess"
+    # Confirmed: the page sends the user's yes with the change (the server refuses it without).
+    backend.select_option(label="Pass-through (no isolation)")
+    dialog.get_by_role("button", name=re.compile("Switch to Pass-through")).click()
+    expect(page.locator(".jp-gitpilot-status")).to_have_text("Sandbox: Pass-through")
+    assert lab.api("GET", "api/sandbox/config").json()["backend"] == "off"

@@ -102,3 +102,17 @@ def test_saved_token_shows_as_bullets_and_never_comes_back(lab: Lab, page: Page)
     panel.get_by_role("button", name="Save").click()
     expect(token).to_have_attribute("placeholder", "not set")
     assert lab.api("GET", "api/sandbox/status").json()["has_token"] is False
+
+
+def test_pass_through_from_the_panel_is_saved_once_confirmed(lab: Lab, page: Page) -> None:
+    panel = open_settings_from_menu(page)
+    panel.get_by_role("radio", name=re.compile("^Pass-through")).check()
+    panel.get_by_role("button", name="Save").click()
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text("no isolation")
+    # The server refuses the switch unless the request carries the user's yes.
+    refused = lab.api("PUT", "api/sandbox/config", json={"backend": "off"})
+    assert refused.status_code == 409 and refused.json()["code"] == "confirmation_required"
+    dialog.get_by_role("button", name=re.compile("Switch to Pass-through")).click()
+    expect(page.locator(".jp-gitpilot-status")).to_have_text("Sandbox: Pass-through")
+    assert lab.api("GET", "api/sandbox/config").json()["backend"] == "off"
