@@ -119,7 +119,7 @@ class _Progress:
 
 def cmd_batch(args: argparse.Namespace) -> int:
     """``jupyter sandbox batch``: plan, confirm, approve once, run, report."""
-    batches = BatchService(make_client().service)
+    batches = BatchService(make_client(pool="auto").service)
     batch = batches.plan(
         load_source(args.source, args.each),
         timeout_sec=args.timeout,

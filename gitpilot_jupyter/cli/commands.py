@@ -20,6 +20,7 @@ from ..client.local import LocalClient
 from ..sandbox.errors import InvalidRequest
 from ..sandbox.languages import language_for_path
 from ..sandbox.local.off import off_confirmation
+from ..sandbox.local.pool import PoolConfig
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.report import stopped_message
 from ..sandbox.results import RunResult, new_run_id
@@ -36,13 +37,20 @@ EXIT_STOPPED = 130
 CLI_USER = "cli"
 
 
-def make_client() -> LocalClient:
+def make_client(*, pool: str = "off") -> LocalClient:
     """The client the CLI drives: the core in this process, on the current folder.
 
     Settings and env apply as for every face. ``batch`` and ``debug`` work on the
     core itself (its batch runner, its diagnostics): they take ``.service``.
+    ``pool`` is the warm pool's mode unless ``GITPILOT_SANDBOX_POOL`` sets one: off
+    for a one-shot command (a slot started after its only run would be wasted),
+    ``auto`` for a batch of many runs.
     """
-    return LocalClient(session_id=f"cli-{uuid.uuid4().hex[:12]}", user=CLI_USER)
+    return LocalClient(
+        session_id=f"cli-{uuid.uuid4().hex[:12]}",
+        user=CLI_USER,
+        pool=PoolConfig.from_env(default_mode=pool),
+    )
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

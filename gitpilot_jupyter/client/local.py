@@ -8,6 +8,7 @@ from typing import Any
 
 from ..sandbox.backend import OutputCallback
 from ..sandbox.claims import AgentPlan, ClaimAnswer
+from ..sandbox.local.pool import PoolConfig
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.records import Status
 from ..sandbox.results import RunResult
@@ -23,6 +24,7 @@ class LocalClient(SandboxClient):
     ``shared``: the service is one others see too (the Jupyter server's own, for an
     agent living in the server): plans made here are approvable there.
     ``user``: the name recorded in audit events for calls through this client.
+    ``pool``: the warm pool of the service made here (default: from the environment).
     """
 
     path = "in-process"
@@ -35,9 +37,10 @@ class LocalClient(SandboxClient):
         *,
         shared: bool = False,
         user: str | None = "kernel",
+        pool: PoolConfig | None = None,
     ) -> None:
         super().__init__(session_id)
-        self.service = service or SandboxService(root_dir=Path.cwd())
+        self.service = service or SandboxService(root_dir=Path.cwd(), pool=pool)
         self.shared = shared
         self.user = user
 

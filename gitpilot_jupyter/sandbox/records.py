@@ -58,6 +58,23 @@ class LifecycleStep(TypedDict):
     duration_ms: int
 
 
+class PoolReport(TypedDict):
+    """The warm pool of the ``subprocess`` backend, as status shows it."""
+
+    mode: str
+    #: Runs are started ahead here (False: ``reason`` says why not).
+    active: bool
+    reason: str | None
+    max_slots: int
+    min_slots: int
+    idle_sec: float
+    #: Slots waiting now, slots being started, runs that found one, runs that did not.
+    idle: int
+    starting: int
+    hits: int
+    misses: int
+
+
 class Status(TypedDict):
     """``GET /api/sandbox/status``: the live backend, settings (masked), health, isolation."""
 
@@ -78,6 +95,8 @@ class Status(TypedDict):
     #: How many plans wait for someone else's decision (what GET /plans lists).
     waiting_plans: int
     languages: dict[str, bool]
+    #: The warm pool of the local ``subprocess`` backend.
+    pool: PoolReport
     version: str
 
 

@@ -14,6 +14,7 @@ from .errors import BackendNotAllowed, UnknownBackend
 from .languages import Interpreters
 from .local.backends import NullSandbox, SubprocessSandbox
 from .local.isolation import Isolator
+from .local.pool import PoolConfig
 from .settings import BACKENDS, EffectiveSettings, SandboxSettings, SettingsStore, check_backend
 
 
@@ -37,12 +38,13 @@ class BackendResolver:
         *,
         isolator: Isolator | None = None,
         allowed_backends: Iterable[str] | None = None,
+        pool: PoolConfig | None = None,
     ) -> None:
         self.settings = settings
         self.interpreters = interpreters
         self.allowed_backends = tuple(allowed_backends) if allowed_backends else BACKENDS
         self.local: dict[str, SandboxBackend] = {
-            "subprocess": SubprocessSandbox(interpreters, isolator),
+            "subprocess": SubprocessSandbox(interpreters, isolator, pool),
             "off": NullSandbox(interpreters),
         }
 

@@ -30,6 +30,7 @@ from .errors import InvalidRequest, SandboxError
 from .languages import Interpreters
 from .local.isolation import Isolator
 from .local.off import check_off_confirmed
+from .local.pool import PoolConfig
 from .matrixlab.config import LifecycleConfig
 from .matrixlab.ops import MatrixLabOperations, ProgressCallback
 from .planner import MAX_CODE_CHARS, Planner
@@ -88,6 +89,7 @@ class SandboxService:
         root_dir: str | Path | None = None,
         audit: AuditHook | None = None,
         lifecycle_config: LifecycleConfig | None = None,
+        pool: PoolConfig | None = None,
     ) -> None:
         self.settings = settings or SettingsStore()
         self.policy = policy or SandboxPolicy()
@@ -105,6 +107,7 @@ class SandboxService:
             self.interpreters,
             isolator=isolator,
             allowed_backends=allowed_backends,
+            pool=pool,
         )
         self.workflow = PlanWorkflow(self.plans, self._emit)
         self.planner = Planner(
@@ -572,6 +575,8 @@ class SandboxService:
             self.check_allowed(check_backend(changes["backend"]))
         check_off_confirmed(changes, self.config()["backend"], confirm)
         self.settings.update(changes)
+        # Waiting slots were made for the old settings: new ones follow the new key.
+        self.backends.subprocess.flush_pool()
         self._emit("config", {"user": user, "keys": sorted(changes)})
         return await self.status()
 

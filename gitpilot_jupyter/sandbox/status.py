@@ -74,6 +74,7 @@ class StatusReporter:
             "require_approval": self._require_approval(),
             "isolation": isolation,
             "isolation_report": local.isolator.report(),
+            "pool": local.pool_report(),
             "settings_error": effective.settings_error,
             "settings_path": str(self.settings.path),
             "allowed_backends": list(self.resolver.allowed_backends),

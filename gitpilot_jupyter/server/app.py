@@ -13,8 +13,10 @@ from typing import Any
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, validate
 
+from ..sandbox.errors import InvalidSetting
 from ..sandbox.local.isolation import ISOLATION_CHOICES, Isolator
 from ..sandbox.local.layered import default_isolator
+from ..sandbox.local.pool import POOL_ENV, POOL_MAX_ENV, PoolConfig
 from ..sandbox.matrixlab.config import LifecycleConfig
 from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
 from ..sandbox.policy import ENV_PASSTHROUGH_ENV, SandboxPolicy, admin_passthrough, env_names
@@ -97,6 +99,44 @@ class SandboxApp(ExtensionApp):
             ".../pids/gitpilot-alice, owned by the user). Empty: $GITPILOT_SANDBOX_CGROUP, "
             "else the server's own cgroup (root, or a server started in a delegated one)."
         ),
+    ).tag(config=True)
+
+    pool = Unicode(
+        "",
+        help=(
+            "The warm pool of the subprocess backend: 'auto' (sandboxes started ahead of "
+            "their code, with the same isolation, where bubblewrap runs), 'off' (every run "
+            "starts cold), 'always' (every run through a slot, a miss waits for one; for "
+            f"tests). Empty: ${POOL_ENV}, else 'auto'."
+        ),
+    ).tag(config=True)
+
+    pool_max_slots = Int(
+        None,
+        allow_none=True,
+        help=(
+            "The most sandboxes kept started and waiting, all kinds together (each holds "
+            "two sleeping processes, a cgroup and an empty tmpfs; see the pool page for the "
+            f"memory one costs). Unset: ${POOL_MAX_ENV}, else {PoolConfig.max_slots}."
+        ),
+    ).tag(config=True)
+
+    pool_min_slots = Int(
+        PoolConfig.min_slots,
+        help="Sandboxes kept waiting for each kind of run in use (language, network, limits, "
+        "environment), whatever the demand; more follow the peak of runs at once.",
+    ).tag(config=True)
+
+    pool_idle_sec = Float(
+        PoolConfig.idle_sec,
+        help="A waiting sandbox older than this, or a kind of run unused this long, is "
+        "retired (seconds).",
+    ).tag(config=True)
+
+    pool_spawn_concurrency = Int(
+        PoolConfig.spawn_concurrency,
+        help="How many sandboxes the pool starts at once, in worker threads (a start is a "
+        "short burst of work on one core: this caps what refilling takes from runs).",
     ).tag(config=True)
 
     matrixlab_runner_image = Unicode(
@@ -188,6 +228,22 @@ class SandboxApp(ExtensionApp):
 
         return LayeredIsolator(self.isolation or None, cgroup_parent=self.cgroup_parent or None)
 
+    def build_pool_config(self) -> PoolConfig:
+        """The warm pool's limits from the ``pool*`` traits (the environment where unset)."""
+        given: dict[str, Any] = {
+            "min_slots": self.pool_min_slots,
+            "idle_sec": self.pool_idle_sec,
+            "spawn_concurrency": self.pool_spawn_concurrency,
+        }
+        if self.pool:
+            given["mode"] = self.pool.strip().lower()
+        if self.pool_max_slots is not None:
+            given["max_slots"] = self.pool_max_slots
+        try:
+            return PoolConfig.from_env(**given)
+        except InvalidSetting as exc:
+            raise TraitError(exc.message) from None
+
     def build_lifecycle_config(self) -> LifecycleConfig:
         """The Runner lifecycle config from the ``matrixlab_*`` traits (env applies per call)."""
         return LifecycleConfig(
@@ -204,6 +260,7 @@ class SandboxApp(ExtensionApp):
         assert self.serverapp is not None
         service: SandboxService = self.service_class(
             isolator=self.build_isolator(),
+            pool=self.build_pool_config(),
             lifecycle_config=self.build_lifecycle_config(),
             settings=SettingsStore(self.settings_dir or None),
             policy=SandboxPolicy(

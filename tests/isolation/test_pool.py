@@ -25,6 +25,7 @@ from gitpilot_jupyter.sandbox.local.backends import NullSandbox, SubprocessSandb
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator, _cgroup_tree
 from gitpilot_jupyter.sandbox.local.pool import POOL_ENV, PoolConfig, WarmPool
 from gitpilot_jupyter.sandbox.results import RunResult
+from tests.support.live_server import start_live_server
 from tests.support.system import require_system
 
 from .conftest import SMALL, require_mechanism
@@ -331,3 +332,70 @@ def test_a_backend_dropped_without_closing_takes_its_slots_along() -> None:
         with pytest.raises(ProcessLookupError):
             os.kill(slot.popen.pid, 0)
         assert not slot.workdir.exists()
+
+
+def rest_run(http: Any, code: str) -> dict[str, Any]:
+    """Plan, approve and run ``code`` (python) through the server's REST API."""
+    plan = http.post("/api/sandbox/plan", json={"language": "python", "code": code})
+    approval = http.post("/api/sandbox/approve", json={"plan_id": plan.json()["plan"]["plan_id"]})
+    answer = http.post(
+        "/api/sandbox/run", json={"approval_token": approval.json()["approval_token"]}
+    )
+    assert answer.status_code == 200, answer.text
+    result: dict[str, Any] = answer.json()
+    return result
+
+
+def test_the_server_reports_its_pool_and_closes_it_with_itself(tmp_path: Path) -> None:
+    require_mechanism("bwrap")
+    server = start_live_server(
+        tmp_path,
+        env={POOL_ENV: ""},
+        args=["--SandboxApp.pool=auto", "--SandboxApp.pool_max_slots=3"],
+    )
+    try:
+        with server.client() as http:
+            first, second = (rest_run(http, "print(6 * 7)") for _ in range(2))
+            # The second may race the refill; by the third a slot is surely waiting.
+            deadline = time.monotonic() + 30
+            while http.get("/api/sandbox/status").json()["pool"]["idle"] < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            third = rest_run(http, "print(6 * 7)")
+            pool = http.get("/api/sandbox/status").json()["pool"]
+        assert [r["stdout"] for r in (first, second, third)] == ["42\n"] * 3
+        assert (first["warm"], third["warm"]) == (False, True)
+        assert pool["mode"] == "auto" and pool["active"] and pool["max_slots"] == 3
+        assert pool["hits"] >= 1 and pool["misses"] >= 1
+        # The waiting slots: bubblewrap children of the server, each in its run folder.
+        # (/proc lists a child under the thread that started it: the pool's are workers.)
+        tasks = Path(f"/proc/{server.pid}/task").glob("*/children")
+        children = [pid for task in tasks for pid in task.read_text().split()]
+        slots = {
+            int(pid): os.readlink(f"/proc/{pid}/cwd")
+            for pid in children
+            if b"bwrap" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        }
+        assert len(slots) >= 2, "no waiting sandbox under the server"
+    finally:
+        server.stop()
+    # SIGTERM: the server stopped its extension, which closed the pool.
+    for pid, folder in slots.items():
+        assert not Path(f"/proc/{pid}").exists(), f"slot {pid} outlived the server"
+        assert not Path(folder).exists(), f"{folder} outlived the server"
+    tree, _ = _cgroup_tree()
+    for parent in (tree.memory_parent, tree.pids_parent) if tree is not None else ():
+        if parent is not None:
+            assert not list(parent.glob(f"gitpilot-run-{server.pid}-*"))
+
+
+def test_the_cli_keeps_no_pool_for_one_command_unless_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gitpilot_jupyter.cli.commands import make_client
+
+    monkeypatch.delenv(POOL_ENV, raising=False)
+    assert make_client().service.backends.subprocess.pool_config.mode == "off"
+    assert make_client(pool="auto").service.backends.subprocess.pool_config.mode == "auto"
+    monkeypatch.setenv(POOL_ENV, "always")
+    assert make_client().service.backends.subprocess.pool_config.mode == "always"

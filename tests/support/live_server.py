@@ -114,6 +114,8 @@ def start_live_server(
             "JUPYTER_DATA_DIR": str(workdir / "jupyter-data"),
             "JUPYTER_RUNTIME_DIR": str(workdir / "jupyter-runtime"),
             "JUPYTER_PLATFORM_DIRS": "1",
+            # No warm pool unless asked for (env or --SandboxApp.pool), as in-process.
+            "GITPILOT_SANDBOX_POOL": "off",
         }
     )
     child_env.update(env or {})

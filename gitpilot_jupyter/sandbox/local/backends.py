@@ -25,6 +25,7 @@ from typing import IO, Any, ClassVar, Protocol
 from ..backend import OutputCallback, RunRequest, SandboxBackend
 from ..languages import Interpreters, canonical_language, snippet_filename
 from ..output import CappedText
+from ..records import PoolReport
 from ..results import RunResult
 from .cleanup import remove_tree
 from .isolation import Isolator, Launch
@@ -191,6 +192,28 @@ class SubprocessSandbox(SandboxBackend):
         if self.isolator.fingerprint([python, "inline.py"], allow_network=False) is None:
             return "only the bubblewrap launch chain can be started ahead"
         return None
+
+    def pool_report(self) -> PoolReport:
+        """What status says of the warm pool: mode, limits, why not, and its counters."""
+        config = self.pool_config
+        pool = self._pool
+        return {
+            "mode": config.mode,
+            "active": self.pool_error() is None,
+            "reason": self.pool_error(),
+            "max_slots": config.max_slots,
+            "min_slots": config.min_slots,
+            "idle_sec": config.idle_sec,
+            "idle": pool.idle() if pool is not None else 0,
+            "starting": pool.starting() if pool is not None else 0,
+            "hits": pool.stats["hits"] if pool is not None else 0,
+            "misses": pool.stats["misses"] if pool is not None else 0,
+        }
+
+    def flush_pool(self) -> None:
+        """Retire every waiting slot (the settings changed: new ones follow the new key)."""
+        if self._pool is not None:
+            self._pool.flush()
 
     def _key(self, request: RunRequest, interpreter: str) -> PoolKey:
         return PoolKey(

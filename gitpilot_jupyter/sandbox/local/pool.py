@@ -89,12 +89,21 @@ class PoolConfig:
         return self.mode != "off" and (self.max_slots > 0 or self.mode == "always")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **given: Any) -> PoolConfig:
-        """``given`` fields, the rest from ``GITPILOT_SANDBOX_POOL[_MAX]``, else defaults."""
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        default_mode: str = "auto",
+        **given: Any,
+    ) -> PoolConfig:
+        """``given`` fields, the rest from ``GITPILOT_SANDBOX_POOL[_MAX]``, else defaults.
+
+        ``default_mode`` is the mode when neither ``given`` nor the environment sets one
+        (the CLI's one-shot commands: ``off``, a pool would outlive its only run).
+        """
         env = os.environ if environ is None else environ
         mode = env.get(POOL_ENV, "").strip().lower()
-        if mode and "mode" not in given:
-            given["mode"] = mode
+        given.setdefault("mode", mode or default_mode)
         raw = env.get(POOL_MAX_ENV, "").strip()
         if raw and "max_slots" not in given:
             try:
@@ -537,6 +546,14 @@ class WarmPool:
             self._idle.clear()
         for slot in slots:
             self._retire(slot)
+
+    def report(self) -> dict[str, Any]:
+        """The pool's state for status: idle and starting slots, hits and misses."""
+        return {
+            "idle": self.idle(),
+            "starting": self.starting(),
+            **{k: self.stats[k] for k in ("hits", "misses", "stale", "failed")},
+        }
 
     def idle(self) -> int:
         """Idle slots now, all keys."""
