@@ -121,6 +121,14 @@ async def _feed_pipe(pipe: IO[bytes], data: str) -> None:
         pipe.close()
 
 
+async def _feed_slot(slot: Slot, code: str, stdin: str | None) -> None:
+    """Hand a warm slot its code through the FIFO, then its stdin text (if any)."""
+    await slot.deliver(code)
+    pipe = slot.popen.stdin
+    if pipe is not None and stdin is not None:
+        await _feed_pipe(pipe, stdin)
+
+
 class Child(Protocol):
     """What the backend uses of a running chain (an asyncio process, or a warm slot's)."""
 
@@ -338,19 +346,27 @@ class SubprocessSandbox(SandboxBackend):
         on_output: OutputCallback | None,
     ) -> bool:
         """Run ``request`` in ``slot``; False (the slot destroyed) when it had died."""
+        if not slot.alive():
+            await asyncio.to_thread(slot.destroy)
+            return False
         child = WarmChild(slot.popen)
         try:
             await child.attach()
-            if not await slot.deliver(request.code):
-                child.close_pipes()
-                await asyncio.to_thread(slot.destroy)
-                return False
             result.isolation = BASE_LAYERS + slot.launch.layers
-            stdin = slot.popen.stdin
-            feed = _feed_pipe(stdin, request.stdin) if stdin and request.stdin is not None else None
+            # The code goes in under supervision, as the stdin text does: a chain that
+            # dies while copying it (past the file-size cap) leaves the write waiting on
+            # a FIFO nobody reads, and only the run's exit, timeout or stop end that.
+            feed = _feed_slot(slot, request.code, request.stdin)
             await self._supervise(request, slot.launch, child, feed, result, on_output)
         finally:
+            # Killed before the FIFO closes: a hand-over cut short never runs part of the code.
+            slot.launch.kill_all()
+            _kill_group(slot.popen.pid)
             slot.close_fds()
+            child.close_pipes()
+            if slot.popen.stdin is not None:
+                with contextlib.suppress(OSError):
+                    slot.popen.stdin.close()
             slot.launch.cleanup()
             remove_tree(slot.workdir)
         return True
