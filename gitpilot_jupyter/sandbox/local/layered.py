@@ -179,6 +179,15 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of ``path`` now, or None when it is gone."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
 class LayeredLaunch(Launch):
     """A launch holding its run cgroup (if any) and its rlimits."""
 
@@ -386,7 +395,11 @@ class LayeredIsolator(Isolator):
         nets = confine.blocked_networks() if allow_network and tool.egress_error is None else []
         tree, _ = self._cgroups()
         view = plan_view(argv, self.hidden_paths())
-        return (tool.path, repr(view), tuple(nets), tree is not None)
+        # Which folder or file each path is now: one replaced on the host (renamed away
+        # and made again, an atomic save) has the same path but is no longer the one a
+        # slot covered or bound, and the host's rename took that cover off in the slot.
+        bound = (*view.interpreters, *view.cover_dirs, *view.cover_files)
+        return (tool.path, repr(view), tuple(map(_identity, bound)), tuple(nets), tree is not None)
 
     def layers(self, *, allow_network: bool = False) -> list[str]:
         """The layers a run gets now (for status); nothing is created."""
