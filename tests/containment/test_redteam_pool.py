@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ import pytest
 
 from tests.server.helpers import Api
 
-from .conftest import attack
+from .conftest import attack, nonce, wait_for_process
 
 
 async def slots_waiting(api: Api, pool: str, count: int = 1) -> None:
@@ -112,3 +113,103 @@ async def test_4_a_hidden_folder_replaced_after_the_slot_started_stays_hidden(
     result = await attack(api, code)
     assert new not in result["stdout"] and old not in result["stdout"], result
     assert json.loads(result["stdout"]) == first
+
+
+# -- 6: one run reaching another that runs beside it, or a slot that waits -------------------
+
+#: Leaves something in every place a run can write or listen, then waits (a sleeper the
+#: host can see, under ``name``) and says whether any of it was touched meanwhile.
+VICTIM = r"""
+import ctypes, json, os, socket, subprocess, sys
+name = %(name)r
+for path in ("left", "/tmp/left", "/dev/shm/left"):
+    open(path, "w").write(name)
+os.mkfifo("fifo")
+listener = socket.socket(socket.AF_UNIX)
+listener.bind("\0" + name)
+listener.listen(5)
+listener.setblocking(False)
+libc = ctypes.CDLL(None, use_errno=True)
+shm = libc.shmget(0x6770, 4096, 0o1666)  # a System V segment anyone may attach
+subprocess.run([name, "30"], executable="/bin/sleep")  # killed by the test
+try:
+    listener.accept()
+    called = True
+except BlockingIOError:
+    called = False
+left = [open(p).read() == name for p in ("left", "/tmp/left", "/dev/shm/left")]
+print(json.dumps({"called": called, "left": left, "shm": shm >= 0}))
+"""
+
+#: Looks for the victim (and any waiting slot) everywhere a run could meet another.
+INTRUDER = r"""
+import glob, json, os, signal, socket
+name = %(name)r
+out = {}
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("\0" + name)
+    out["abstract"] = "connected"
+except OSError as exc:
+    out["abstract"] = type(exc).__name__
+here = os.getcwd()
+seen = []
+for pattern in ("/tmp/*", "/dev/shm/*", "/var/tmp/*", "/tmp/gitpilot-sandbox-*/*"):
+    seen += [p for p in glob.glob(pattern) if not os.path.realpath(p).startswith(here)]
+out["seen"] = sorted(set(seen))
+out["ipc"] = {kind: open(f"/proc/sysvipc/{kind}").read().count("\n") - 1
+              for kind in ("shm", "msg", "sem")}
+alive = []
+for pid in range(1, 5000):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        continue
+    except PermissionError:
+        pass  # there, though not its own
+    alive.append(pid)
+out["pids"] = alive
+# Every mount it may write to is its own run's (the size-capped tmpfs), /proc, /dev/pts
+# or one of bubblewrap's device nodes (null, zero, ...): nothing a second run shares.
+out["rw"] = []
+for line in open("/proc/self/mountinfo"):
+    fields, (fstype, source, _) = line.split(" - ")[0].split(), line.split(" - ")[1].split()
+    point = fields[4]
+    if "rw" not in fields[5].split(",") or source in ("gitpilot-run", "proc", "devpts"):
+        continue
+    if fstype == "devtmpfs" and os.path.dirname(point) == "/dev" and not os.path.isdir(point):
+        continue
+    out["rw"].append(f"{point} {fstype} {source}")
+out["kill"] = "not tried: it sees other processes"  # (then it would kill the host's)
+if alive == [1, 2]:
+    try:
+        os.kill(-1, signal.SIGKILL)  # everything it may signal, but itself and its init
+        out["kill"] = "sent"
+    except OSError as exc:
+        out["kill"] = type(exc).__name__
+print(json.dumps(out))
+"""
+
+
+async def test_6_a_run_cannot_reach_a_run_beside_it_or_a_waiting_slot(
+    api: Api, pool: str, reaper: list[str]
+) -> None:
+    name = nonce("victim")
+    reaper.append(name)
+    victim = asyncio.ensure_future(attack(api, VICTIM % {"name": name}, timeout_sec=60))
+    pid = await asyncio.to_thread(wait_for_process, name)
+    assert pid is not None, "the victim's sleeper never showed up"
+    await slots_waiting(api, pool)
+    result = await attack(api, INTRUDER % {"name": name})
+    assert result["exit_code"] == 0, result["stderr"]
+    seen = json.loads(result["stdout"])
+    os.kill(pid, 0)  # from outside: the victim still runs
+    os.kill(pid, signal.SIGKILL)
+    left = json.loads((await victim)["stdout"])
+    assert left == {"called": False, "left": [True, True, True], "shm": True}, left
+    assert seen["abstract"] == "ConnectionRefusedError", seen
+    assert seen["seen"] == [], seen["seen"]
+    assert seen["ipc"] == {"shm": 0, "msg": 0, "sem": 0}, seen["ipc"]
+    assert seen["pids"] == [1, 2], seen["pids"]  # bubblewrap's init and itself
+    assert seen["kill"] == "ProcessLookupError", seen  # nobody else to signal
+    assert seen["rw"] == [], seen["rw"]
