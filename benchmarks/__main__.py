@@ -27,6 +27,7 @@ BENCHMARKS = (
     "profile_run",
     "launch_chain",
     "batch",
+    "pool",
 )
 
 

@@ -131,14 +131,20 @@ class Context:
         """Iterations: ``full``, or a few in ``--quick`` mode (a smoke run)."""
         return max(3, full // 10) if self.quick else full
 
-    def server(self, isolation: str = "auto") -> LiveServer:
-        """A live Jupyter server whose subprocess backend uses ``isolation`` (auto / none)."""
-        if isolation not in self.servers:
-            self.servers[isolation] = start_live_server(
-                self.workdir / f"server-{isolation}",
+    def server(self, isolation: str = "auto", *args: str) -> LiveServer:
+        """A live Jupyter server whose subprocess backend uses ``isolation`` (auto / none).
+
+        ``args`` are more server options (e.g. ``--SandboxApp.pool=auto``); without
+        them the warm pool is off: every run starts cold.
+        """
+        key = " ".join((isolation, *args))
+        if key not in self.servers:
+            self.servers[key] = start_live_server(
+                self.workdir / f"server-{len(self.servers)}",
                 env={"GITPILOT_SANDBOX_ISOLATION": isolation},
+                args=args,
             )
-        return self.servers[isolation]
+        return self.servers[key]
 
     def layers(self, isolation: str) -> list[str]:
         """The isolation layers the server reports as in force."""

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import httpx
+
+from tests.support.live_server import LiveServer
 
 from .common import Context, Measure, percentile, plan_and_approve
 
@@ -30,10 +33,10 @@ async def _poll_status(
         await asyncio.sleep(0.02)
 
 
-async def _run_all(
-    ctx: Context, tokens: list[str]
-) -> tuple[float, list[float], list[dict[str, object]]]:
-    server = ctx.server("auto")
+async def burst(
+    server: LiveServer, tokens: list[str]
+) -> tuple[float, list[float], list[dict[str, Any]]]:
+    """Send the approved runs at once, poll the status meanwhile: wall, latencies, results."""
     latencies: list[float] = []
     stop = asyncio.Event()
     async with server.async_client() as http, server.async_client() as poll_http:
@@ -41,13 +44,7 @@ async def _run_all(
         poller = asyncio.create_task(_poll_status(poll_http, stop, latencies))
         started = time.perf_counter()
         answers = await asyncio.gather(
-            *(
-                http.post(
-                    "/api/sandbox/run",
-                    json={"language": "bash", "code": CODE, "approval_token": token},
-                )
-                for token in tokens
-            )
+            *(http.post("/api/sandbox/run", json={"approval_token": token}) for token in tokens)
         )
         wall = time.perf_counter() - started
         stop.set()
@@ -61,7 +58,7 @@ def run(ctx: Context) -> list[Measure]:
     with ctx.http("auto") as http:
         http.get("/api/sandbox/status")
         tokens = [plan_and_approve(http, "bash", CODE) for _ in range(SNIPPETS)]
-    wall, latencies, results = asyncio.run(_run_all(ctx, tokens))
+    wall, latencies, results = asyncio.run(burst(ctx.server("auto"), tokens))
     failed = [r for r in results if r.get("exit_code") != 0]
     p99 = percentile(latencies, 99)
     return [

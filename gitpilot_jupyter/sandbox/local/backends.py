@@ -129,6 +129,19 @@ async def _feed_slot(slot: Slot, code: str, stdin: str | None) -> None:
         await _feed_pipe(pipe, stdin)
 
 
+async def _cleanup(launch: Launch, workdir: Path) -> None:
+    """Remove the run's cgroup and folder before the answer, off the event loop (a
+    burst of runs ending together would otherwise stall every other request)."""
+
+    def both() -> None:
+        try:
+            launch.cleanup()
+        finally:
+            remove_tree(workdir)
+
+    await asyncio.shield(asyncio.to_thread(both))
+
+
 class Child(Protocol):
     """What the backend uses of a running chain (an asyncio process, or a warm slot's)."""
 
@@ -330,8 +343,7 @@ class SubprocessSandbox(SandboxBackend):
                     feed = _feed_stdin(proc, request.stdin) if request.stdin is not None else None
                     await self._supervise(request, launch, proc, feed, result, on_output)
             finally:
-                launch.cleanup()
-                remove_tree(workdir)
+                await _cleanup(launch, workdir)
         finally:
             if pool is not None and key is not None:
                 pool.done(key)
@@ -367,8 +379,7 @@ class SubprocessSandbox(SandboxBackend):
             if slot.popen.stdin is not None:
                 with contextlib.suppress(OSError):
                     slot.popen.stdin.close()
-            slot.launch.cleanup()
-            remove_tree(slot.workdir)
+            await _cleanup(slot.launch, slot.workdir)
         return True
 
     def _prepare(self, request: RunRequest, interpreter: str) -> tuple[Path, Launch]:

@@ -59,6 +59,10 @@ _TICK_SEC = 5.0
 _READY_WAIT_SEC = 5.0
 _READY_POLL_SEC = 0.002
 _READ_SIZE = 65536
+#: How old the host's view compared at hand-out may be: runs handed out together (a
+#: burst) share one look instead of one each. A cold run's view is older than this by
+#: the time its bubblewrap starts.
+FINGERPRINT_TTL_SEC = 0.02
 
 
 @dataclass(frozen=True)
@@ -345,6 +349,7 @@ class WarmPool:
         self.config = config
         self._spawn = spawn
         self._fingerprint = fingerprint
+        self._looked: dict[PoolKey, tuple[float, Hashable]] = {}
         self._idle: dict[PoolKey, deque[Slot]] = {}
         self._starting: dict[PoolKey, int] = {}
         self._demand: dict[PoolKey, _Demand] = {}
@@ -413,7 +418,11 @@ class WarmPool:
 
     def _current(self, slot: Slot) -> bool:
         """True when the host still looks as it did when the slot was made."""
-        if self._fingerprint(slot.key) == slot.fingerprint:
+        now = time.monotonic()
+        looked = self._looked.get(slot.key)
+        if looked is None or now - looked[0] > FINGERPRINT_TTL_SEC:
+            looked = self._looked[slot.key] = (now, self._fingerprint(slot.key))
+        if looked[1] == slot.fingerprint:
             return True
         # Something of the view changed (a credential folder appeared, a network
         # address moved): every slot made before is out of date.
@@ -544,6 +553,7 @@ class WarmPool:
         with self._lock:
             slots = [s for q in self._idle.values() for s in q]
             self._idle.clear()
+            self._looked.clear()
         for slot in slots:
             self._retire(slot)
 

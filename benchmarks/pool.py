@@ -1,0 +1,368 @@
+"""Benchmark 9, the warm pool: issue #16's target table, side by side in one run.
+
+Every ratio is to a bare spawn of the same interpreter (``python -c 'print(2+2)'``)
+measured in the same interleaved loop, so drift in machine load hits every path
+alike. Servers: one with the pool (``--SandboxApp.pool=auto``), one without
+(every run cold, a pool miss). In-process: the core's ``run_approved_here``
+(plan, approve, run) with and without a pool. In one kernel: IPython's
+``%%script python`` against ``%%sandbox`` through the pooled server and with the
+core in the kernel. Then 32 concurrent ``sleep 1`` on the pooled server (warm:
+after a first burst taught the pool the demand), the phases of a warm run, and
+the memory an idle slot holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import start_new_kernel
+
+from gitpilot_jupyter.sandbox.backend import RunRequest
+from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
+from gitpilot_jupyter.sandbox.local.cleanup import remove_tree
+from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator, _descendants
+from gitpilot_jupyter.sandbox.local.pool import PoolConfig, WarmChild
+from gitpilot_jupyter.sandbox.service import SandboxService
+from gitpilot_jupyter.sandbox.settings import SettingsStore
+
+from .common import Context, Measure, bare_spawn, median, percentile, plan_and_approve, rest_run
+from .concurrency import burst
+from .overhead import _cell_seconds
+
+BENCH = "pool"
+CODE = "print(2+2)"
+SNIPPETS = 32
+POOLED = ("--SandboxApp.pool=auto", f"--SandboxApp.pool_max_slots={SNIPPETS + 1}")
+
+
+def _ratio(
+    name: str, seconds: float, bare: float, target: str, ok: bool | None, note: str
+) -> Measure:
+    return Measure(
+        BENCH,
+        f"{name} / bare spawn",
+        round(seconds / bare, 2),
+        "x",
+        target=target,
+        ok=ok,
+        note=f"{seconds * 1000:.1f} ms vs {bare * 1000:.1f} ms; {note}",
+    )
+
+
+def _service(ctx: Context, mode: str) -> SandboxService:
+    folder = ctx.workdir / f"service-{mode}"
+    return SandboxService(settings=SettingsStore(folder), pool=PoolConfig(mode=mode))
+
+
+def rest_and_in_process(ctx: Context) -> list[Measure]:
+    """Bare spawn, REST warm and cold, in-process warm and cold: one interleaved loop."""
+    warm_http = ctx.server("auto", *POOLED).client()
+    cold_http = ctx.server("auto").client()
+    services = {"warm": _service(ctx, "auto"), "cold": _service(ctx, "off")}
+    loop = asyncio.new_event_loop()
+    samples: dict[str, list[float]] = {
+        k: [] for k in ("bare", "rest warm", "rest cold", "here warm", "here cold")
+    }
+    warm_hits = {"rest warm": 0, "here warm": 0}
+
+    def here(kind: str) -> dict[str, Any]:
+        _plan, result = loop.run_until_complete(
+            services[kind].run_approved_here(language="python", code=CODE)
+        )
+        return result.to_dict()
+
+    paths = {
+        "rest warm": lambda: rest_run(warm_http, "python", CODE),
+        "rest cold": lambda: rest_run(cold_http, "python", CODE),
+        "here warm": lambda: here("warm"),
+        "here cold": lambda: here("cold"),
+    }
+    try:
+        for _ in range(5):  # warm up: imports, probes, caches, the pools' demand
+            bare_spawn(CODE)
+            for call in paths.values():
+                call()
+        runs = ctx.n(60)
+        for _ in range(runs):
+            samples["bare"].append(bare_spawn(CODE))
+            for name, call in paths.items():
+                time.sleep(0.03)  # a user's pace, not a flood: the pool refills between
+                started = time.perf_counter()
+                result = call()
+                samples[name].append(time.perf_counter() - started)
+                assert result["stdout"] == "4\n", result
+                if name in warm_hits:
+                    warm_hits[name] += bool(result.get("warm"))
+    finally:
+        warm_http.close()
+        cold_http.close()
+        for service in services.values():
+            loop.run_until_complete(service.aclose())
+        loop.close()
+    bare = median(samples["bare"])
+    hits = {k: f"{v}/{runs} runs warm" for k, v in warm_hits.items()}
+    rest_warm, rest_cold = median(samples["rest warm"]), median(samples["rest cold"])
+    here_warm, here_cold = median(samples["here warm"]), median(samples["here cold"])
+    return [
+        Measure(BENCH, "bare spawn of python -c", round(bare * 1000, 1), "ms", note="median"),
+        _ratio(
+            "REST plan + approve + run, warm",
+            rest_warm,
+            bare,
+            "<= 1.0x",
+            rest_warm <= bare,
+            f"full containment; {hits['rest warm']}",
+        ),
+        _ratio(
+            "in-process run, warm",
+            here_warm,
+            bare,
+            "<= 0.5x",
+            here_warm <= 0.5 * bare,
+            f"core's plan + approve + run; {hits['here warm']}",
+        ),
+        _ratio(
+            "REST, cold (pool miss)",
+            rest_cold,
+            bare,
+            "<= 2.0x",
+            rest_cold <= 2 * bare,
+            "full containment, pool off: the launch chain on the run's path",
+        ),
+        _ratio(
+            "in-process run, cold (pool miss)",
+            here_cold,
+            bare,
+            "<= 2.0x",
+            here_cold <= 2 * bare,
+            "full containment, pool off",
+        ),
+    ]
+
+
+def kernel(ctx: Context) -> list[Measure]:
+    """In one kernel launched as the server launches them: %%script python vs %%sandbox."""
+    server = ctx.server("auto", *POOLED)
+    env = {**server.env, "JUPYTER_TOKEN": "", "GITPILOT_SANDBOX_POOL": "auto"}
+    km, kc = start_new_kernel(kernel_name="python3", env=env)
+    try:
+        runs = ctx.n(40)
+        setup = "%load_ext gitpilot_jupyter\n%config SandboxMagics.show_footer = False"
+        kc.execute_interactive(setup, timeout=60)
+        script = _cell_seconds(kc, f"%%script {sys.executable}\n{CODE}", "4", runs)
+        kc.execute_interactive(
+            f"%config SandboxMagics.server = '{server.url}'\n"
+            f"%config SandboxMagics.server_token = '{server.token}'",
+            timeout=30,
+        )
+        rest = _cell_seconds(kc, f"%%sandbox\n{CODE}", "4", runs)
+        kc.execute_interactive("%config SandboxMagics.server = 'local'", timeout=30)
+        local = _cell_seconds(kc, f"%%sandbox\n{CODE}", "4", runs)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    return [
+        Measure(
+            BENCH,
+            "%%sandbox python (server, warm) / %%script python",
+            round(rest / script, 2),
+            "x",
+            target="< 1.0x",
+            ok=rest < script,
+            note=f"{rest * 1000:.1f} ms vs {script * 1000:.1f} ms, same kernel; the default "
+            "path of a kernel the server launched",
+        ),
+        Measure(
+            BENCH,
+            "%%sandbox python (core in the kernel, warm) / %%script python",
+            round(local / script, 2),
+            "x",
+            target="< 1.0x",
+            ok=local < script,
+            note=f"{local * 1000:.1f} ms vs {script * 1000:.1f} ms, same kernel",
+        ),
+    ]
+
+
+def concurrency(ctx: Context) -> list[Measure]:
+    """32 concurrent ``sleep 1`` on the pooled server, once the pool knows the demand."""
+    server = ctx.server("auto", *POOLED)
+    with server.client() as http:
+        first = [plan_and_approve(http, "bash", "sleep 1") for _ in range(SNIPPETS)]
+        asyncio.run(burst(server, first))  # teaches the pool: 32 at once
+        deadline = time.monotonic() + 120
+        while http.get("/api/sandbox/status").json()["pool"]["idle"] < SNIPPETS:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the pool did not refill to 32 slots in 120 s")
+            time.sleep(0.2)
+        tokens = [plan_and_approve(http, "bash", "sleep 1") for _ in range(SNIPPETS)]
+    wall, latencies, results = asyncio.run(burst(server, tokens))
+    failed = [r for r in results if r.get("exit_code") != 0]
+    warm = sum(bool(r.get("warm")) for r in results)
+    p99 = percentile(latencies, 99)
+    return [
+        Measure(
+            BENCH,
+            f"{SNIPPETS} concurrent `sleep 1`, warm: wall time",
+            round(wall, 3),
+            "s",
+            target="<= 1.25 s",
+            ok=wall <= 1.25 and not failed,
+            note=f"{warm}/{SNIPPETS} warm, {len(failed)} failed; pool_max_slots={SNIPPETS + 1}",
+        ),
+        Measure(
+            BENCH,
+            "GET /status p99 while they run (and the pool refills)",
+            round(p99 * 1000, 1),
+            "ms",
+            target="<= 50 ms",
+            ok=p99 <= 0.05,
+            note=f"{len(latencies)} requests, p50 {percentile(latencies, 50) * 1000:.1f} ms",
+        ),
+    ]
+
+
+async def _profile(backend: SubprocessSandbox, runs: int) -> dict[str, list[float]]:
+    """The phases of warm runs, done step by step as the backend does them."""
+    phases: dict[str, list[float]] = {"take": [], "deliver": [], "child": [], "cleanup": []}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    request = RunRequest(language="python", code=CODE, timeout_sec=10, env=env)
+    interpreter = backend.interpreters.resolve("python")
+    assert interpreter is not None
+    key = backend._key(request, interpreter)
+    pool = backend.pool()
+    assert pool is not None
+    await backend.run(request)  # the pool learns the key
+    for _ in range(runs):
+        while pool.idle() < 1:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        t0 = time.perf_counter()
+        slot = pool.take(key)
+        t1 = time.perf_counter()
+        assert slot is not None
+        child = WarmChild(slot.popen)
+        await child.attach()
+        await slot.deliver(CODE)
+        t2 = time.perf_counter()
+        assert child.stdout is not None
+        out = await child.stdout.read()
+        await child.wait()
+        t3 = time.perf_counter()
+        slot.launch.kill_all()
+        child.close_pipes()
+        slot.close_fds()
+        slot.launch.cleanup()
+        remove_tree(slot.workdir)
+        t4 = time.perf_counter()
+        pool.done(key)
+        assert out == b"4\n", out
+        for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            phases[name].append(seconds)
+    return phases
+
+
+def _slot_memory(backend: SubprocessSandbox) -> tuple[float, float, int]:
+    """Median PSS and RSS (MiB) of an idle slot's processes, and how many it has."""
+    pool = backend.pool()
+    assert pool is not None
+    pss, rss, count = [], [], 0
+    for queue in pool._idle.values():
+        for slot in queue:
+            pids = [slot.popen.pid, *_descendants(slot.popen.pid)]
+            count = len(pids)
+            kb = {"Pss:": 0, "Rss:": 0}
+            for pid in pids:
+                for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                    field = line.split()
+                    if field and field[0] in kb:
+                        kb[field[0]] += int(field[1])
+            pss.append(kb["Pss:"] / 1024)
+            rss.append(kb["Rss:"] / 1024)
+    return median(pss), median(rss), count
+
+
+def profile_and_memory(ctx: Context) -> list[Measure]:
+    """Where a warm run's time goes; what an idle slot holds (network off and on)."""
+    out: list[Measure] = []
+    config = PoolConfig(mode="auto", max_slots=4, min_slots=4)
+    backend = SubprocessSandbox(isolator=LayeredIsolator(), pool=config)
+    bare = median([bare_spawn(CODE) for _ in range(ctx.n(30))])
+
+    async def measure() -> tuple[dict[str, list[float]], tuple[float, float, int]]:
+        try:
+            phases = await _profile(backend, ctx.n(30))
+            pool = backend.pool()
+            assert pool is not None
+            while pool.idle() < 4:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1)
+            return phases, _slot_memory(backend)
+        finally:
+            await backend.aclose()
+
+    phases, (pss, rss, count) = asyncio.run(measure())
+    parts = ", ".join(f"{k} {median(v) * 1000:.2f} ms" for k, v in phases.items())
+    total = sum(median(v) for v in phases.values())
+    out.append(
+        Measure(
+            BENCH,
+            "warm run, phases (python, network off)",
+            round(total * 1000, 1),
+            "ms",
+            note=f"{parts}; bare spawn {bare * 1000:.1f} ms (the child phase holds the "
+            "interpreter's whole start-up)",
+        )
+    )
+    out.append(
+        Measure(
+            BENCH,
+            "idle slot memory (python, network off)",
+            round(pss, 2),
+            "MiB PSS",
+            note=f"RSS {rss:.1f} MiB over {count} processes (bwrap's monitor and its "
+            "child waiting for the code); tmpfs empty",
+        )
+    )
+    net = SubprocessSandbox(isolator=LayeredIsolator(), pool=config)
+
+    async def measure_net() -> tuple[float, float, int]:
+        request = RunRequest(
+            language="python",
+            code=CODE,
+            timeout_sec=10,
+            allow_network=True,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        )
+        try:
+            await net.run(request)
+            pool = net.pool()
+            assert pool is not None
+            while pool.idle() < 4:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1)
+            return _slot_memory(net)
+        finally:
+            await net.aclose()
+
+    pss, rss, count = asyncio.run(measure_net())
+    out.append(
+        Measure(
+            BENCH,
+            "idle slot memory (network on: slirp4netns too)",
+            round(pss, 2),
+            "MiB PSS",
+            note=f"RSS {rss:.1f} MiB over {count} processes",
+        )
+    )
+    return out
+
+
+def run(ctx: Context) -> list[Measure]:
+    """The target table, the profile and the memory."""
+    return rest_and_in_process(ctx) + kernel(ctx) + concurrency(ctx) + profile_and_memory(ctx)
