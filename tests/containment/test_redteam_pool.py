@@ -23,7 +23,7 @@ import pytest
 
 from tests.server.helpers import Api
 
-from .conftest import attack, nonce, wait_for_process
+from .conftest import attack, nonce, runs_drop_groups, status_fields, wait_for_process
 
 
 async def slots_waiting(api: Api, pool: str, count: int = 1) -> None:
@@ -213,3 +213,75 @@ async def test_6_a_run_cannot_reach_a_run_beside_it_or_a_waiting_slot(
     assert seen["pids"] == [1, 2], seen["pids"]  # bubblewrap's init and itself
     assert seen["kill"] == "ProcessLookupError", seen  # nobody else to signal
     assert seen["rw"] == [], seen["rw"]
+
+
+# -- 3: id games inside the run (the maps, setgroups, setuid, the setuid helpers) ------------
+
+ID_GAMES = r"""
+import errno, json, os, subprocess
+out = {}
+for name, text in (("uid_map", "0 0 1\n"), ("gid_map", "0 0 1\n"), ("setgroups", "allow\n")):
+    try:
+        fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+            out[name] = "written"
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        out[name] = type(exc).__name__
+for name, call in (
+    ("setgroups([0])", lambda: os.setgroups([0])),
+    ("setuid(0)", lambda: os.setuid(0)),
+    ("setgid(0)", lambda: os.setgid(0)),
+    ("setresuid(server)", lambda: os.setresuid(%(server)d, %(server)d, %(server)d)),
+):
+    try:
+        call()
+        out[name] = "done"
+    except OSError as exc:
+        out[name] = errno.errorcode[exc.errno]  # EINVAL: an id this namespace does not map
+# The setuid-root helpers that write maps, and a nested user namespace.
+for argv in (["newuidmap", "1", "0", "%(server)d", "1"], ["newgidmap", "1", "0", "0", "1"],
+             ["unshare", "--user", "--map-root-user", "id", "-u"]):
+    done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    out[argv[0]] = done.returncode
+out["ids"] = [os.getresuid(), os.getresgid(), os.getgroups()]
+# Seen from the host while this sleeps.
+subprocess.run([%(name)r, "20"], executable="/bin/sleep")
+print(json.dumps(out))
+"""
+
+
+async def test_3_id_games_change_nothing_the_host_sees(api: Api, reaper: list[str]) -> None:
+    from gitpilot_jupyter.sandbox.local import namespaces
+
+    tool, _ = namespaces.detect("bwrap")
+    assert tool is not None and tool.confine is not None
+    name = nonce("ids")
+    reaper.append(name)
+    code = ID_GAMES % {"name": name, "server": os.getuid()}
+    run = asyncio.ensure_future(attack(api, code))
+    pid = await asyncio.to_thread(wait_for_process, name)
+    assert pid is not None, "the snippet's sleeper never showed up"
+    creds = status_fields(pid)
+    maps = {f: Path(f"/proc/{pid}/{f}").read_text().split() for f in ("uid_map", "gid_map")}
+    no_new_privs = "NoNewPrivs:\t1" in Path(f"/proc/{pid}/status").read_text()
+    os.kill(pid, signal.SIGKILL)
+    seen = json.loads((await run)["stdout"])
+    # From inside: nothing written, nothing changed, no helper and no nested namespace.
+    assert {k: seen[k] for k in ("uid_map", "gid_map", "setgroups")} == {
+        "uid_map": "PermissionError",
+        "gid_map": "PermissionError",
+        "setgroups": "PermissionError",
+    }, seen
+    games = ("setgroups([0])", "setuid(0)", "setgid(0)", "setresuid(server)")
+    assert {seen[k] for k in games} <= {"EPERM", "EINVAL"}, seen
+    assert seen["newuidmap"] != 0 and seen["newgidmap"] != 0 and seen["unshare"] != 0, seen
+    # From outside: one id mapped, the run's own; no groups, no capabilities, no new privileges.
+    uid, gid = tool.confine.run_ids()
+    assert maps["uid_map"][1:] == [str(uid), "1"] and maps["gid_map"][1:] == [str(gid), "1"], maps
+    assert creds["Uid"] == [str(uid)] * 4 and creds["Gid"] == [str(gid)] * 4, creds
+    if runs_drop_groups():
+        assert creds["Groups"] == [], creds
+    assert int(creds["CapEff"][0], 16) == 0 and no_new_privs, creds
