@@ -285,3 +285,53 @@ async def test_3_id_games_change_nothing_the_host_sees(api: Api, reaper: list[st
     if runs_drop_groups():
         assert creds["Groups"] == [], creds
     assert int(creds["CapEff"][0], 16) == 0 and no_new_privs, creds
+
+
+# -- stdin: a run without it reads end of file at once; one with it gets it whole -------------
+
+STDIN = r"""
+import os, sys, time
+started = time.monotonic()
+data = sys.stdin.read()
+print(os.readlink("/proc/self/fd/0")[:5], len(data), data[:3], time.monotonic() - started < 1)
+"""
+
+
+async def test_stdin_is_what_the_run_gave_and_nothing_waits_on_it(api: Api) -> None:
+    seen = []
+    for stdin in (None, "", "abc", "x" * 200_000):
+        extra = {} if stdin is None else {"stdin": stdin}
+        result = await attack(api, STDIN, timeout_sec=10, **extra)
+        seen.append(result["stdout"])
+    assert seen == [
+        "/dev/ 0  True\n",  # a slot kept for runs with stdin is never handed this one
+        "pipe: 0  True\n",
+        "pipe: 3 abc True\n",
+        "pipe: 200000 xxx True\n",
+    ]
+    # A snippet that never reads a big stdin still ends at its timeout.
+    started = time.monotonic()
+    result = await attack(api, "import time; time.sleep(60)", timeout_sec=2, stdin="y" * 300_000)
+    assert result["timed_out"] and time.monotonic() - started < 20, result
+
+
+# -- the code itself: NUL bytes, sizes around the FIFO's buffer, other languages -------------
+
+
+async def test_odd_code_is_run_whole_and_as_given(api: Api) -> None:
+    show = "import sys\nprint(len(open(__file__, 'rb').read()))\n"
+    for size in (65535, 65536, 65537, 131072):  # around the FIFO's buffer (64 KiB)
+        code = show + "#" * (size - len(show) - 1) + "\n"
+        assert len(code.encode()) == size
+        result = await attack(api, code)
+        assert result["stdout"] == f"{size}\n", (size, result)
+    nul = await attack(api, "print('before')\0print('after')\n")
+    assert nul["exit_code"] == 1 and "null bytes" in nul["stderr"], nul
+    assert nul["stdout"] == ""
+    # Not valid UTF-8 once read as bytes? It arrives as text: the bytes are its UTF-8.
+    wide = await attack(api, "print(open(__file__, 'rb').read().decode())  # \u20ac\U0001f600\n")
+    assert "\u20ac\U0001f600" in wide["stdout"], wide
+    shell = await attack(
+        api, 'printf \'%s\\n\' "$0"; read -r line; echo "[$line]"', language="bash"
+    )
+    assert shell["exit_code"] == 0 and shell["stdout"].endswith("[]\n"), shell
