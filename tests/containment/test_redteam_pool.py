@@ -9,6 +9,7 @@ warm must behave exactly as cold) and is checked from outside.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -335,3 +336,67 @@ async def test_odd_code_is_run_whole_and_as_given(api: Api) -> None:
         api, 'printf \'%s\\n\' "$0"; read -r line; echo "[$line]"', language="bash"
     )
     assert shell["exit_code"] == 0 and shell["stdout"].endswith("[]\n"), shell
+
+
+# -- 7/8: a burst of runs: one fresh slot each, none outlives its run -------------------------
+
+MINE = r"""
+import json, os
+mark = %(mark)r
+print(json.dumps({"mark": mark, "mine": open(__file__).read().count(mark),
+                  "here": sorted(os.listdir(".")), "cwd": os.getcwd(),
+                  "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}))
+"""
+
+
+def chains() -> list[int]:
+    """This process's children that are a launch chain (the test server runs in it)."""
+    out = []
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            for pid in (task / "children").read_text().split():
+                with contextlib.suppress(OSError):
+                    argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                    if Path(argv0.decode(errors="replace")).name in ("bwrap", "unshare", "sh"):
+                        out.append(int(pid))
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (by the kernel's children lists)."""
+    found, todo = [], [pid]
+    while todo:
+        with contextlib.suppress(OSError):
+            here = todo.pop()
+            for task in Path(f"/proc/{here}/task").iterdir():
+                kids = [int(k) for k in (task / "children").read_text().split()]
+                found += kids
+                todo += kids
+    return found
+
+
+async def test_8_a_burst_of_runs_gets_one_fresh_slot_each(api: Api, pool: str) -> None:
+    marks = [nonce("burst") for _ in range(12)]
+    results = await asyncio.gather(
+        *(attack(api, MINE % {"mark": mark}, timeout_sec=60) for mark in marks)
+    )
+    seen = [json.loads(r["stdout"]) for r in results]
+    assert [s["mark"] for s in seen] == marks
+    assert all(s["mine"] == 1 and s["here"] == ["inline.py"] for s in seen), seen
+    assert all(s["pids"] == [1, 2] for s in seen), seen
+    assert len({s["cwd"] for s in seen}) == len(marks)  # twelve slots, each used once
+    # From outside: what is left of the server's launch chains is its waiting slots.
+    deadline = time.monotonic() + 30
+    while True:
+        state = (await api("GET", "api/sandbox/status")).body["pool"]
+        left = chains()
+        if state["starting"] == 0 and len(left) <= state["idle"]:
+            break
+        assert time.monotonic() < deadline, (left, state)
+        await asyncio.sleep(0.2)
+    assert state["idle"] <= state["max_slots"], state
+    for pid in left:  # each waits for its code: no interpreter runs in any of them
+        assert not any(
+            Path(f"/proc/{child}/exe").resolve() == Path(sys.executable).resolve()
+            for child in descendants(pid)
+        ), pid
