@@ -374,7 +374,10 @@ class WarmPool:
             self.stats["misses"] += 1
         else:
             self.stats["hits"] += 1
-        self._fill()
+        # While another slot of this key waits, the refill waits for the run's end
+        # (done): starting a slot beside a run slows the run on a small machine.
+        if slot is None or not self._idle.get(key):
+            self._fill()
         return slot
 
     async def acquire(self, key: PoolKey) -> Slot | None:
@@ -389,11 +392,12 @@ class WarmPool:
         return slot
 
     def done(self, key: PoolKey) -> None:
-        """A run of ``key`` (warm or cold) ended."""
+        """A run of ``key`` (warm or cold) ended: refill now."""
         with self._lock:
             demand = self._demand.get(key)
             if demand is not None:
                 demand.in_flight = max(0, demand.in_flight - 1)
+        self._fill()
 
     def _begin(self, key: PoolKey) -> None:
         now = time.monotonic()
