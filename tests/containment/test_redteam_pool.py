@@ -156,7 +156,10 @@ except OSError as exc:
 here = os.getcwd()
 seen = []
 for pattern in ("/tmp/*", "/dev/shm/*", "/var/tmp/*", "/tmp/gitpilot-sandbox-*/*"):
-    seen += [p for p in glob.glob(pattern) if not os.path.realpath(p).startswith(here)]
+    for path in glob.glob(pattern):
+        real = os.path.realpath(path)  # (its own run folder, and the folders above it)
+        if not real.startswith(here) and not here.startswith(real + "/"):
+            seen.append(path)
 out["seen"] = sorted(set(seen))
 out["ipc"] = {kind: open(f"/proc/sysvipc/{kind}").read().count("\n") - 1
               for kind in ("shm", "msg", "sem")}
