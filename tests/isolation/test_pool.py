@@ -25,6 +25,7 @@ from gitpilot_jupyter.sandbox.local.backends import NullSandbox, SubprocessSandb
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator, _cgroup_tree
 from gitpilot_jupyter.sandbox.local.pool import POOL_ENV, PoolConfig, WarmPool
 from gitpilot_jupyter.sandbox.results import RunResult
+from gitpilot_jupyter.sandbox.sync import run_sync
 from tests.support.live_server import start_live_server
 from tests.support.system import require_system
 
@@ -402,3 +403,21 @@ def test_the_cli_keeps_no_pool_for_one_command_unless_asked(
     assert make_client(pool="auto").service.backends.subprocess.pool_config.mode == "auto"
     monkeypatch.setenv(POOL_ENV, "always")
     assert make_client().service.backends.subprocess.pool_config.mode == "always"
+
+
+def test_calls_each_on_a_loop_of_their_own_stay_warm() -> None:
+    # A kernel cell: run_sync runs each call on a new loop in a worker thread, which
+    # is gone before the pool's workers finish; the refill must not wait for it.
+    backend = pooled()
+    results: list[RunResult] = []
+
+    async def cell() -> None:
+        for _ in range(6):
+            results.append(run_sync(backend.run(request("print(1)"))))
+            await asyncio.sleep(0.5)
+
+    try:
+        asyncio.run(cell())
+    finally:
+        asyncio.run(backend.aclose())
+    assert [r.warm for r in results] == [False] + [True] * 5

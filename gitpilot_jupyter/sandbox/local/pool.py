@@ -367,7 +367,9 @@ class WarmPool:
 
     def take(self, key: PoolKey) -> Slot | None:
         """A ready, current slot of ``key`` (counted as a run of it), or None: go cold."""
-        self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a new loop (run_sync makes one per call in a kernel)
+            self._loop, self._tick = loop, None
         self._begin(key)
         slot = self._pop(key)
         if slot is None:
@@ -469,7 +471,8 @@ class WarmPool:
         if self._closed:
             return
         self._sweep()
-        room = self.config.spawn_concurrency - len(self._spawning)
+        with self._lock:
+            room = self.config.spawn_concurrency - len(self._spawning)
         for key in self._deficits()[: max(0, room)]:
             self._start(key)
         if self._tick is None and self._loop is not None and (self._idle or self._spawning):
@@ -489,20 +492,20 @@ class WarmPool:
         with self._lock:
             self._starting[key] = self._starting.get(key, 0) + 1
         future = self._executor.submit(self._spawn_ready, key)
-        self._spawning.add(future)
+        with self._lock:
+            self._spawning.add(future)
         future.add_done_callback(self._started)
         return future
 
     def _started(self, future: Future[None]) -> None:
-        # In the worker thread: look again on the loop (if it still runs).
+        # In the worker thread: its place is free now, whatever became of the loop
+        # (a loop closed meanwhile, as run_sync's, never runs a callback again).
+        with self._lock:
+            self._spawning.discard(future)
         loop = self._loop
         if loop is not None:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._refill_after, future)
-
-    def _refill_after(self, future: Future[None]) -> None:
-        self._spawning.discard(future)
-        self._fill()
+            with contextlib.suppress(RuntimeError):  # closed: the next take() looks
+                loop.call_soon_threadsafe(self._fill)
 
     def _spawn_ready(self, key: PoolKey) -> None:
         # In a worker thread. The slot is handed to the pool here, not through the loop:
