@@ -362,6 +362,7 @@ class SubprocessSandbox(SandboxBackend):
             await asyncio.to_thread(slot.destroy)
             return False
         child = WarmChild(slot.popen)
+        supervised = False
         try:
             await child.attach()
             result.isolation = BASE_LAYERS + slot.launch.layers
@@ -369,11 +370,14 @@ class SubprocessSandbox(SandboxBackend):
             # dies while copying it (past the file-size cap) leaves the write waiting on
             # a FIFO nobody reads, and only the run's exit, timeout or stop end that.
             feed = _feed_slot(slot, request.code, request.stdin)
+            supervised = True  # from here on _supervise kills the tree however it ends
             await self._supervise(request, slot.launch, child, feed, result, on_output)
         finally:
-            # Killed before the FIFO closes: a hand-over cut short never runs part of the code.
-            slot.launch.kill_all()
-            _kill_group(slot.popen.pid)
+            if not supervised:
+                # Killed before the FIFO closes: a hand-over cut short never runs part of
+                # the code.
+                slot.launch.kill_all()
+                _kill_group(slot.popen.pid)
             slot.close_fds()
             child.close_pipes()
             if slot.popen.stdin is not None:
