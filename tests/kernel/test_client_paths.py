@@ -27,8 +27,8 @@ from gitpilot_jupyter.sandbox.settings import SettingsStore
 from gitpilot_jupyter.sandbox.sync import run_sync
 from tests.support.live_server import LiveServer
 
-#: Envelope fields that differ between any two runs.
-PER_RUN = {"run_id", "plan_id", "duration_ms", "sandbox_id"}
+#: Envelope fields that differ between any two runs (``warm``: whether a slot was waiting).
+PER_RUN = {"run_id", "plan_id", "duration_ms", "sandbox_id", "warm"}
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
 """Load: 1,000 sequential and 200 concurrent runs through a real server leave nothing behind.
 
-After the runs, the server holds no more file descriptors than after a warm-up,
-its private TMPDIR holds no run folder, no run cgroup is left, it has no child
-process (zombie or not), and its resident memory stayed within bounds.
+The server runs with its default warm pool. After the runs, what it still holds
+is exactly its waiting slots (as ``/status`` counts them): one run folder and one
+run cgroup per slot, every child process inside a slot's cgroup, and no more file
+descriptors than a warm-up's plus what the slots hold; its resident memory stayed
+within bounds. A process, folder or cgroup of a finished run is a leak.
 """
 
 from __future__ import annotations
@@ -11,14 +13,18 @@ import asyncio
 import contextlib
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 
 from gitpilot_jupyter.sandbox.local.layered import _descendants
 
-from .conftest import Live
+from tests.support.system import in_ci
+
+from .conftest import Live, start_live, stop_and_sweep
 
 SEQUENTIAL = 1_000
 CONCURRENT = 200
@@ -28,6 +34,8 @@ FD_SLACK = 8
 RSS_GROWTH_LIMIT_MB = 40
 #: How long the server may take to release what finished runs held.
 SETTLE_SEC = 15.0
+#: Descriptors the server holds per waiting slot: the FIFO's two ends, stdout, stderr.
+FDS_PER_SLOT = 4
 
 
 @dataclass
@@ -39,6 +47,18 @@ class Footprint:
     children: list[tuple[int, str]]
     run_dirs: list[str]
     cgroups: list[str]
+    #: Warm slots waiting or starting (``/status``): each owns one folder and one cgroup.
+    slots: int
+
+    @property
+    def cgroup_names(self) -> set[str]:
+        """One name per run cgroup (cgroup v1 has one folder per controller)."""
+        return {os.path.basename(path) for path in self.cgroups}
+
+    def strays(self) -> list[tuple[int, str]]:
+        """Children outside every remaining (slot) cgroup: processes a run left."""
+        names = self.cgroup_names
+        return [child for child in self.children if not _cgroup_names(child[0]) & names]
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
@@ -49,6 +69,23 @@ def _children(pid: int) -> list[tuple[int, str]]:
             state = Path(f"/proc/{child}/stat").read_text().rpartition(")")[2].split()[0]
             found.append((child, state))
     return found
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    """A real server with the default warm pool (the suite's servers have it off)."""
+    instance = start_live(tmp_path_factory.mktemp("live"), env={"GITPILOT_SANDBOX_POOL": "auto"})
+    yield instance
+    stop_and_sweep(instance)
+
+
+def _cgroup_names(pid: int) -> set[str]:
+    """The last path part of each cgroup ``pid`` is in, read from the host's ``/proc``."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return set()
+    return {os.path.basename(line.rpartition(":")[2]) for line in lines}
 
 
 def _run_cgroups(pid: int) -> list[str]:
@@ -76,13 +113,33 @@ def footprint(live: Live) -> Footprint:
         children=_children(pid),
         run_dirs=sorted(p.name for p in tmp.iterdir() if p.name.startswith("gitpilot-sandbox-")),
         cgroups=_run_cgroups(pid),
+        slots=_waiting_slots(live),
     )
+
+
+def _pool_in_use(live: Live, baseline: Footprint) -> None:
+    """Where the host allows a pool (always in CI), the runs go through its slots."""
+    pool = live.http.get("/api/sandbox/status").json()["pool"]
+    if pool["active"]:
+        assert baseline.slots >= 1 and pool["hits"] > 0, pool
+    else:
+        assert not in_ci(), f"no warm pool in CI: {pool['reason']}"
+
+
+def _waiting_slots(live: Live) -> int:
+    pool = live.http.get("/api/sandbox/status").json()["pool"]
+    return int(pool["idle"]) + int(pool["starting"])
+
+
+def _fd_limit(after: Footprint, baseline: Footprint) -> int:
+    return baseline.fds + FD_SLACK + FDS_PER_SLOT * max(0, after.slots - baseline.slots)
 
 
 def _settled(after: Footprint, baseline: Footprint) -> bool:
     return (
-        not (after.children or after.run_dirs or after.cgroups)
-        and after.fds <= baseline.fds + FD_SLACK
+        not after.strays()
+        and len(after.run_dirs) == len(after.cgroup_names) == after.slots
+        and after.fds <= _fd_limit(after, baseline)
     )
 
 
@@ -97,15 +154,17 @@ def assert_clean(live: Live, baseline: Footprint, what: str) -> Footprint:
     while not _settled(after, baseline) and time.monotonic() - started < SETTLE_SEC:
         time.sleep(0.25)
         after = footprint(live)
-    assert after.children == [], f"{what}: child processes left: {after.children}"
-    assert after.run_dirs == [], f"{what}: run folders left: {after.run_dirs[:5]}"
-    assert after.cgroups == [], f"{what}: run cgroups left: {after.cgroups[:5]}"
-    assert after.fds <= baseline.fds + FD_SLACK, f"{what}: fds {baseline.fds} -> {after.fds}"
+    assert after.strays() == [], f"{what}: child processes left: {after.strays()}"
+    slots = f"{after.slots} waiting slots"
+    assert len(after.run_dirs) == after.slots, f"{what}: {slots}, run folders {after.run_dirs}"
+    assert len(after.cgroup_names) == after.slots, f"{what}: {slots}, cgroups {after.cgroups}"
+    limit = _fd_limit(after, baseline)
+    assert after.fds <= limit, f"{what}: fds {baseline.fds} -> {after.fds} (limit {limit})"
     growth = after.rss_mb - baseline.rss_mb
     assert growth <= RSS_GROWTH_LIMIT_MB, f"{what}: RSS grew {growth:.1f} MB"
     print(
         f"{what}: fds {baseline.fds}->{after.fds}, RSS {baseline.rss_mb:.1f}->{after.rss_mb:.1f} MB"
-        f", settled after {time.monotonic() - started:.1f} s"
+        f", {after.slots} waiting slots, settled after {time.monotonic() - started:.1f} s"
     )
     return after
 
@@ -127,6 +186,7 @@ def test_a_thousand_sequential_runs_leak_nothing(live: Live) -> None:
         for _ in range(20):  # warm up caches, pools, probes
             assert http.post("/api/sandbox/run", json=_body(_token(http))).status_code == 200
         baseline = footprint(live)
+        _pool_in_use(live, baseline)
         failures = []
         for i in range(SEQUENTIAL):
             answer = http.post("/api/sandbox/run", json=_body(_token(http)))
