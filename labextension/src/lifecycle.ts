@@ -56,6 +56,33 @@ export function lifecycleBlocker(state: ILifecycleStatus): string | null {
   return null;
 }
 
+/** The most a notification shows of Docker's reason (JupyterLab cuts longer messages). */
+export const MAX_REASON = 100;
+
+/**
+ * Why a step failed, short enough for a notification: Docker's own reason, else the
+ * command and its exit code. Docker wraps its errors outer to inner, so the cause is
+ * at the end of its text (``...: bind: address already in use``): a long reason keeps
+ * its end. The full command and output stay in the panel's transcript.
+ */
+export function stepFailure(step: ILifecycleStep): string {
+  const lines = step.stderr
+    .split('\n')
+    .map(line => line.trim())
+    .filter(Boolean);
+  const reason = lines[lines.length - 1];
+  if (!reason) {
+    const command = step.cmd.split(' ').slice(0, 2).join(' ');
+    return trans.__('%1 exited with %2', command, step.exit_code);
+  }
+  if (reason.length <= MAX_REASON) {
+    return reason;
+  }
+  const tail = reason.slice(-(MAX_REASON - 1));
+  const space = tail.indexOf(' ');
+  return '…' + (space > 0 && space < 30 ? tail.slice(space + 1) : tail);
+}
+
 /** One step as a collapsible transcript: the docker command, its exit code and output. */
 export function renderStep(step: ILifecycleStep): HTMLElement {
   const details = el('details', 'jp-gitpilot-step');
@@ -170,7 +197,7 @@ export class LifecycleCard {
       if (answer.ok === false || broken) {
         throw new Error(
           broken
-            ? trans.__('%1 exited with %2', broken.cmd, broken.exit_code)
+            ? stepFailure(broken)
             : trans.__('see the transcript in Sandbox Settings')
         );
       }

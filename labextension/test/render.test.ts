@@ -3,7 +3,12 @@
 import { decorateCodeBlocks, ICodeBlock } from '../src/codeblocks';
 import { fenceLanguage, fileLanguage, statusText } from '../src/labels';
 import { MAX_ENTRIES, MAX_OUTPUT, RunHistory } from '../src/history';
-import { lifecycleBlocker, renderStep } from '../src/lifecycle';
+import {
+  lifecycleBlocker,
+  MAX_REASON,
+  renderStep,
+  stepFailure
+} from '../src/lifecycle';
 import { OutputView, renderPlan } from '../src/render';
 import type { IPlan, IRunResult, IStatus } from '../src/types';
 
@@ -281,6 +286,30 @@ describe('labels', () => {
 });
 
 describe('lifecycle', () => {
+  const failed = (stderr: string) => ({
+    cmd: 'docker run -d --name gitpilot-matrixlab-runner --restart unless-stopped -p 127.0.0.1:8765:8000 -v /var/run/docker.sock:/var/run/docker.sock runner:latest',
+    exit_code: 1,
+    stdout: '',
+    stderr,
+    duration_ms: 40
+  });
+
+  it("says why a step failed in Docker's words, not with its command line", () => {
+    const cause =
+      'driver failed programming external connectivity on endpoint gitpilot-matrixlab-runner (0123456789abcdef0123456789abcdef): Error starting userland proxy: listen tcp4 127.0.0.1:8765: bind: address already in use';
+    const reason = stepFailure(failed(cause));
+    expect(reason.length).toBeLessThanOrEqual(MAX_REASON);
+    expect(reason).toMatch(/^….*bind: address already in use$/);
+    expect(reason).not.toContain('docker run');
+    expect(stepFailure(failed('No such image: runner:latest\n'))).toBe(
+      'No such image: runner:latest'
+    );
+  });
+
+  it('names the docker command when Docker gave no reason', () => {
+    expect(stepFailure(failed(''))).toBe('docker run exited with 1');
+  });
+
   it('names the flag when the lifecycle is off', () => {
     const state = {
       installed: false,

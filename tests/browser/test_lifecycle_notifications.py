@@ -155,6 +155,9 @@ def test_a_failed_start_says_why_and_stays_on_screen(
         act(panel, "start")
         failed = toast(page, re.compile(r"^Starting the MatrixLab Runner failed: "))
         expect(failed).to_be_visible(timeout=ACTION_SEC * 1000)
+        # Docker's reason, not the command line (that stays in the panel's transcript).
+        expect(failed).to_contain_text(re.compile(r"already (in use|allocated)"))
+        expect(failed).not_to_contain_text("docker run")
     page.wait_for_timeout(500)
     screenshot(page, "lifecycle-failed-notification-light")
     # An error stays until dismissed (success toasts close by themselves).
