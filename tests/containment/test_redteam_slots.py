@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import time
+from typing import Any
 
 import pytest
 
@@ -32,9 +34,10 @@ def pool() -> str:
     return "warm"
 
 
-def request(code: str, **extra: object) -> RunRequest:
+def request(code: str, **extra: Any) -> RunRequest:
+    extra.setdefault("limits", SMALL)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    return RunRequest(language="python", code=code, env=env, limits=SMALL, **extra)  # type: ignore[arg-type]
+    return RunRequest(language="python", code=code, env=env, **extra)
 
 
 @pytest.mark.parametrize("ended_by", ["stop", "timeout"])
@@ -94,3 +97,55 @@ def test_7_a_hand_over_cut_short_runs_no_part_of_the_code(ended_by: str, reaper:
     assert result.warm and result.exit_code == -1, result
     assert (result.cancelled, result.timed_out) == (ended_by == "stop", ended_by == "timeout")
     assert took < 30
+
+
+FORKS = r"""
+import os, time
+forked = 0
+for _ in range(12):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(2)
+        os._exit(0)
+    forked += 1
+print(forked)
+"""
+
+
+def test_8_waiting_slots_take_nothing_of_a_runs_process_allowance() -> None:
+    # Without a pids cgroup (a server that is not root and has none delegated) the
+    # process cap is RLIMIT_NPROC, which the kernel counts over every process of the
+    # server's user namespaces together: eight waiting slots would take most of a
+    # 16-process allowance, and slots past it would fail to start, again and again.
+    limits = dataclasses.replace(SMALL, max_processes=16)
+    backend = SubprocessSandbox(
+        isolator=LayeredIsolator("bwrap", cgroups=False),
+        pool=PoolConfig(mode="auto", max_slots=8, min_slots=8),
+    )
+    results: list[RunResult] = []
+    why: list[str | None] = []
+
+    async def body() -> None:
+        results.append(await backend.run(request(FORKS, timeout_sec=20, limits=limits)))
+        why.append(backend.pool_error())
+        pool = backend.pool()
+        if pool is not None:  # a pool here: let it fill up first
+            deadline = time.monotonic() + 60
+            while pool.idle() < 8 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+        results.append(await backend.run(request(FORKS, timeout_sec=20, limits=limits)))
+
+    try:
+        asyncio.run(body())
+    finally:
+        asyncio.run(backend.aclose())
+    first, second = results
+    assert first.exit_code == 0 and second.exit_code == 0, [(r.stderr, r.warm) for r in results]
+    # Both get their allowance (less what the user's other processes use meanwhile):
+    # the first while slots start, the second (warm, if there is a pool) with eight waiting.
+    assert min(int(first.stdout), int(second.stdout)) >= 4, (first.stdout, second.stdout)
+    if "rlimit-nproc" in first.isolation:
+        assert "RLIMIT_NPROC" in str(why[0]), why  # no pool: said so in status

@@ -29,7 +29,7 @@ from ..records import PoolReport
 from ..results import RunResult
 from .cleanup import remove_tree
 from .isolation import Isolator, Launch
-from .layered import default_isolator
+from .layered import cgroup_fix, default_isolator
 from .pool import PoolConfig, PoolKey, Slot, WarmChild, WarmPool, write_all
 
 _READ_SIZE = 65536
@@ -212,6 +212,13 @@ class SubprocessSandbox(SandboxBackend):
         python = self.interpreters.resolve("python") or sys.executable
         if self.isolator.fingerprint([python, "inline.py"], allow_network=False) is None:
             return "only the bubblewrap launch chain can be started ahead"
+        if "rlimit-nproc" in self.isolator.layers():
+            # The kernel counts RLIMIT_NPROC over every process of the server's user
+            # namespaces: waiting slots would take the runs' allowance (and their own).
+            return (
+                "runs' process cap is RLIMIT_NPROC, which counts waiting slots and runs "
+                f"together (no pids cgroup): {cgroup_fix()}"
+            )
         return None
 
     def pool_report(self) -> PoolReport:
