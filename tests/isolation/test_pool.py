@@ -14,6 +14,7 @@ import secrets
 import shutil
 import sys
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -421,3 +422,29 @@ def test_calls_each_on_a_loop_of_their_own_stay_warm() -> None:
     finally:
         asyncio.run(backend.aclose())
     assert [r.warm for r in results] == [False] + [True] * 5
+
+
+def test_a_backend_let_go_inside_a_pool_worker_closes_its_pool_there() -> None:
+    # The worker starting a slot holds the backend for a moment: when the owner lets
+    # go first, the backend dies in that worker, which must close the pool without
+    # waiting for itself.
+    backend = pooled(max_slots=1, min_slots=1)
+    owner = weakref.ref(backend)
+
+    def slow(key: Any) -> Any:
+        time.sleep(0.5)  # the pool's worker holds the backend meanwhile
+        mine = owner()
+        assert mine is not None
+        return SubprocessSandbox._spawn_slot(mine, key)
+
+    backend._spawn_slot = slow  # type: ignore[method-assign]
+    pool = the_pool(backend)
+    asyncio.run(backend.run(request("pass")))  # its end starts a slot (slowly)
+    del backend
+    gc.collect()
+    assert owner() is not None  # still held by the worker
+    deadline = time.monotonic() + 30
+    while not pool._closed or pool.starting():
+        assert time.monotonic() < deadline, "the pool was not closed"
+        time.sleep(0.05)
+    assert pool.idle() == 0

@@ -59,6 +59,7 @@ _TICK_SEC = 5.0
 _READY_WAIT_SEC = 5.0
 _READY_POLL_SEC = 0.002
 _READ_SIZE = 65536
+_WORKER_PREFIX = "gitpilot-pool"
 #: How old the host's view compared at hand-out may be: runs handed out together (a
 #: burst) share one look instead of one each. A cold run's view is older than this by
 #: the time its bubblewrap starts.
@@ -487,7 +488,7 @@ class WarmPool:
         """Start one slot of ``key`` in a worker thread; it joins the idle ones when ready."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(
-                max_workers=self.config.spawn_concurrency, thread_name_prefix="gitpilot-pool"
+                max_workers=self.config.spawn_concurrency, thread_name_prefix=_WORKER_PREFIX
             )
         with self._lock:
             self._starting[key] = self._starting.get(key, 0) + 1
@@ -598,18 +599,24 @@ class WarmPool:
         await asyncio.to_thread(self.close_now)
 
     def close_now(self) -> None:
-        """Destroy every idle slot now (blocking); for interpreter exit."""
+        """Destroy every idle slot now (blocking); for interpreter exit.
+
+        Also called when the backend is dropped, which may happen in one of the pool's
+        own workers (the last reference let go there): that one is not waited for.
+        """
         self._closed = True
+        worker = threading.current_thread().name.startswith(_WORKER_PREFIX)
         tick, self._tick = self._tick, None
-        if tick is not None:
-            tick.cancel()
+        if tick is not None and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop has no timer to stop
+                self._loop.call_soon_threadsafe(tick.cancel)
         with self._lock:
             slots = [s for q in self._idle.values() for s in q]
             self._idle.clear()
         for slot in slots:
             slot.destroy()
         if self._executor is not None:
-            self._executor.shutdown(wait=True)
+            self._executor.shutdown(wait=not worker)
             self._executor = None
         # A killed slot's last processes are reaped by init a moment later: until then
         # its cgroup cannot be removed. Wait for that here (a cold run's next run would).
