@@ -12,7 +12,9 @@ import contextlib
 import dataclasses
 import os
 import signal
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -149,3 +151,33 @@ def test_8_waiting_slots_take_nothing_of_a_runs_process_allowance() -> None:
     assert min(int(first.stdout), int(second.stdout)) >= 4, (first.stdout, second.stdout)
     if "rlimit-nproc" in first.isolation:
         assert "RLIMIT_NPROC" in str(why[0]), why  # no pool: said so in status
+
+
+def test_8_a_host_that_cannot_start_slots_is_not_asked_again_and_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Whatever makes a slot fail to start (here the temp folder is gone; a full disk or a
+    # broken bubblewrap do the same) fails the next one too: started again at once, the
+    # pool kept a core busy and the log growing for as long as its key was in demand.
+    backend = SubprocessSandbox(isolator=LayeredIsolator("bwrap"), pool=PoolConfig(mode="auto"))
+    require_system("bwrap", backend.pool_error() is None, f"no pool here: {backend.pool_error()}")
+    counted: list[int] = []
+
+    async def body() -> None:
+        pool = backend.pool()
+        assert pool is not None
+        await backend.run(request("pass", timeout_sec=20))
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "gone"))
+        pool.flush()
+        with contextlib.suppress(OSError):  # the cold run cannot start either
+            await backend.run(request("pass", timeout_sec=20))
+        before = pool.stats["failed"]
+        await asyncio.sleep(3)
+        counted.append(pool.stats["failed"] - before)
+
+    try:
+        asyncio.run(body())
+    finally:
+        monkeypatch.undo()
+        asyncio.run(backend.aclose())
+    assert counted[0] <= 2 * backend.pool_config.spawn_concurrency, counted

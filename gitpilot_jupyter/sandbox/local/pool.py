@@ -55,6 +55,9 @@ POOL_MODES = ("auto", "off", "always")
 POOL_MAX_ENV = "GITPILOT_SANDBOX_POOL_MAX"
 #: How often the refiller looks at its slots without being asked (retire, reap).
 _TICK_SEC = 5.0
+#: After a slot failed to start, how long none is started (what failed it, a full disk or
+#: a broken tool, fails the next one too: asked again at once, the pool would spin).
+_RETRY_SEC = _TICK_SEC
 #: How long a starting slot is waited for before it counts as ready anyway.
 _READY_WAIT_SEC = 5.0
 _READY_POLL_SEC = 0.002
@@ -359,6 +362,7 @@ class WarmPool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tick: asyncio.TimerHandle | None = None
         self._closed = False
+        self._failed_at = -_RETRY_SEC  # when a slot last failed to start (monotonic)
         self._spawning: set[Future[None]] = set()
         #: Counters for status and benchmarks.
         self.stats = {"hits": 0, "misses": 0, "spawned": 0, "failed": 0, "stale": 0}
@@ -474,6 +478,8 @@ class WarmPool:
         self._sweep()
         with self._lock:
             room = self.config.spawn_concurrency - len(self._spawning)
+        if time.monotonic() - self._failed_at < _RETRY_SEC:
+            room = 0  # runs start cold meanwhile; the next take() after it tries again
         for key in self._deficits()[: max(0, room)]:
             self._start(key)
         if self._tick is None and self._loop is not None and (self._idle or self._spawning):
@@ -525,6 +531,7 @@ class WarmPool:
                 self.stats["spawned"] += 1
                 return
             self.stats["failed" if not self._closed else "spawned"] += 1
+            self._failed_at = time.monotonic()
         if slot is not None:
             if not ready:
                 log.warning("gitpilot sandbox pool: a slot exited before it was ready")
