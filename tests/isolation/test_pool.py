@@ -358,6 +358,8 @@ def test_the_server_reports_its_pool_and_closes_it_with_itself(tmp_path: Path) -
     )
     try:
         with server.client() as http:
+            report = http.get("/api/sandbox/status").json()["pool"]
+            require_system("bwrap", report["active"], f"no pool here: {report['reason']}")
             first, second = (rest_run(http, "print(6 * 7)") for _ in range(2))
             # The second may race the refill; by the third a slot is surely waiting.
             deadline = time.monotonic() + 30
