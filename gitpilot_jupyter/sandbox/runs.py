@@ -60,6 +60,20 @@ class ActiveRun:
         self.loop.call_soon_threadsafe(self.stop.set)
 
 
+def _request(spec: RunSpec, policy: SandboxPolicy) -> RunRequest:
+    """What a backend is asked to run for ``spec`` under ``policy``."""
+    return RunRequest(
+        language=spec.language,
+        code=spec.code,
+        timeout_sec=spec.timeout_sec,
+        stdin=spec.stdin,
+        allow_network=spec.network,
+        env=policy.scrub_env(os.environ, allow_network=spec.network, passthrough=spec.env),
+        max_output_bytes=policy.max_output_bytes,
+        limits=spec.limits,
+    )
+
+
 class RunExecutor:
     """Runs specs on their backends, audited and stoppable; knows the runs under way."""
 
@@ -84,6 +98,13 @@ class RunExecutor:
         #: Runs under way by run id, so :meth:`cancel` can stop them.
         self._runs: dict[str, ActiveRun] = {}
         self._runs_lock = threading.Lock()
+
+    def prewarm(self, spec: RunSpec) -> bool:
+        """Start warm slots for runs like ``spec`` now (before the first one comes);
+        False when its backend keeps none."""
+        backend = self.resolver.backend(spec.backend, self.settings.effective().settings)
+        prewarm = getattr(backend, "prewarm", None)
+        return bool(prewarm(_request(spec, self._policy()))) if prewarm is not None else False
 
     async def execute(
         self,
@@ -112,19 +133,8 @@ class RunExecutor:
             # A file run: the backend may send the file's folder along (matrixlab does).
             root = self.root_dir or Path.cwd().resolve()
             file_path = await asyncio.to_thread(path_under_root, root, spec.file)
-        request = RunRequest(
-            language=spec.language,
-            code=spec.code,
-            timeout_sec=spec.timeout_sec,
-            stdin=spec.stdin,
-            allow_network=spec.network,
-            env=policy.scrub_env(os.environ, allow_network=spec.network, passthrough=spec.env),
-            max_output_bytes=policy.max_output_bytes,
-            limits=spec.limits,
-            plan_id=plan_id,
-            file=file_path,
-            run_id=run_id or new_run_id(),
-        )
+        request = _request(spec, policy)
+        request.plan_id, request.file, request.run_id = plan_id, file_path, run_id or new_run_id()
         result: RunResult | None = None
         failure: BaseException | None = None
         started = time.monotonic()

@@ -560,6 +560,19 @@ class SandboxService:
         """The effective settings, masked (``has_token``, never the token)."""
         return self.settings.effective().settings.masked()
 
+    def prewarm(self, languages: Iterable[str] = ("python",)) -> list[str]:
+        """Start warm slots for a default run of each language (the settings as they are
+        now), so the first run is warm too; the languages that got them."""
+        warmed = []
+        for language in languages:
+            try:
+                spec = self.spec(language=language, code="pass")
+            except SandboxError:
+                continue  # not installed, not allowed: its first run says why
+            if self.executor.prewarm(spec):
+                warmed.append(spec.language)
+        return warmed
+
     async def configure(
         self, changes: Mapping[str, object], *, user: str | None = None, confirm: bool = False
     ) -> Status:

@@ -133,6 +133,14 @@ class SandboxApp(ExtensionApp):
         "retired (seconds).",
     ).tag(config=True)
 
+    pool_prewarm = List(
+        Unicode(),
+        default_value=["python"],
+        help="Languages whose sandboxes the pool starts when the server starts (for a run "
+        "with the settings as they are then), so the first run is warm too. Empty: none "
+        "before the first run of each kind.",
+    ).tag(config=True)
+
     pool_spawn_concurrency = Int(
         PoolConfig.spawn_concurrency,
         help="How many sandboxes the pool starts at once, in worker threads (a start is a "
@@ -278,6 +286,9 @@ class SandboxApp(ExtensionApp):
     def initialize_settings(self) -> None:
         """Build the service and share it through the web app's settings."""
         self.service = self.build_service()
+        warmed = self.service.prewarm(self.pool_prewarm)
+        if warmed:
+            self.log.info("gitpilot sandbox: warm pool started for %s", ", ".join(warmed))
         self.settings[SERVICE_KEY] = self.service
         self.settings[BATCH_CLUSTER_KEY] = self.batch_cluster or None
 

@@ -238,6 +238,15 @@ class SubprocessSandbox(SandboxBackend):
             "misses": pool.stats["misses"] if pool is not None else 0,
         }
 
+    def prewarm(self, request: RunRequest) -> bool:
+        """Start the slots of runs like ``request`` now; False when none are kept here."""
+        pool = self.pool()
+        interpreter = self.interpreters.resolve(request.language)
+        if pool is None or interpreter is None:
+            return False
+        pool.prime(self._key(request, interpreter))
+        return True
+
     def flush_pool(self) -> None:
         """Retire every waiting slot (the settings changed: new ones follow the new key)."""
         if self._pool is not None:

@@ -398,6 +398,11 @@ class WarmPool:
             slot = self._pop(key)
         return slot
 
+    def prime(self, key: PoolKey) -> None:
+        """Expect runs of ``key``: start its slots now, as after one run (server start)."""
+        self._begin(key)
+        self.done(key)
+
     def done(self, key: PoolKey) -> None:
         """A run of ``key`` (warm or cold) ended: refill now."""
         with self._lock:
