@@ -1,8 +1,9 @@
-"""Attacks on a warm slot itself, where only the backend can set the scene.
+"""Attacks on warm slots and on the runs beside them, where only the backend can set the scene.
 
 A loaded host is played by stopping a waiting slot's processes (SIGSTOP): its
 bubblewrap then reads no code, and the hand-over of code bigger than the FIFO's
-buffer waits. What happens then is checked from outside.
+buffer waits. A server without a run cgroup is played by an isolator told not to
+make one. What happens then is checked from outside.
 """
 
 from __future__ import annotations
@@ -44,13 +45,14 @@ def request(code: str, **extra: Any) -> RunRequest:
 
 @pytest.mark.parametrize("ended_by", ["stop", "timeout"])
 def test_7_a_hand_over_cut_short_runs_no_part_of_the_code(ended_by: str, reaper: list[str]) -> None:
-    # Without a run cgroup (a server that is not root and has none delegated), only the
-    # backend's own kill stands between a slot and a life of its own. Every prefix of
-    # this code is valid Python: any part of it that reached bubblewrap would run.
+    # Without a run cgroup, only the backend's own kill stands between a slot and a life
+    # of its own (as root; a server that is not root needs one for a pool at all: it
+    # uses its delegated one). Every prefix of this code is valid Python: any part of it
+    # that reached bubblewrap would run.
     name = nonce("partial")
     reaper.append(name)
     code = f"import os\nos.execv('/bin/sleep', [{name!r}, '30'])\n#" + "x" * 300_000 + "\n"
-    isolator = LayeredIsolator("bwrap", cgroups=False)
+    isolator = LayeredIsolator("bwrap", cgroups=os.geteuid() != 0)
     backend = SubprocessSandbox(isolator=isolator, pool=PoolConfig(mode="always"))
     require_system("bwrap", backend.pool_error() is None, f"no pool here: {backend.pool_error()}")
     results: list[RunResult] = []
@@ -181,3 +183,51 @@ def test_8_a_host_that_cannot_start_slots_is_not_asked_again_and_again(
         monkeypatch.undo()
         asyncio.run(backend.aclose())
     assert counted[0] <= 2 * backend.pool_config.spawn_concurrency, counted
+
+
+HOLD = r"""
+import os, sys, time
+forked = 0
+for _ in range(%(count)d):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(%(hold)d)
+        os._exit(0)
+    forked += 1
+print(forked, flush=True)
+time.sleep(%(hold)d)
+"""
+
+
+def test_8_a_run_holding_its_processes_leaves_the_next_run_its_allowance(
+    reaper: list[str],
+) -> None:
+    # Without a pids cgroup the cap is RLIMIT_NPROC: the user's processes plus the run's
+    # allowance. The kernel counts the runs' processes (another uid, in the server's
+    # user namespaces) with the user's: a run that holds its whole allowance left none
+    # to the run after it, which could not even start (unshare: fork failed).
+    limits = dataclasses.replace(SMALL, max_processes=24)
+    backend = SubprocessSandbox(
+        isolator=LayeredIsolator("bwrap", cgroups=False), pool=PoolConfig(mode="off")
+    )
+    results: list[RunResult] = []
+
+    async def body() -> None:
+        holder = asyncio.ensure_future(
+            backend.run(request(HOLD % {"count": 40, "hold": 8}, timeout_sec=30, limits=limits))
+        )
+        await asyncio.sleep(3)  # it holds what it could start
+        results.append(
+            await backend.run(
+                request(HOLD % {"count": 8, "hold": 0}, timeout_sec=30, limits=limits)
+            )
+        )
+        results.append(await holder)
+
+    asyncio.run(body())
+    second, first = results
+    assert first.exit_code == 0 and second.exit_code == 0, [r.stderr for r in results]
+    assert int(first.stdout) >= 8 and int(second.stdout) == 8, (first.stdout, second.stdout)

@@ -350,7 +350,10 @@ class LayeredIsolator(Isolator):
         tool, _ = self._namespaces()
         tree, _ = self._cgroups()
         layers: list[str] = []
+        run_uid = None
         if tool is not None:
+            if tool.confine is not None and tool.confine.idmap is not None:
+                run_uid = tool.confine.idmap.uid  # (RLIMIT_NPROC counts its tasks too)
             hidden = self.hidden_paths()
             layers += tool.layers(allow_network=allow_network)
             # Planned once per run: the hidden paths are re-checked every time.
@@ -378,6 +381,7 @@ class LayeredIsolator(Isolator):
             limits,
             memory="cgroup-memory" not in covered,
             processes="cgroup-pids" not in covered,
+            run_uid=run_uid,
         )
         layers += rlimits.layers
         return LayeredLaunch(list(argv), layers, rlimits, run, launch_tools())

@@ -102,8 +102,8 @@ def capped(which: int, value: int) -> int:
     return value if hard == resource.RLIM_INFINITY else min(value, hard)
 
 
-def _user_task_count(uid: int) -> int:
-    """How many tasks (threads count) the user runs now, as ``RLIMIT_NPROC`` counts them."""
+def _user_task_count(*uids: int) -> int:
+    """How many tasks (threads count) the users run now, as ``RLIMIT_NPROC`` counts them."""
     count = 0
     try:
         entries = os.listdir("/proc")
@@ -113,7 +113,7 @@ def _user_task_count(uid: int) -> int:
         if not entry.isdigit():
             continue
         try:
-            if os.stat(f"/proc/{entry}").st_uid == uid:
+            if os.stat(f"/proc/{entry}").st_uid in uids:
                 count += len(os.listdir(f"/proc/{entry}/task"))
         except OSError:
             continue  # the process ended meanwhile
@@ -153,11 +153,19 @@ def unavailable_reasons(*, memory: bool, processes: bool) -> list[dict[str, str]
 
 
 def plan_rlimits(
-    limits: ResourceLimits, *, memory: bool = True, processes: bool = True, count_tasks: bool = True
+    limits: ResourceLimits,
+    *,
+    memory: bool = True,
+    processes: bool = True,
+    count_tasks: bool = True,
+    run_uid: int | None = None,
 ) -> RlimitPlan:
     """The rlimits for one run. ``memory`` / ``processes`` are False when a cgroup covers them.
 
     ``count_tasks`` False skips the ``/proc`` scan (for status, which only needs the names).
+    ``run_uid``: the host uid runs have when it is not the server's (the last id of its
+    subordinate range); the kernel counts their tasks in the server's user namespaces
+    with the user's own, so the tasks of the runs under way are counted too.
     """
     plan = RlimitPlan()
     if sys.platform == "win32":
@@ -168,7 +176,8 @@ def plan_rlimits(
         plan.layers.append("rlimit-data")
     if processes and linux and os.geteuid() != 0:
         uid = os.getuid()
-        running = _user_task_count(uid) if count_tasks else 0
+        uids = (uid,) if run_uid is None else (uid, run_uid)
+        running = _user_task_count(*uids) if count_tasks else 0
         plan.limits.append((resource.RLIMIT_NPROC, running + limits.max_processes))
         plan.layers.append("rlimit-nproc")
     plan.limits.append((resource.RLIMIT_FSIZE, limits.max_file_size_mb * MIB))
