@@ -333,14 +333,16 @@ def plan_view(argv: Sequence[str], hidden: tuple[Sequence[Path], Sequence[Path]]
     interpreters = _outermost(extra)
     visible = system + interpreters
     view = View(interpreters)
-    dirs = [*hidden[0], *(Path(d) for d in SECRET_DIRS)]
-    files = [*hidden[1], *(Path(f) for f in SECRET_FILES)]
-    for folder in _outermost(p.resolve() for p in dirs if p.is_dir()):
+    # Looked at anew on every call (a secret made since the last run is covered), with
+    # os.path on strings: pathlib's objects cost more than the system calls here.
+    dirs = [*map(str, hidden[0]), *SECRET_DIRS]
+    files = [*map(str, hidden[1]), *SECRET_FILES]
+    for folder in _outermost(Path(os.path.realpath(d)) for d in dirs if os.path.isdir(d)):
         if any(inside(i, folder) for i in interpreters):
             view.kept.append(folder)
         elif any(inside(folder, v) for v in visible):
             view.cover_dirs.append(folder)
-    for file in sorted({p.resolve() for p in files if p.is_file()}):
+    for file in sorted({Path(os.path.realpath(f)) for f in files if os.path.isfile(f)}):
         if any(inside(file, v) for v in visible) and not any(
             inside(file, d) for d in view.cover_dirs
         ):

@@ -273,6 +273,8 @@ class LayeredIsolator(Isolator):
         self.use_cgroups = cgroups
         self.home = home
         self.cgroup_parent, self.cgroup_error = _delegated(self.environ, cgroup_parent)
+        #: (home and environment, the hidden paths' candidates): see :meth:`hidden_paths`.
+        self._candidates: tuple[Hashable, tuple[tuple[str, ...], tuple[str, ...]]] | None = None
 
     # -- what is available -----------------------------------------------------------
 
@@ -330,11 +332,31 @@ class LayeredIsolator(Isolator):
         return tree, missing
 
     def hidden_paths(self) -> namespaces.Hidden:
-        """The credential folders and files a bwrap run gets empty ones in place of."""
+        """The credential folders and files a bwrap run gets empty ones in place of.
+
+        Where they could be is a function of the environment and the home folder
+        (jupyter_core's rules among it), kept while both stay the same; whether each
+        exists and what it resolves to is looked at on every call, so a folder made,
+        removed or re-pointed since the last run is hidden (or not) at once.
+        """
         home = self.home or Path(self.environ.get("HOME") or Path.home())
-        dirs, files = namespaces.credential_paths(self.environ, home)
-        jupyter = [p.resolve() for p in jupyter_dirs(self.environ) if p.is_dir()]
-        return sorted({*dirs, *jupyter}), files
+        dirs, files = self._hidden_candidates(home)
+        real_dirs = {os.path.realpath(d) for d in dirs if os.path.isdir(d)}
+        real_files = {os.path.realpath(f) for f in files if os.path.isfile(f)}
+        return sorted(map(Path, real_dirs)), sorted(map(Path, real_files))
+
+    def _hidden_candidates(self, home: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """:meth:`hidden_paths`' candidates (folders, files), worked out again whenever
+        the home folder or any environment variable differs from the last call."""
+        key = (str(home), tuple(self.environ.items()))
+        cached = self._candidates  # one read: worker threads call this too
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        dirs, files = namespaces.credential_candidates(self.environ, home)
+        dirs += jupyter_dirs(self.environ)
+        candidates = (tuple(dict.fromkeys(map(str, dirs))), tuple(map(str, files)))
+        self._candidates = (key, candidates)
+        return candidates
 
     # -- the Isolator interface ------------------------------------------------------
 

@@ -69,13 +69,20 @@ def runtime_dirs(environ: Mapping[str, str], home: Path) -> list[Path]:
 Hidden = tuple[Sequence[Path], Sequence[Path]]
 
 
-def credential_paths(environ: Mapping[str, str], home: Path) -> Hidden:
-    """Existing credential folders and files to hide, resolved and without duplicates."""
+def credential_candidates(environ: Mapping[str, str], home: Path) -> tuple[list[Path], list[Path]]:
+    """Where credential folders and files would be for ``environ`` and ``home``, existing
+    or not (a function of those two alone: nothing on disk is looked at)."""
     dirs = [home / name for name in CREDENTIAL_DIRS] + runtime_dirs(environ, home)
     if environ.get("GITPILOT_CONFIG_DIR"):
         dirs.append(Path(environ["GITPILOT_CONFIG_DIR"]).expanduser())
+    return dirs, [home / name for name in CREDENTIAL_FILES]
+
+
+def credential_paths(environ: Mapping[str, str], home: Path) -> Hidden:
+    """Existing credential folders and files to hide, resolved and without duplicates."""
+    dirs, files = credential_candidates(environ, home)
     real_dirs = sorted({p.resolve() for p in dirs if p.is_dir()})
-    real_files = sorted({p.resolve() for p in (home / n for n in CREDENTIAL_FILES) if p.is_file()})
+    real_files = sorted({p.resolve() for p in files if p.is_file()})
     return real_dirs, real_files
 
 

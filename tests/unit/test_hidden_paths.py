@@ -1,0 +1,73 @@
+"""The credential paths a bwrap run gets covered: kept per environment, looked at every run.
+
+Where credentials could be is worked out once per environment and home folder
+(:meth:`LayeredIsolator.hidden_paths`); each of these proves a change takes effect
+on the very next call, with no restart and no waiting.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
+
+
+def _isolator(env: dict[str, str], home: Path | None = None) -> LayeredIsolator:
+    return LayeredIsolator("none", cgroups=False, environ=env, home=home)
+
+
+def test_a_credential_folder_made_after_a_call_is_hidden_by_the_next(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    isolator = _isolator({"HOME": str(home)}, home)
+    assert home / ".ssh" not in isolator.hidden_paths()[0]
+    (home / ".ssh").mkdir()
+    (home / ".netrc").write_text("machine x login y password z")
+    dirs, files = isolator.hidden_paths()
+    assert home / ".ssh" in dirs
+    assert home / ".netrc" in files
+    (home / ".ssh").rmdir()
+    assert home / ".ssh" not in isolator.hidden_paths()[0]
+
+
+def test_a_changed_environment_variable_takes_effect_at_once(tmp_path: Path) -> None:
+    home, config = tmp_path / "home", tmp_path / "elsewhere" / "jupyter-config"
+    home.mkdir()
+    config.mkdir(parents=True)
+    env = {"HOME": str(home)}
+    isolator = _isolator(env, home)
+    assert config not in isolator.hidden_paths()[0]
+    env["JUPYTER_CONFIG_DIR"] = str(config)
+    assert config in isolator.hidden_paths()[0]
+    env["GITPILOT_CONFIG_DIR"] = str(tmp_path / "elsewhere")
+    assert tmp_path / "elsewhere" in isolator.hidden_paths()[0]
+    del env["JUPYTER_CONFIG_DIR"], env["GITPILOT_CONFIG_DIR"]
+    assert not {config, tmp_path / "elsewhere"} & set(isolator.hidden_paths()[0])
+
+
+def test_a_new_home_folder_takes_effect_at_once(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    for home in (first, second):
+        (home / ".aws").mkdir(parents=True)
+    env = {"HOME": str(first)}
+    isolator = _isolator(env)  # the home folder from HOME, as a server has it
+    assert first / ".aws" in isolator.hidden_paths()[0]
+    env["HOME"] = str(second)
+    dirs = isolator.hidden_paths()[0]
+    assert second / ".aws" in dirs
+    assert first / ".aws" not in dirs
+
+
+def test_a_re_pointed_credential_link_is_followed_at_once(tmp_path: Path) -> None:
+    home, old, new = tmp_path / "home", tmp_path / "old-keys", tmp_path / "new-keys"
+    for folder in (home, old, new):
+        folder.mkdir()
+    os.symlink(old, home / ".ssh")
+    isolator = _isolator({"HOME": str(home)}, home)
+    assert old in isolator.hidden_paths()[0]
+    (home / ".ssh").unlink()
+    os.symlink(new, home / ".ssh")
+    dirs = isolator.hidden_paths()[0]
+    assert new in dirs
+    assert old not in dirs
