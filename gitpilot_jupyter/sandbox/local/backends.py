@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import weakref
 from collections.abc import Coroutine, Hashable
@@ -27,7 +26,7 @@ from ..languages import Interpreters, canonical_language, snippet_filename
 from ..output import CappedText
 from ..records import PoolReport
 from ..results import RunResult
-from .cleanup import remove_tree
+from .cleanup import make_run_dir, remove_orphaned_run_dirs_once, remove_tree
 from .isolation import Isolator, Launch
 from .layered import cgroup_fix, default_isolator
 from .pool import PoolConfig, PoolKey, Slot, WarmChild, WarmPool, write_all
@@ -176,6 +175,8 @@ class SubprocessSandbox(SandboxBackend):
         self.pool_config = pool if pool is not None else PoolConfig.from_env()
         self._pool: WarmPool | None = None
         self._pool_error: list[str | None] = []
+        # Run folders of servers killed without cleanup (their cgroups: see layered).
+        remove_orphaned_run_dirs_once()
 
     def pool(self) -> WarmPool | None:
         """The warm pool, made on first use; None when it is off or cannot work here."""
@@ -268,7 +269,7 @@ class SubprocessSandbox(SandboxBackend):
 
     def _spawn_slot(self, key: PoolKey) -> Slot:
         """Start a cold run's chain whose snippet is a FIFO (in a worker thread)."""
-        workdir = Path(tempfile.mkdtemp(prefix="gitpilot-sandbox-"))
+        workdir = Path(make_run_dir())
         fds: list[int] = []
         try:
             filename = snippet_filename(key.language)
@@ -404,7 +405,7 @@ class SubprocessSandbox(SandboxBackend):
 
     def _prepare(self, request: RunRequest, interpreter: str) -> tuple[Path, Launch]:
         """Make the run's 0700 temp dir, write the snippet into it, wrap the argv."""
-        workdir = Path(tempfile.mkdtemp(prefix="gitpilot-sandbox-"))
+        workdir = Path(make_run_dir())
         try:
             filename = snippet_filename(request.language)
             (workdir / filename).write_text(request.code, encoding="utf-8")

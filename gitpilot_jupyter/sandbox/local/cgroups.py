@@ -32,6 +32,8 @@ from ..backend import ResourceLimits
 
 MIB = 1024 * 1024
 _KILL_ROUNDS = 20
+#: A run cgroup's name: this, the server's pid, a random part.
+RUN_PREFIX = "gitpilot-run-"
 #: A cgroup delegated to the server's user, below each hierarchy's root, runs are made under.
 CGROUP_ENV = "GITPILOT_SANDBOX_CGROUP"
 
@@ -115,7 +117,7 @@ class CgroupTree:
         ``limits`` None makes a cgroup that limits nothing and only holds the run's
         processes, so all of them can be killed at its end (the ``off`` backend).
         """
-        name = f"gitpilot-run-{os.getpid()}-{secrets.token_hex(6)}"
+        name = f"{RUN_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
         run = CgroupRun(version=self.version)
         try:
             if self.version == 2:
@@ -244,6 +246,29 @@ def _remove(folder: Path) -> None:
         _STALE.discard(folder)
     except OSError:
         _STALE.add(folder)  # a process is still exiting: try again later
+
+
+def remove_orphans(tree: CgroupTree) -> int:
+    """Remove the empty run cgroups of servers that are gone (killed without cleanup).
+
+    A run cgroup is named ``gitpilot-run-<server pid>-<random>``. One whose server pid
+    no longer exists is removed if it is empty; a cgroup that still holds processes is
+    left (``rmdir`` refuses it), and so is every cgroup of a live pid. How many went.
+    """
+    removed = 0
+    for parent in {p for p in (tree.memory_parent, tree.pids_parent) if p is not None}:
+        try:
+            names = [e.name for e in os.scandir(parent) if e.name.startswith(RUN_PREFIX)]
+        except OSError:
+            continue
+        for name in names:
+            pid = name[len(RUN_PREFIX) :].partition("-")[0]
+            if not pid.isdigit() or int(pid) == os.getpid() or Path(f"/proc/{pid}").exists():
+                continue
+            with contextlib.suppress(OSError):
+                (parent / name).rmdir()
+                removed += 1
+    return removed
 
 
 def remove_stale() -> int:

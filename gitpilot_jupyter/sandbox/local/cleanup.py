@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import stat
+import tempfile
 
 log = logging.getLogger(__name__)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -91,3 +92,87 @@ def _remove(path: str) -> bool:
             os.close(fd)
     os.rmdir(path)
     return True
+
+
+#: Every run folder's name starts with this (``debug`` and the tests look for it).
+RUN_DIR_PREFIX = "gitpilot-sandbox-"
+#: In each run folder on the host (never inside the run, which sees its own tmpfs): the
+#: pid and start time of the server that made it, so a later server can tell a folder
+#: whose server died without cleaning up (SIGKILL, OOM, power loss) from a live one.
+OWNER_FILE = ".owner"
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (field 22 of its stat), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat_file:
+            stat_line = stat_file.read()
+    except OSError:
+        return None
+    fields = stat_line.rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _owner_mark() -> str:
+    return f"{os.getpid()} {_start_time(os.getpid())}\n"
+
+
+def make_run_dir() -> str:
+    """A fresh private run folder under the temp dir, marked with its server (mode 0700)."""
+    path = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX)
+    fd = os.open(os.path.join(path, OWNER_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as mark:
+        mark.write(_owner_mark())
+    return path
+
+
+def _orphaned(path: str) -> bool:
+    """True when the server that made the run folder ``path`` no longer runs."""
+    try:
+        with open(os.path.join(path, OWNER_FILE), encoding="ascii") as mark:
+            pid_text, _, started = mark.read().strip().partition(" ")
+    except (OSError, UnicodeDecodeError):
+        return False  # no mark (or not ours to read): leave it
+    if not pid_text.isdigit():
+        return False
+    # A pid in use again by another process has another start time.
+    return _start_time(int(pid_text)) != started
+
+
+_SWEPT: set[str] = set()
+
+
+def remove_orphaned_run_dirs_once() -> None:
+    """:func:`remove_orphaned_run_dirs` for the temp dir, the first time a process asks."""
+    base = tempfile.gettempdir()
+    if base not in _SWEPT:
+        _SWEPT.add(base)
+        remove_orphaned_run_dirs(base)
+
+
+def remove_orphaned_run_dirs(folder: str | None = None) -> int:
+    """Remove the run folders under ``folder`` (the temp dir) whose server died; how many.
+
+    Only folders this user owns and whose mark names a process that is gone; a folder
+    of a live server, or without a mark, is left alone. Never raises.
+    """
+    removed = 0
+    base = folder or tempfile.gettempdir()
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return 0
+    uid = os.geteuid()
+    for entry in entries:
+        with contextlib.suppress(OSError):
+            if (
+                entry.name.startswith(RUN_DIR_PREFIX)
+                and entry.is_dir(follow_symlinks=False)
+                and entry.stat(follow_symlinks=False).st_uid == uid
+                and _orphaned(entry.path)
+                and remove_tree(entry.path)
+            ):
+                removed += 1
+    if removed:
+        log.info("removed %d run folders of sandbox servers that are gone", removed)
+    return removed

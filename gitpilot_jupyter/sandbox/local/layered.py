@@ -44,6 +44,10 @@ def _cgroup_tree(delegated: str | None = None) -> tuple[cgroups.CgroupTree | Non
         if tree is None or tree.still_there():
             return tree, reasons
     _CGROUP_CACHE[delegated] = cgroups.detect(delegated)
+    tree = _CGROUP_CACHE[delegated][0]
+    if tree is not None:
+        # Once per process: what servers killed without cleanup left behind.
+        cgroups.remove_orphans(tree)
     return _CGROUP_CACHE[delegated]
 
 
