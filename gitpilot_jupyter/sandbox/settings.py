@@ -15,7 +15,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -197,15 +197,20 @@ class EffectiveSettings:
 
 
 class SettingsStore:
-    """Reads and writes ``settings.json``; every read looks at the file and env anew."""
+    """Reads and writes ``settings.json``; every read looks at the file and env anew
+    (the file's content is parsed again only when the file changed)."""
 
     _lock = threading.Lock()
+    #: How long after its last change a file's content is first kept (see :meth:`persisted`).
+    unsettled_ns = 2_000_000_000
 
     def __init__(
         self, config_dir: str | Path | None = None, environ: Mapping[str, str] | None = None
     ) -> None:
         self._config_dir = Path(config_dir) if config_dir else None
         self._environ = environ
+        #: (the file's signature, its valid values, its error): see :meth:`persisted`.
+        self._kept: tuple[Hashable, dict[str, Any], str | None] | None = None
 
     @property
     def environ(self) -> Mapping[str, str]:
@@ -242,7 +247,35 @@ class SettingsStore:
         return doc, None
 
     def persisted(self) -> tuple[dict[str, Any], str | None]:
-        """The valid user-set values of the ``"sandbox"`` key, and a settings error if any."""
+        """The valid user-set values of the ``"sandbox"`` key, and a settings error if any.
+
+        Read, parsed and validated again only when the file is another one than last
+        time (path, device, inode, size, modification and change times): each run
+        reads the settings several times. A file changed less than
+        :attr:`unsettled_ns` before it was read is never kept (a write within the same
+        clock tick would leave its times as they were), so every change is seen at once.
+        """
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return self._persisted()  # no file (defaults), or the error it gives
+        signature = (
+            str(self.path),
+            info.st_dev,
+            info.st_ino,
+            info.st_size,
+            info.st_mtime_ns,
+            info.st_ctime_ns,
+        )
+        kept = self._kept  # one read: threads share the store
+        if kept is not None and kept[0] == signature:
+            return dict(kept[1]), kept[2]
+        values, error = self._persisted()
+        if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) > self.unsettled_ns:
+            self._kept = (signature, dict(values), error)
+        return values, error
+
+    def _persisted(self) -> tuple[dict[str, Any], str | None]:
         doc, error = self._read_document()
         section = doc.get("sandbox", {})
         if not isinstance(section, dict):

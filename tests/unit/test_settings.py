@@ -185,3 +185,75 @@ def test_key_value_words_are_parsed_once_for_every_face() -> None:
     assert changes == {"allow_network": True, "timeout_sec": 30}
     with pytest.raises(InvalidRequest, match="config takes KEY=VALUE, got 'timeout_sec'"):
         parse_assignments(["allow_network=1", "timeout_sec"], what="config")
+
+
+def _write(path: Path, timeout: int) -> None:
+    path.write_text(json.dumps({"sandbox": {"timeout_sec": timeout}, "ui": {"x": 1}}))
+
+
+def test_a_kept_settings_file_is_read_again_whenever_it_changes(tmp_path: Path) -> None:
+    settings = store(tmp_path)
+    settings.unsettled_ns = 0  # keep every read (by default a fresh file is not kept)
+    reads: list[int] = []
+    original = settings._read_document
+
+    def counted() -> tuple[dict[str, object], str | None]:
+        reads.append(1)
+        return original()
+
+    settings._read_document = counted  # type: ignore[method-assign]
+    path = tmp_path / "settings.json"
+    _write(path, 30)
+    assert settings.effective().settings.timeout_sec == 30
+    assert settings.effective().settings.timeout_sec == 30
+    assert len(reads) == 1  # unchanged: parsed once
+    store(tmp_path).update({"timeout_sec": 45})  # another writer (atomic replace)
+    assert settings.effective().settings.timeout_sec == 45
+    # An editor writing in place, same size, its modification time put back: seen.
+    before = path.stat()
+    path.write_text(path.read_text().replace("45", "46"))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    assert settings.effective().settings.timeout_sec == 46
+    path.unlink()
+    assert settings.effective().settings.timeout_sec == 120
+    _write(path, 50)
+    assert settings.effective().settings.timeout_sec == 50
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _write(elsewhere / "settings.json", 60)
+    moved = SettingsStore(environ={"GITPILOT_CONFIG_DIR": str(elsewhere)})
+    moved.unsettled_ns = 0
+    assert moved.effective().settings.timeout_sec == 60
+    # A later edit that breaks the file is reported at once, not hidden by the kept one.
+    path.write_text("{not json")
+    eff = settings.effective()
+    assert eff.settings.timeout_sec == 120
+    assert eff.settings_error is not None and "not valid JSON" in eff.settings_error
+
+
+def test_a_file_written_twice_within_a_moment_gives_its_last_content(tmp_path: Path) -> None:
+    settings = store(tmp_path)  # the default: a file changed just now is not kept
+    path = tmp_path / "settings.json"
+    for timeout in (31, 32, 33, 34):
+        _write(path, timeout)  # same size, the same clock tick as likely as not
+        assert settings.effective().settings.timeout_sec == timeout
+        assert settings.effective().settings.timeout_sec == timeout
+
+
+def test_the_kept_values_are_copies(tmp_path: Path) -> None:
+    settings = store(tmp_path)
+    settings.unsettled_ns = 0
+    _write(tmp_path / "settings.json", 30)
+    values, _ = settings.persisted()
+    values["timeout_sec"] = 99
+    assert settings.persisted()[0]["timeout_sec"] == 30
+    # The environment is applied to each call's own copy, never to what is kept.
+    env: dict[str, str] = {}
+    settings = SettingsStore(tmp_path, environ=env)
+    settings.unsettled_ns = 0
+    assert settings.effective().settings.timeout_sec == 30
+    env["GITPILOT_SANDBOX"] = "off"
+    assert settings.effective().settings.backend == "off"
+    del env["GITPILOT_SANDBOX"]
+    assert settings.effective().settings.backend == "subprocess"
