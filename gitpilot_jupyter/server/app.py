@@ -8,6 +8,7 @@ and other extensions reach it.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
@@ -22,7 +23,7 @@ from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
 from ..sandbox.policy import ENV_PASSTHROUGH_ENV, SandboxPolicy, admin_passthrough, env_names
 from ..sandbox.service import SandboxService
 from ..sandbox.settings import BACKENDS, MAX_TIMEOUT_SEC, SettingsStore
-from . import batch, handlers, matrixlab, run
+from . import batch, handlers, matrixlab, run, schemas
 from .agents import agent_handlers
 from .audit import make_audit_hook
 from .base import SERVICE_KEY
@@ -285,6 +286,8 @@ class SandboxApp(ExtensionApp):
 
     def initialize_settings(self) -> None:
         """Build the service and share it through the web app's settings."""
+        # The request schemas are read beside the start-up, not by the first request.
+        threading.Thread(target=schemas.prepare, name="gitpilot-schemas", daemon=True).start()
         self.service = self.build_service()
         warmed = self.service.prewarm(self.pool_prewarm)
         if warmed:

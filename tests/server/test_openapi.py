@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import time
+from pathlib import Path
 from typing import Any
 
 from openapi_spec_validator import validate
@@ -11,6 +13,7 @@ from openapi_spec_validator import validate
 from gitpilot_jupyter.sandbox.plans import SOURCES
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import FIELD_NAMES
+from gitpilot_jupyter.server import schemas
 from gitpilot_jupyter.server.schemas import openapi_document
 
 SCHEMAS = openapi_document()["components"]["schemas"]
@@ -58,3 +61,18 @@ def test_settings_schemas_match_the_settings() -> None:
     assert "confirm" in inspect.signature(SandboxService.configure).parameters
     shown = set(SCHEMAS["Settings"]["properties"])
     assert shown == set(FIELD_NAMES) - {"matrixlab_token"} | {"has_token"}
+
+
+def test_the_server_prepares_every_request_body_schema_when_it_starts(jp_serverapp: Any) -> None:
+    """Each body a handler reads has its validator made before the first request."""
+    server = Path(schemas.__file__).parent
+    read = {
+        name
+        for path in server.glob("*.py")
+        for name in re.findall(r"self\.body\(\"(\w+)\"\)", path.read_text(encoding="utf-8"))
+    }
+    assert read and read <= set(SCHEMAS)
+    deadline = time.monotonic() + 30  # the start-up thread on a loaded machine
+    while time.monotonic() < deadline and schemas._validator.cache_info().currsize < len(SCHEMAS):
+        time.sleep(0.05)
+    assert schemas._validator.cache_info().currsize == len(SCHEMAS)
