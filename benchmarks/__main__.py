@@ -28,6 +28,7 @@ BENCHMARKS = (
     "launch_chain",
     "batch",
     "pool",
+    "core_overhead",
 )
 
 
