@@ -71,3 +71,22 @@ def test_a_re_pointed_credential_link_is_followed_at_once(tmp_path: Path) -> Non
     dirs = isolator.hidden_paths()[0]
     assert new in dirs
     assert old not in dirs
+
+
+class _Changing(dict[str, str]):
+    """An environment another thread changes while it is read."""
+
+    def items(self):  # type: ignore[override]
+        raise RuntimeError("dictionary changed size during iteration")
+
+
+def test_an_environment_changing_while_read_is_worked_out_each_time(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    env = _Changing(HOME=str(home))
+    isolator = _isolator(env, home)
+    assert home / ".kube" in isolator.hidden_paths()[0]
+    config = tmp_path / "config"
+    config.mkdir()
+    env["JUPYTER_CONFIG_DIR"] = str(config)  # nothing was kept: seen at once
+    assert config in isolator.hidden_paths()[0]

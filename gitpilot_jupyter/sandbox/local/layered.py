@@ -352,14 +352,18 @@ class LayeredIsolator(Isolator):
     def _hidden_candidates(self, home: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """:meth:`hidden_paths`' candidates (folders, files), worked out again whenever
         the home folder or any environment variable differs from the last call."""
-        key = (str(home), tuple(self.environ.items()))
+        try:
+            key: Hashable = (str(home), tuple(self.environ.items()))
+        except RuntimeError:  # another thread changed os.environ meanwhile: work it out
+            key = None
         cached = self._candidates  # one read: worker threads call this too
-        if cached is not None and cached[0] == key:
+        if key is not None and cached is not None and cached[0] == key:
             return cached[1]
         dirs, files = namespaces.credential_candidates(self.environ, home)
         dirs += jupyter_dirs(self.environ)
         candidates = (tuple(dict.fromkeys(map(str, dirs))), tuple(map(str, files)))
-        self._candidates = (key, candidates)
+        if key is not None:
+            self._candidates = (key, candidates)
         return candidates
 
     # -- the Isolator interface ------------------------------------------------------
