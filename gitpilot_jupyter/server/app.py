@@ -17,7 +17,7 @@ from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, validat
 from ..sandbox.errors import InvalidSetting
 from ..sandbox.local.isolation import ISOLATION_CHOICES, Isolator
 from ..sandbox.local.layered import default_isolator
-from ..sandbox.local.pool import POOL_ENV, POOL_MAX_ENV, PoolConfig
+from ..sandbox.local.pool import POOL_ENV, POOL_MAX_ENV, PRESTART_ENV, PoolConfig
 from ..sandbox.matrixlab.config import LifecycleConfig
 from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
 from ..sandbox.policy import ENV_PASSTHROUGH_ENV, SandboxPolicy, admin_passthrough, env_names
@@ -148,6 +148,14 @@ class SandboxApp(ExtensionApp):
         "short burst of work on one core: this caps what refilling takes from runs).",
     ).tag(config=True)
 
+    pool_prestart = Bool(
+        None,
+        allow_none=True,
+        help="Start a waiting python sandbox's interpreter too, so a warm run pays no "
+        "interpreter start-up (the snippet still runs as python inline.py would; see the "
+        f"pool page). Unset: ${PRESTART_ENV} (1 or 0), else off.",
+    ).tag(config=True)
+
     matrixlab_runner_image = Unicode(
         LifecycleConfig.runner_image,
         help="Docker image of the MatrixLab Runner that Install pulls and Start runs "
@@ -248,6 +256,8 @@ class SandboxApp(ExtensionApp):
             given["mode"] = self.pool.strip().lower()
         if self.pool_max_slots is not None:
             given["max_slots"] = self.pool_max_slots
+        if self.pool_prestart is not None:
+            given["prestart"] = self.pool_prestart
         try:
             return PoolConfig.from_env(**given)
         except InvalidSetting as exc:

@@ -26,6 +26,7 @@ from ..languages import Interpreters, canonical_language, snippet_filename
 from ..output import CappedText
 from ..records import PoolReport
 from ..results import RunResult
+from . import prestart
 from .cleanup import make_run_dir, remove_orphaned_run_dirs_once, remove_tree
 from .isolation import Isolator, Launch
 from .layered import cgroup_fix, default_isolator
@@ -273,7 +274,14 @@ class SubprocessSandbox(SandboxBackend):
         fds: list[int] = []
         try:
             filename = snippet_filename(key.language)
+            env = run_env(dict(key.env), workdir)
             fifo = workdir / filename
+            started = self.pool_config.prestart and prestart.applies(key.language)
+            if started:
+                # The interpreter starts too and waits in its hook (see .prestart).
+                (workdir / prestart.HOOK_FILE).write_text(prestart.hook_source(filename))
+                fifo = workdir / prestart.CODE_FIFO
+                env = prestart.hook_env(env)
             os.mkfifo(fifo, 0o600)
             fds.append(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
             fds.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC))
@@ -286,7 +294,7 @@ class SubprocessSandbox(SandboxBackend):
                 popen = subprocess.Popen(
                     launch.argv,
                     cwd=str(workdir),
-                    env=run_env(dict(key.env), workdir),
+                    env=env,
                     stdin=subprocess.PIPE if key.stdin else subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
@@ -302,7 +310,7 @@ class SubprocessSandbox(SandboxBackend):
                 os.close(fd)
             remove_tree(workdir)
             raise
-        return Slot(key, workdir, launch, popen, fds[1], fds[0], fingerprint)
+        return Slot(key, workdir, launch, popen, fds[1], fds[0], fingerprint, started)
 
     @staticmethod
     def _default_isolator() -> Isolator:

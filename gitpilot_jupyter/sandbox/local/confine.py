@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import seccomp
+from . import prestart, seccomp
 
 #: System folders a run sees read-only (those that exist; a symlink stays a symlink).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -432,6 +432,19 @@ class Confinement:
                 opened += [f"{SPARE_FD}<>{code}", f"{SNIPPET_FD}<{code}", f"{SPARE_FD}<&-"]
             else:
                 opened.append(f"{SNIPPET_FD}<{code}")
+        hook, code_fifo = workdir / prestart.HOOK_FILE, workdir / prestart.CODE_FIFO
+        started = snippet is None and hook.is_file() and code_fifo.is_fifo()
+        if started:
+            # A python slot whose interpreter starts ahead (see .prestart): its hook is
+            # copied into the run's /tmp, and the code comes later through the FIFO on
+            # CODE_FD, which the interpreter inherits (opened as the snippet's FIFO is).
+            fifo = q(str(code_fifo))
+            opened += [
+                f"{SPARE_FD}<>{fifo}",
+                f"{prestart.CODE_FD}<{fifo}",
+                f"{SPARE_FD}<&-",
+                f"{SNIPPET_FD}<{q(str(hook))}",
+            ]
         lines = ["set -e"]
         if opened:
             lines.append("exec " + " ".join(opened))
@@ -551,6 +564,9 @@ class Confinement:
             # The last step of bubblewrap's setup (the run folder is its own mount, still
             # writable): a warm slot waits here, every other step done, for its code.
             cmd += ["--file", str(SNIPPET_FD), str(workdir / snippet)]
+        elif started:
+            target = f"{prestart.HOOK_DIR}/{prestart.HOOK_MODULE}.py"
+            cmd += ["--dir", prestart.HOOK_DIR, "--file", str(SNIPPET_FD), target]
         return [*prefix, *cmd, "--", *argv]
 
 

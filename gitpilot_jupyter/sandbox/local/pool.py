@@ -41,7 +41,7 @@ from typing import Any
 
 from ..backend import ResourceLimits
 from ..errors import InvalidSetting
-from . import cgroups
+from . import cgroups, prestart
 from .cleanup import remove_tree
 from .isolation import Launch
 
@@ -53,6 +53,8 @@ POOL_ENV = "GITPILOT_SANDBOX_POOL"
 POOL_MODES = ("auto", "off", "always")
 #: The most idle slots (all keys together) for in-process use, when no trait sets it.
 POOL_MAX_ENV = "GITPILOT_SANDBOX_POOL_MAX"
+#: ``1``: a python slot's interpreter is started too, waiting for its code (:mod:`.prestart`).
+PRESTART_ENV = "GITPILOT_SANDBOX_POOL_PRESTART"
 #: How often the refiller looks at its slots without being asked (retire, reap).
 _TICK_SEC = 5.0
 #: After a slot failed to start, how long none is started (what failed it, a full disk or
@@ -82,6 +84,8 @@ class PoolConfig:
     idle_sec: float = 300.0
     #: Slots started at once (each is a short burst of work on one core).
     spawn_concurrency: int = 2
+    #: Start a python slot's interpreter ahead too (see :mod:`.prestart`).
+    prestart: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in POOL_MODES:
@@ -118,6 +122,11 @@ class PoolConfig:
                 given["max_slots"] = int(raw)
             except ValueError:
                 raise InvalidSetting(f"{POOL_MAX_ENV} must be a number, got {raw!r}") from None
+        raw = env.get(PRESTART_ENV, "").strip().lower()
+        if raw and "prestart" not in given:
+            if raw not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+                raise InvalidSetting(f"{PRESTART_ENV} must be 1 or 0, got {raw!r}")
+            given["prestart"] = raw in ("1", "true", "yes", "on")
         if given.get("max_slots", cls.max_slots) < given.get("min_slots", cls.min_slots):
             given["min_slots"] = given.get("max_slots", cls.max_slots)
         return cls(**given)
@@ -150,6 +159,8 @@ class Slot:
     keeper: int
     #: What of the host the launch was made from (compared again at hand-out).
     fingerprint: Hashable
+    #: True: the interpreter is started too, waiting in its hook (:mod:`.prestart`).
+    prestarted: bool = False
     born: float = field(default_factory=time.monotonic)
     ready: bool = False
 
@@ -186,14 +197,15 @@ class Slot:
     def wait_ready(self, timeout: float = _READY_WAIT_SEC) -> bool:
         """Block until bubblewrap waits for the code (its setup done); False if it died.
 
-        Seen from ``/proc``: a child of the chain sleeping in a pipe read (the FIFO).
+        Seen from ``/proc``: a child of the chain sleeping in a pipe read (the FIFO),
+        or for a pre-started interpreter, a grandchild (bubblewrap's init is between).
         """
         deadline = time.monotonic() + timeout
         pid = self.popen.pid
         while time.monotonic() < deadline:
             if not self.alive():
                 return False
-            if _child_reads_pipe(pid):
+            if _child_reads_pipe(pid, 2 if self.prestarted else 1):
                 self.ready = True
                 return True
             time.sleep(_READY_POLL_SEC)
@@ -203,6 +215,8 @@ class Slot:
     async def deliver(self, code: str) -> bool:
         """Write the code into the FIFO and close it; False when the slot is dead."""
         data = code.encode("utf-8")
+        if self.prestarted:
+            data = prestart.frame(data)
         try:
             await write_all(self.writer, data)
         except (BrokenPipeError, ConnectionResetError):
@@ -214,12 +228,17 @@ class Slot:
         return True
 
 
-def _child_reads_pipe(pid: int) -> bool:
+def _child_reads_pipe(pid: int, depth: int = 1) -> bool:
+    """True when a process ``depth`` levels below ``pid`` sleeps in a pipe read."""
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         return False
     for child in children:
+        if depth > 1:
+            if _child_reads_pipe(int(child), depth - 1):
+                return True
+            continue
         with contextlib.suppress(OSError):
             if "pipe_read" in Path(f"/proc/{child}/wchan").read_text():
                 return True

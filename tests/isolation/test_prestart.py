@@ -1,0 +1,226 @@
+"""A python slot's interpreter is started ahead, and a snippet cannot tell.
+
+Each snippet runs twice with the same isolation: cold (the pool off) and through a
+warm slot whose interpreter was already started and waiting (``.prestart``). The
+envelopes (stdout, stderr, exit code) must be equal, the run folder's name aside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitpilot_jupyter.sandbox.errors import InvalidSetting
+from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
+from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
+from gitpilot_jupyter.sandbox.local.pool import PRESTART_ENV, PoolConfig
+from gitpilot_jupyter.sandbox.results import RunResult
+
+from .test_pool import pooled as _pooled
+from .test_pool import request, scenario, the_pool, until
+
+
+def pooled(mode: str = "auto", **config: Any) -> SubprocessSandbox:
+    """A bwrap backend whose python slots start their interpreter ahead."""
+    return _pooled(mode, prestart=True, **config)
+
+
+#: name -> (code, stdin text or None)
+CASES: dict[str, tuple[str, str | None]] = {
+    "print": ("print('hello', 2 + 2)\nprint('no newline at the end', end='')", None),
+    "stderr": ("import sys\nprint('to stderr', file=sys.stderr)\nsys.stderr.write('raw')", None),
+    "traceback": (
+        "def inner():\n    return 1 / 0\n\ndef outer():\n    inner()\n\nprint('before')\nouter()",
+        None,
+    ),
+    "chained traceback": (
+        "try:\n    {}['k']\nexcept KeyError as e:\n    raise ValueError('wrapped') from e",
+        None,
+    ),
+    "SystemExit(3)": ("print('out')\nraise SystemExit(3)", None),
+    "SystemExit('msg')": ("import sys\nsys.exit('a message')", None),
+    "SystemExit(None)": ("import sys\nprint('x')\nsys.exit()", None),
+    "KeyboardInterrupt": ("print('going')\nraise KeyboardInterrupt", None),
+    "argv, file, name, path": (
+        "import sys, os\n"
+        "print(sys.argv, sys.orig_argv[1:], __file__, __name__, sys.path)\n"
+        "print(__doc__, __package__, __spec__, type(__loader__).__name__, __cached__)\n"
+        "print(type(__builtins__), __builtins__ is __import__('builtins'))\n"
+        "print(sorted(globals()), sys.flags)\n"
+        "print(oct(os.stat(__file__).st_mode), os.stat(__file__).st_uid)",
+        None,
+    ),
+    "coding latin-1": ("# -*- coding: latin-1 -*-\ns = 'caf\u00e9'\nprint(len(s), ascii(s))", None),
+    "coding ascii, non-ascii text": ("# coding: ascii\nprint('caf\u00e9')", None),
+    "utf-8 bom": ("\ufeffprint('bom')", None),
+    "stdin text": (
+        "import sys\nprint(repr(sys.stdin.readline()))\nprint(repr(sys.stdin.read()))",
+        "first\nrest\n",
+    ),
+    "input() without stdin": ("print('asking')\nx = input('? ')", None),
+    "atexit": (
+        "import atexit\natexit.register(lambda: print('at exit'))\nprint('main')",
+        None,
+    ),
+    "syntax error": ("print('never')\nx = (1,\nprint(x", None),
+    "indentation error": ("if True:\nprint('x')", None),
+    "what it sees": (
+        "import os, sys\n"
+        "print(sorted(os.listdir('.')), os.listdir('/tmp'))\n"
+        "print(sorted(os.listdir('/proc/self/fd')), os.readlink('/proc/self/fd/0'))\n"
+        "print(sorted(k for k in os.environ), os.environ.get('PYTHONPATH'))\n"
+        "print(sorted(sys.modules))\n"
+        "print(sorted(sys.path_importer_cache))",
+        None,
+    ),
+    "stack and warnings": (
+        "import traceback, warnings, sys\n"
+        "traceback.print_stack()\n"
+        "warnings.warn('past the top', stacklevel=2)\n"
+        "print(sys._getframe().f_back)",
+        None,
+    ),
+    "recursion depth": (
+        "import sys\n"
+        "def down(n):\n"
+        "    try:\n        return down(n + 1)\n"
+        "    except RecursionError:\n        return n\n"
+        "print(down(1))",
+        None,
+    ),
+}
+
+
+def _same(text: str) -> str:
+    return re.sub(r"gitpilot-sandbox-\w+", "gitpilot-sandbox-X", text)
+
+
+def _run_all(backend: SubprocessSandbox, *, warm: bool) -> dict[str, RunResult]:
+    results: dict[str, RunResult] = {}
+
+    async def body(backend: SubprocessSandbox) -> None:
+        for name, (code, stdin) in CASES.items():
+            if warm:  # one slot of each key ready, its interpreter started
+                await backend.run(request("pass", stdin=stdin))
+                await until(lambda: the_pool(backend).idle() >= 1)
+            results[name] = await backend.run(request(code, stdin=stdin))
+
+    scenario(body, backend)
+    return results
+
+
+def test_a_prestarted_run_cannot_be_told_from_a_cold_one() -> None:
+    warm_backend = pooled("always", max_slots=2)
+    cold = _run_all(
+        SubprocessSandbox(isolator=LayeredIsolator("bwrap"), pool=PoolConfig(mode="off")),
+        warm=False,
+    )
+    warm = _run_all(warm_backend, warm=True)
+    differ = {}
+    for name in CASES:
+        assert not cold[name].warm and warm[name].warm, name
+        got = (_same(warm[name].stdout), _same(warm[name].stderr), warm[name].exit_code)
+        want = (_same(cold[name].stdout), _same(cold[name].stderr), cold[name].exit_code)
+        if got != want:
+            differ[name] = (want, got)
+    assert not differ
+    # The cases did what they say (not two identical failures).
+    assert cold["SystemExit(3)"].exit_code == 3
+    assert cold["SystemExit('msg')"].stderr == "a message\n"
+    assert "café" in cold["coding latin-1"].stdout or "caf" in cold["coding latin-1"].stdout
+    assert cold["KeyboardInterrupt"].exit_code == 130
+    assert "EOFError" in cold["input() without stdin"].stderr
+    assert cold["atexit"].stdout == "main\nat exit\n"
+    assert "SyntaxError" in cold["syntax error"].stderr and not cold["syntax error"].stdout
+    assert "ZeroDivisionError" in cold["traceback"].stderr
+    assert "None\n" in cold["what it sees"].stdout  # no PYTHONPATH
+
+
+def test_the_slot_holds_the_started_interpreter_waiting() -> None:
+    seen: list[tuple[bool, list[str]]] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        pool = the_pool(backend)
+        await backend.run(request("pass"))
+        await until(lambda: pool.idle() >= 1)
+        slot = next(s for q in pool._idle.values() for s in q)
+        commands = []
+        for pid in _tree(slot.popen.pid):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            commands.append(" ".join(os.path.basename(a.decode()) for a in cmdline if a))
+        seen.append((slot.prestarted, commands))
+
+    scenario(body, pooled(max_slots=1))
+    prestarted, commands = seen[0]
+    assert prestarted
+    assert any(re.fullmatch(r"python[\d.]* inline\.py", c) for c in commands), commands
+
+
+def _tree(pid: int) -> list[int]:
+    out = []
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return out
+    for child in map(int, children):
+        out += [child, *_tree(child)]
+    return out
+
+
+@pytest.mark.parametrize("language", ["bash"])
+def test_other_languages_keep_the_fifo_slot(language: str) -> None:
+    results: list[RunResult] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        results.append(await backend.run(request("echo warm $0", language=language)))
+        await until(lambda: the_pool(backend).idle() >= 1)
+        slot = next(s for q in the_pool(backend)._idle.values() for s in q)
+        results.append(await backend.run(request(f"echo {slot.prestarted}", language=language)))
+
+    scenario(body, pooled("always", max_slots=1))
+    assert [r.stdout for r in results] == ["warm inline.sh\n", "False\n"]
+    assert all(r.warm for r in results)
+
+
+def test_code_of_another_slot_never_reaches_this_one() -> None:
+    # Two pre-started slots, two runs at once: each prints its own code's marker.
+    results: list[RunResult] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        await backend.run(request("pass"))
+        await until(lambda: the_pool(backend).idle() >= 2)
+        runs = [backend.run(request(f"print('{n}', open(__file__).read()[-4:])")) for n in "ab"]
+        results.extend(await asyncio.gather(*runs))
+
+    scenario(body, pooled("auto", max_slots=2, min_slots=2))
+    assert [r.stdout.split()[0] for r in results] == ["a", "b"]
+    assert all(r.warm for r in results)
+
+
+def test_a_network_on_slot_starts_its_interpreter_ahead_too() -> None:
+    code = "import os, socket\nprint(sorted(os.listdir('/proc/self/fd')), socket.gethostname())"
+    results: list[RunResult] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        for _ in range(2):
+            results.append(await backend.run(request(code, allow_network=True)))
+
+    cold = SubprocessSandbox(isolator=LayeredIsolator("bwrap"), pool=PoolConfig(mode="off"))
+    scenario(body, cold)
+    scenario(body, pooled("always", max_slots=1))
+    assert [r.warm for r in results] == [False, False, True, True]
+    assert len({r.stdout for r in results}) == 1 and results[0].exit_code == 0, results
+
+
+def test_the_setting_and_its_environment_variable() -> None:
+    assert not PoolConfig().prestart
+    assert PoolConfig.from_env({PRESTART_ENV: "1"}).prestart
+    assert not PoolConfig.from_env({PRESTART_ENV: "0"}).prestart
+    assert not PoolConfig.from_env({PRESTART_ENV: "1"}, prestart=False).prestart
+    with pytest.raises(InvalidSetting, match=PRESTART_ENV):
+        PoolConfig.from_env({PRESTART_ENV: "maybe"})
