@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,12 @@ pytest_plugins = [
     # runner_standin / start_standin: a real Runner stand-in process for any test.
     "tests.support.standin_fixture",
 ]
+
+# A suite started in the background by a non-interactive shell (`make test &`) inherits
+# SIGINT ignored, and so would every CLI process the tests Ctrl-C. A handler here is
+# reset to the default in each child, as in a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _SANDBOX_ENV = (
     "GITPILOT_SANDBOX",
