@@ -153,7 +153,7 @@ class SandboxApp(ExtensionApp):
         allow_none=True,
         help="Start a waiting python sandbox's interpreter too, so a warm run pays no "
         "interpreter start-up (the snippet still runs as python inline.py would; see the "
-        f"pool page). Unset: ${PRESTART_ENV} (1 or 0), else off.",
+        f"pool page). Unset: ${PRESTART_ENV} (1 or 0), else on.",
     ).tag(config=True)
 
     matrixlab_runner_image = Unicode(

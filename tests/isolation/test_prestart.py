@@ -218,7 +218,8 @@ def test_a_network_on_slot_starts_its_interpreter_ahead_too() -> None:
 
 
 def test_the_setting_and_its_environment_variable() -> None:
-    assert not PoolConfig().prestart
+    assert PoolConfig().prestart  # on by default
+    assert PoolConfig.from_env({}).prestart
     assert PoolConfig.from_env({PRESTART_ENV: "1"}).prestart
     assert not PoolConfig.from_env({PRESTART_ENV: "0"}).prestart
     assert not PoolConfig.from_env({PRESTART_ENV: "1"}, prestart=False).prestart

@@ -85,7 +85,7 @@ class PoolConfig:
     #: Slots started at once (each is a short burst of work on one core).
     spawn_concurrency: int = 2
     #: Start a python slot's interpreter ahead too (see :mod:`.prestart`).
-    prestart: bool = False
+    prestart: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in POOL_MODES:
