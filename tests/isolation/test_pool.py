@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
+from gitpilot_jupyter.sandbox.local import pool as pool_module
 from gitpilot_jupyter.sandbox.local.backends import NullSandbox, SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator, _cgroup_tree
 from gitpilot_jupyter.sandbox.local.pool import POOL_ENV, PoolConfig, WarmPool
@@ -264,6 +265,43 @@ def test_the_pool_follows_demand_within_its_limits() -> None:
 
     scenario(body, pooled(max_slots=3, min_slots=1))
     assert seen == [2, 3]
+
+
+def test_the_refill_waits_for_the_answer_unless_a_run_needs_a_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A slot's start takes the GIL and a core: after a run it waits (REFILL_DELAY_SEC,
+    # made long here) so the answer reaches the caller first. A run that finds no idle
+    # slot ends the wait at once, and closing the pool during it starts nothing.
+    monkeypatch.setattr(pool_module, "REFILL_DELAY_SEC", 60.0)
+    backend = pooled(max_slots=2, min_slots=1)
+    started: list[float] = []
+
+    def counted(key: Any) -> Any:
+        started.append(time.monotonic())
+        return SubprocessSandbox._spawn_slot(backend, key)
+
+    backend._spawn_slot = counted  # type: ignore[method-assign]
+
+    async def body(backend: SubprocessSandbox) -> None:
+        pool = the_pool(backend)
+        await backend.run(request("pass"))  # a miss: its slots start at once
+        await until(lambda: pool.idle() >= 2)
+        before = len(started)
+        assert (await backend.run(request("pass"))).warm  # one slot left idle
+        await asyncio.sleep(0.3)
+        assert (pool.idle(), pool.starting(), len(started)) == (1, 1, before)
+        assert (await backend.run(request("pass"))).warm  # takes the last one
+        await until(lambda: pool.idle() >= 2)  # well before the 60 s delay
+        assert len(started) == before + 2
+        assert (await backend.run(request("pass"))).warm
+        assert pool.starting() == 1
+        closing = time.monotonic()
+        await backend.aclose()
+        assert time.monotonic() - closing < 10
+        assert (pool.idle(), pool.starting(), len(started)) == (0, 0, before + 2)
+
+    scenario(body, backend)
 
 
 def test_closing_leaves_no_process_cgroup_or_folder() -> None:

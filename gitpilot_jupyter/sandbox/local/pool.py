@@ -19,6 +19,13 @@ folders, the blocked networks) are looked at again, and every slot made from an
 older view is dropped. Slots are started in worker threads, a few at a time;
 how many are kept per key follows demand (the peak of runs at once, plus one),
 within :class:`PoolConfig`'s limits, and an unused slot is retired.
+
+The refill after a run waits a moment (:data:`REFILL_DELAY_SEC`) in its worker
+before it starts the slot: starting one takes the GIL and a core, and right at a
+run's end that time would come out of delivering the run's answer. The wait is in
+the worker thread, not on the event loop, so a loop closed right after its call
+(a kernel's ``run_sync``, the CLI) loses no refill; a run that finds its key
+without an idle slot ends the wait at once (a burst needs its slots now).
 """
 
 from __future__ import annotations
@@ -69,6 +76,10 @@ _WORKER_PREFIX = "gitpilot-pool"
 #: burst) share one look instead of one each. A cold run's view is older than this by
 #: the time its bubblewrap starts.
 FINGERPRINT_TTL_SEC = 0.02
+#: How long the refill after a run waits before it starts a slot: long enough for the
+#: run's answer to reach its caller (the core's return, a REST reply, a kernel's cell)
+#: without a slot's start competing for the GIL and the core.
+REFILL_DELAY_SEC = 0.01
 
 
 @dataclass(frozen=True)
@@ -383,6 +394,10 @@ class WarmPool:
         self._closed = False
         self._failed_at = -_RETRY_SEC  # when a slot last failed to start (monotonic)
         self._spawning: set[Future[None]] = set()
+        #: Wakes refills still waiting out their delay (a run found no idle slot, or
+        #: the pool closes); the count tells a waiter it was woken.
+        self._hurry = threading.Condition(self._lock)
+        self._hurried = 0
         #: Counters for status and benchmarks.
         self.stats = {"hits": 0, "misses": 0, "spawned": 0, "failed": 0, "stale": 0}
         _OPEN.add(self)
@@ -403,6 +418,7 @@ class WarmPool:
         # While another slot of this key waits, the refill waits for the run's end
         # (done): starting a slot beside a run slows the run on a small machine.
         if slot is None or not self._idle.get(key):
+            self._wake()  # a refill still waiting out its delay is wanted now
             self._fill()
         return slot
 
@@ -423,12 +439,22 @@ class WarmPool:
         self.done(key)
 
     def done(self, key: PoolKey) -> None:
-        """A run of ``key`` (warm or cold) ended: refill now."""
+        """A run of ``key`` (warm or cold) ended: refill once its answer is delivered.
+
+        The slots are started :data:`REFILL_DELAY_SEC` from now (their workers wait),
+        not at once: the run's answer is still on its way to the caller.
+        """
         with self._lock:
             demand = self._demand.get(key)
             if demand is not None:
                 demand.in_flight = max(0, demand.in_flight - 1)
-        self._fill()
+        self._fill(delay=REFILL_DELAY_SEC)
+
+    def _wake(self) -> None:
+        """End the delay of every refill waiting in a worker."""
+        with self._hurry:
+            self._hurried += 1
+            self._hurry.notify_all()
 
     def _begin(self, key: PoolKey) -> None:
         now = time.monotonic()
@@ -490,12 +516,13 @@ class WarmPool:
                     held += 1
             return out
 
-    def _fill(self) -> None:
+    def _fill(self, delay: float = 0.0) -> None:
         """Start slots where keys are short (a few at once), retire unwanted ones.
 
         On the event loop, and quick: each slot starts in a worker thread, whose end
         calls this again. No task is kept on the loop (a loop may close at any time,
-        as ``asyncio.run`` does); a timer looks again while slots are held.
+        as ``asyncio.run`` does); a timer looks again while slots are held. ``delay``:
+        the workers wait that long before they start (see :meth:`done`).
         """
         if self._closed:
             return
@@ -505,7 +532,7 @@ class WarmPool:
         if time.monotonic() - self._failed_at < _RETRY_SEC:
             room = 0  # runs start cold meanwhile; the next take() after it tries again
         for key in self._deficits()[: max(0, room)]:
-            self._start(key)
+            self._start(key, delay)
         if self._tick is None and self._loop is not None and (self._idle or self._spawning):
             with contextlib.suppress(RuntimeError):  # a closed loop: the next take() looks
                 self._tick = self._loop.call_later(_TICK_SEC, self._ticked)
@@ -514,15 +541,19 @@ class WarmPool:
         self._tick = None
         self._fill()
 
-    def _start(self, key: PoolKey) -> Future[None]:
-        """Start one slot of ``key`` in a worker thread; it joins the idle ones when ready."""
+    def _start(self, key: PoolKey, delay: float = 0.0) -> Future[None]:
+        """Start one slot of ``key`` in a worker thread; it joins the idle ones when ready.
+
+        The slot counts as starting from now on, also while its worker waits ``delay``
+        (which :meth:`_wake` cuts short).
+        """
         if self._executor is None:
             self._executor = ThreadPoolExecutor(
                 max_workers=self.config.spawn_concurrency, thread_name_prefix=_WORKER_PREFIX
             )
         with self._lock:
             self._starting[key] = self._starting.get(key, 0) + 1
-        future = self._executor.submit(self._spawn_ready, key)
+        future = self._executor.submit(self._spawn_ready, key, delay)
         with self._lock:
             self._spawning.add(future)
         future.add_done_callback(self._started)
@@ -538,18 +569,26 @@ class WarmPool:
             with contextlib.suppress(RuntimeError):  # closed: the next take() looks
                 loop.call_soon_threadsafe(self._fill)
 
-    def _spawn_ready(self, key: PoolKey) -> None:
+    def _spawn_ready(self, key: PoolKey, delay: float = 0.0) -> None:
         # In a worker thread. The slot is handed to the pool here, not through the loop:
         # one whose waiter is gone (a closed loop) is still found and closed by the pool.
+        if delay > 0:
+            with self._hurry:
+                woken = self._hurried
+                self._hurry.wait_for(lambda: self._hurried != woken or self._closed, delay)
         slot = None
+        ready = False
         try:
-            slot = self._spawn(key)
-            ready = slot.wait_ready()
+            if not self._closed:  # closed while it waited: nothing to start
+                slot = self._spawn(key)
+                ready = slot.wait_ready()
         except Exception as exc:  # a failed slot costs a cold run, never the server
             log.warning("gitpilot sandbox pool: a slot did not start: %s", exc)
             ready = False
         with self._lock:
             self._starting[key] = max(0, self._starting.get(key, 0) - 1)
+            if slot is None and self._closed:
+                return
             if ready and slot is not None and not self._closed:
                 self._idle.setdefault(key, deque()).append(slot)
                 self.stats["spawned"] += 1
@@ -619,6 +658,7 @@ class WarmPool:
     async def aclose(self) -> None:
         """Stop refilling and destroy every idle slot (processes, cgroups, folders)."""
         self._closed = True
+        self._wake()  # refills waiting out their delay end now, starting nothing
         if self._tick is not None:
             self._tick.cancel()
             self._tick = None
@@ -636,6 +676,7 @@ class WarmPool:
         own workers (the last reference let go there): that one is not waited for.
         """
         self._closed = True
+        self._wake()
         worker = threading.current_thread().name.startswith(_WORKER_PREFIX)
         tick, self._tick = self._tick, None
         if tick is not None and self._loop is not None:
