@@ -13,6 +13,7 @@ import re
 import secrets
 import shutil
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable
@@ -373,6 +374,21 @@ def test_a_backend_dropped_without_closing_takes_its_slots_along() -> None:
         with pytest.raises(ProcessLookupError):
             os.kill(slot.popen.pid, 0)
         assert not slot.workdir.exists()
+
+
+def test_closing_inside_the_pools_own_lock_does_not_hang() -> None:
+    # The backend's finalizer closes its pool; a garbage-collection pass may run it in a
+    # thread that holds the pool's lock at that moment (a refill, the tick).
+    pool = the_pool(pooled(max_slots=1))
+    closed = threading.Event()
+
+    def collected_while_locked() -> None:
+        with pool._lock:
+            pool.close_now()
+        closed.set()
+
+    threading.Thread(target=collected_while_locked, daemon=True).start()
+    assert closed.wait(30), "close_now deadlocked on the pool's own lock"
 
 
 def rest_run(http: Any, code: str) -> dict[str, Any]:

@@ -387,7 +387,9 @@ class WarmPool:
         self._idle: dict[PoolKey, deque[Slot]] = {}
         self._starting: dict[PoolKey, int] = {}
         self._demand: dict[PoolKey, _Demand] = {}
-        self._lock = threading.Lock()
+        # Re-entrant: close_now also runs from the backend's finalizer, which a
+        # garbage-collection pass may call in a thread that holds this lock.
+        self._lock = threading.RLock()
         self._executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tick: asyncio.TimerHandle | None = None
