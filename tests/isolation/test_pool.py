@@ -504,3 +504,41 @@ def test_a_backend_let_go_inside_a_pool_worker_closes_its_pool_there() -> None:
         assert time.monotonic() < deadline, "the pool was not closed"
         time.sleep(0.05)
     assert pool.idle() == 0
+
+
+def _namespace_fds() -> list[str]:
+    """The namespaces this process holds open (``mnt:[...]``), by their fds' targets."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if re.fullmatch(r"mnt:\[\d+\]", target):
+            held.append(target)
+    return held
+
+
+def test_a_waiting_slot_holds_its_mount_namespace_and_lets_go_after_its_run() -> None:
+    """The server keeps a slot's mount namespace so its teardown is not in the run's
+    exit; the hold ends with the run (no descriptor or namespace is left behind)."""
+    seen: dict[str, Any] = {}
+
+    async def body(backend: SubprocessSandbox) -> None:
+        pool = the_pool(backend)
+        await backend.run(request("pass"))
+        await until(lambda: pool.idle() >= 1)
+        slot = next(s for q in pool._idle.values() for s in q)
+        seen["slot"] = os.readlink(f"/proc/self/fd/{slot.mount_ns}")
+        seen["own"] = os.readlink("/proc/self/ns/mnt")
+        result = await backend.run(request("import os; print(os.readlink('/proc/self/ns/mnt'))"))
+        assert result.warm and result.exit_code == 0, result
+        seen["run"] = result.stdout.strip()
+        await asyncio.to_thread(backend.after_runs.wait)
+        seen["after"] = slot.mount_ns
+
+    scenario(body, pooled(max_slots=1))
+    assert seen["slot"] != seen["own"], "the slot's namespace is the server's own"
+    assert seen["slot"] == seen["run"], "the hold is not on the namespace the run had"
+    assert seen["after"] == -1
+    assert seen["run"] not in _namespace_fds(), "still held after the pool closed"

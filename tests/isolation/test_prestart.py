@@ -67,6 +67,15 @@ CASES: dict[str, tuple[str, str | None]] = {
         "import atexit\natexit.register(lambda: print('at exit'))\nprint('main')",
         None,
     ),
+    "finalizers at exit": (
+        "class Bye:\n"
+        "    def __init__(self, name):\n        self.name = name\n"
+        "    def __del__(self):\n        print('bye', self.name)\n"
+        "held = Bye('global')\n"
+        "cycle = Bye('cycle')\ncycle.me = cycle\ndel cycle\n"
+        "print('main')",
+        None,
+    ),
     "syntax error": ("print('never')\nx = (1,\nprint(x", None),
     "indentation error": ("if True:\nprint('x')", None),
     "what it sees": (

@@ -155,6 +155,8 @@ def test_snippet_runs_in_a_private_temp_dir_that_is_removed(service: SandboxServ
     cwd, mode = result.stdout.split()
     assert mode == "0o700"
     assert cwd != os.getcwd()
+    # Removed after the answer (in the background); closing waits for every removal.
+    asyncio.run(service.aclose())
     assert not Path(cwd).exists()
 
 

@@ -27,7 +27,7 @@ from ..output import CappedText
 from ..records import PoolReport
 from ..results import RunResult
 from . import prestart
-from .cleanup import make_run_dir, remove_orphaned_run_dirs_once, remove_tree
+from .cleanup import AfterRuns, make_run_dir, remove_orphaned_run_dirs_once, remove_tree
 from .isolation import Isolator, Launch
 from .layered import cgroup_fix, default_isolator
 from .pool import PoolConfig, PoolKey, Slot, WarmChild, WarmPool, write_all
@@ -129,19 +129,6 @@ async def _feed_slot(slot: Slot, code: str, stdin: str | None) -> None:
         await _feed_pipe(pipe, stdin)
 
 
-async def _cleanup(launch: Launch, workdir: Path) -> None:
-    """Remove the run's cgroup and folder before the answer, off the event loop (a
-    burst of runs ending together would otherwise stall every other request)."""
-
-    def both() -> None:
-        try:
-            launch.cleanup()
-        finally:
-            remove_tree(workdir)
-
-    await asyncio.shield(asyncio.to_thread(both))
-
-
 class Child(Protocol):
     """What the backend uses of a running chain (an asyncio process, or a warm slot's)."""
 
@@ -176,6 +163,8 @@ class SubprocessSandbox(SandboxBackend):
         self.pool_config = pool if pool is not None else PoolConfig.from_env()
         self._pool: WarmPool | None = None
         self._pool_error: list[str | None] = []
+        #: Removes ended runs' cgroups and folders once they have answered.
+        self.after_runs = AfterRuns()
         # Run folders of servers killed without cleanup (their cgroups: see layered).
         remove_orphaned_run_dirs_once()
 
@@ -326,6 +315,25 @@ class SubprocessSandbox(SandboxBackend):
         self._pool_error = ["closed"]
         if pool is not None:
             await pool.aclose()
+        await asyncio.to_thread(self.after_runs.wait)
+
+    def _clean_up_later(self, launch: Launch, workdir: Path, slot: Slot | None = None) -> None:
+        """Remove the run's cgroup and folder after the answer (its processes are dead).
+
+        Off the event loop, and after the answer: a burst of runs ending together
+        would otherwise stall every other request, and each run its own answer. A
+        warm run's slot lets go of its mount namespace here too (see :class:`.Slot`).
+        """
+
+        def removal() -> None:
+            try:
+                launch.cleanup()
+            finally:
+                remove_tree(workdir)
+                if slot is not None:
+                    slot.release_mount_namespace()
+
+        self.after_runs.submit(removal)
 
     async def run(self, request: RunRequest, on_output: OutputCallback | None = None) -> RunResult:
         """Run ``request`` in a fresh temp dir; see the module docstring."""
@@ -368,7 +376,7 @@ class SubprocessSandbox(SandboxBackend):
                     feed = _feed_stdin(proc, request.stdin) if request.stdin is not None else None
                     await self._supervise(request, launch, proc, feed, result, on_output)
             finally:
-                await _cleanup(launch, workdir)
+                self._clean_up_later(launch, workdir)
         finally:
             if pool is not None and key is not None:
                 pool.done(key)
@@ -408,7 +416,7 @@ class SubprocessSandbox(SandboxBackend):
             if slot.popen.stdin is not None:
                 with contextlib.suppress(OSError):
                     slot.popen.stdin.close()
-            await _cleanup(slot.launch, slot.workdir)
+            self._clean_up_later(slot.launch, slot.workdir, slot)
         return True
 
     def _prepare(self, request: RunRequest, interpreter: str) -> tuple[Path, Launch]:

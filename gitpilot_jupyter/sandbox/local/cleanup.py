@@ -9,11 +9,14 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import os
 import stat
 import tempfile
+import threading
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -176,3 +179,45 @@ def remove_orphaned_run_dirs(folder: str | None = None) -> int:
     if removed:
         log.info("removed %d run folders of sandbox servers that are gone", removed)
     return removed
+
+
+class AfterRuns:
+    """Removes ended runs' cgroups and folders after their answer, in one worker thread.
+
+    A run's processes are killed before it answers; what is left of it (an empty
+    cgroup, the run folder) holds nothing that runs, so removing it need not delay the
+    answer. :meth:`wait` (on closing) and interpreter exit wait for every removal.
+    """
+
+    def __init__(self) -> None:
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pending: set[concurrent.futures.Future[None]] = set()
+        self._lock = threading.Lock()
+
+    def submit(self, removal: Callable[[], None]) -> None:
+        """Do ``removal`` (which must not raise) soon, off the caller's thread."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="gitpilot-after-runs"
+                )
+            future = self._executor.submit(removal)
+            self._pending.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: concurrent.futures.Future[None]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            log.error("cleaning up after a run failed", exc_info=future.exception())
+
+    def pending(self) -> int:
+        """Removals not done yet."""
+        with self._lock:
+            return len(self._pending)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until every removal submitted so far is done."""
+        with self._lock:
+            pending = list(self._pending)
+        concurrent.futures.wait(pending, timeout=timeout)

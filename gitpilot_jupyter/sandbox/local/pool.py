@@ -174,6 +174,11 @@ class Slot:
     prestarted: bool = False
     born: float = field(default_factory=time.monotonic)
     ready: bool = False
+    #: An fd on the sandbox's mount namespace, held from the host (-1: none). The
+    #: namespace's teardown (unmounting its tree, which waits for an RCU grace period)
+    #: then happens when this side lets go, after the answer, instead of in the run's
+    #: exit, which the answer waits for.
+    mount_ns: int = -1
 
     def alive(self) -> bool:
         """True while the chain still runs (it reaps a dead one)."""
@@ -187,6 +192,13 @@ class Slot:
                 with contextlib.suppress(OSError):
                     os.close(fd)
                 setattr(self, name, -1)
+
+    def release_mount_namespace(self) -> None:
+        """Let go of the sandbox's mount namespace (its teardown happens here if last)."""
+        fd, self.mount_ns = self.mount_ns, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def destroy(self) -> None:
         """Kill the slot's processes and remove its cgroup and folder (blocking)."""
@@ -204,6 +216,7 @@ class Slot:
                     pipe.close()
         self.launch.cleanup()
         remove_tree(self.workdir)
+        self.release_mount_namespace()
 
     def wait_ready(self, timeout: float = _READY_WAIT_SEC) -> bool:
         """Block until bubblewrap waits for the code (its setup done); False if it died.
@@ -218,6 +231,7 @@ class Slot:
                 return False
             if _child_reads_pipe(pid, 2 if self.prestarted else 1):
                 self.ready = True
+                self.mount_ns = _mount_namespace(pid)
                 return True
             time.sleep(_READY_POLL_SEC)
         self.ready = True  # slow host: still usable, the run just waits for the rest
@@ -254,6 +268,15 @@ def _child_reads_pipe(pid: int, depth: int = 1) -> bool:
             if "pipe_read" in Path(f"/proc/{child}/wchan").read_text():
                 return True
     return False
+
+
+def _mount_namespace(pid: int) -> int:
+    """An fd on the mount namespace of ``pid``'s child (bubblewrap's sandbox), or -1."""
+    try:
+        child = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0]
+        return os.open(f"/proc/{child}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except (OSError, IndexError):
+        return -1  # not allowed (another user's namespace) or gone: torn down at exit
 
 
 async def write_all(fd: int, data: bytes) -> None:
