@@ -268,6 +268,27 @@ def test_the_pool_follows_demand_within_its_limits() -> None:
     assert seen == [2, 3]
 
 
+def test_runs_one_after_another_keep_more_slots_waiting() -> None:
+    """Runs back to back take slots faster than one refill makes them: the pool keeps
+    as many as began within one slot's start time (one at a time would be peak + 1)."""
+    wanted: list[int] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        pool = the_pool(backend)
+        await backend.run(request("pass"))
+        await until(lambda: pool.idle() >= 2)
+        key = next(iter(pool._idle))
+        for _ in range(8):
+            await backend.run(request("pass"))
+        wanted.append(pool.target(key))
+        await asyncio.sleep(pool._ready_sec * 2 + 0.5)
+        wanted.append(pool.target(key))
+
+    scenario(body, pooled(max_slots=8, min_slots=1))
+    assert wanted[0] >= 3, wanted
+    assert wanted[1] == 2, wanted  # the rate is forgotten; one at a time again
+
+
 def test_the_refill_waits_for_the_answer_unless_a_run_needs_a_slot(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

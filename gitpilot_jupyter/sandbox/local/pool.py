@@ -80,6 +80,10 @@ FINGERPRINT_TTL_SEC = 0.02
 #: run's answer to reach its caller (the core's return, a REST reply, a kernel's cell)
 #: without a slot's start competing for the GIL and the core.
 REFILL_DELAY_SEC = 0.01
+#: How many run starts per key are remembered for the rate (see :meth:`WarmPool.target`).
+_RATE_MEMORY = 64
+#: A slot's start time assumed until one was measured (seconds from start to ready).
+_READY_GUESS_SEC = 0.05
 
 
 @dataclass(frozen=True)
@@ -378,6 +382,12 @@ class _Demand:
     last_peak: int = 0
     window_start: float = field(default_factory=time.monotonic)
     last_used: float = field(default_factory=time.monotonic)
+    #: When the latest runs began (runs one after another need a slot each meanwhile).
+    starts: deque[float] = field(default_factory=lambda: deque(maxlen=_RATE_MEMORY))
+
+    def started_within(self, seconds: float, now: float) -> int:
+        """How many runs began in the last ``seconds``."""
+        return sum(1 for at in self.starts if now - at <= seconds)
 
 
 #: Pools still open, closed at interpreter exit if their owner did not (CLI, kernels).
@@ -418,6 +428,8 @@ class WarmPool:
         self._tick: asyncio.TimerHandle | None = None
         self._closed = False
         self._failed_at = -_RETRY_SEC  # when a slot last failed to start (monotonic)
+        #: How long a slot takes from its start to ready (a moving average).
+        self._ready_sec = _READY_GUESS_SEC
         self._spawning: set[Future[None]] = set()
         #: Wakes refills still waiting out their delay (a run found no idle slot, or
         #: the pool closes); the count tells a waiter it was woken.
@@ -490,6 +502,7 @@ class WarmPool:
             demand.in_flight += 1
             demand.peak = max(demand.peak, demand.in_flight)
             demand.last_used = now
+            demand.starts.append(now)
 
     def _pop(self, key: PoolKey) -> Slot | None:
         while True:
@@ -523,7 +536,10 @@ class WarmPool:
         demand = self._demand.get(key)
         if demand is None or time.monotonic() - demand.last_used > self.config.idle_sec:
             return 0
-        want = max(demand.peak, demand.last_peak) + 1
+        # Runs one after another use up slots faster than one refill makes them: as
+        # many as began within one slot's start time are taken before it is ready.
+        recent = demand.started_within(self._ready_sec, time.monotonic())
+        want = max(demand.peak, demand.last_peak, recent) + 1
         return max(self.config.min_slots, min(want, self.config.max_slots))
 
     def _deficits(self) -> list[PoolKey]:
@@ -605,8 +621,11 @@ class WarmPool:
         ready = False
         try:
             if not self._closed:  # closed while it waited: nothing to start
+                began = time.monotonic()
                 slot = self._spawn(key)
                 ready = slot.wait_ready()
+                if ready:
+                    self._ready_sec += (time.monotonic() - began - self._ready_sec) / 4
         except Exception as exc:  # a failed slot costs a cold run, never the server
             log.warning("gitpilot sandbox pool: a slot did not start: %s", exc)
             ready = False
