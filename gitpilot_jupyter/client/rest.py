@@ -21,7 +21,6 @@ from ..sandbox.plans import ExecutionPlan
 from ..sandbox.records import Status
 from ..sandbox.results import RunResult
 from ..sandbox.settings import MAX_TIMEOUT_SEC
-from ..tls import tls_context
 from .base import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
 from .server import (
     API,
@@ -31,6 +30,7 @@ from .server import (
     auth_headers,
     call_api,
     error_from_answer,
+    http_client,
     unreachable,
 )
 
@@ -56,14 +56,8 @@ class RestClient(SandboxClient):
         self.timeout = timeout
         self.path = "REST"
 
-    def _client(self, read_timeout: float | None = None) -> httpx.AsyncClient:
-        timeout = httpx.Timeout(self.timeout, read=read_timeout or self.timeout)
-        return httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=auth_headers(self.token),
-            timeout=timeout,
-            verify=tls_context(),
-        )
+    def _timeout(self, read_timeout: float | None = None) -> httpx.Timeout:
+        return httpx.Timeout(self.timeout, read=read_timeout or self.timeout)
 
     async def _call(self, method: str, route: str, body: Any = None) -> Any:
         return await call_api(self.server, method, route, body, timeout=self.timeout)
@@ -145,27 +139,39 @@ class RestClient(SandboxClient):
         headers = {"Accept": NDJSON}
         try:
             async with (
-                self._client(read_timeout=read_timeout) as client,
-                client.stream("POST", f"{API}/{route}", json=body, headers=headers) as response,
+                http_client() as client,
+                client.stream(
+                    "POST",
+                    f"{self.base_url}{API}/{route}",
+                    json=body,
+                    headers={**auth_headers(self.token), **headers},
+                    timeout=self._timeout(read_timeout),
+                ) as response,
             ):
                 if response.status_code >= 400:
                     await response.aread()
                     raise error_from_answer(response)
                 if NDJSON not in response.headers.get("content-type", ""):
                     return dict(json.loads(await response.aread()))
+                result: dict[str, Any] | None = None
                 async for raw in response.aiter_lines():
-                    if not raw.strip():
+                    if not raw.strip() or result is not None:
+                        # Read to the stream's end (it ends right after its result), so
+                        # the connection is kept for the next call, not dropped.
                         continue
                     event = json.loads(raw)
                     kind = event.pop("type", None)
                     if kind == "result":
-                        return dict(event)
+                        result = dict(event)
+                        continue
                     if kind == "error":
                         raise SandboxError(
                             str(event.get("message", "the request failed")),
                             code=str(event.get("code", "server_error")),
                         )
                     await on_line({"type": kind, **event})
+                if result is not None:
+                    return result
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise unreachable(self.base_url, exc) from None
         raise SandboxError("the server's stream ended without a result", code="server_error")

@@ -167,3 +167,6 @@ def test_interrupting_the_kernel_stops_the_snippet(
     # The envelope says so, and the kernel goes on.
     check = kernel.execute("print(r['cancelled'], r['exit_code'], r['stdout'].strip())")
     assert streams(messages_until_idle(kernel, check), check) == "True -1 started\n"
+    # The next cell runs on the same path (the connection the stopped run used is not reused).
+    after = kernel.execute("%%sandbox\nprint('after the stop')")
+    assert streams(messages_until_idle(kernel, after), after).startswith("after the stop\n")

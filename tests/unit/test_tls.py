@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ssl
 
-from gitpilot_jupyter.client.rest import RestClient
+from gitpilot_jupyter.client.server import new_http_client
 from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.tls import tls_context
 
@@ -18,7 +18,7 @@ def test_one_context_that_verifies() -> None:
 
 async def test_per_call_clients_share_it() -> None:
     for client in (
-        RestClient("https://example.invalid:8888/")._client(),
+        new_http_client(),
         MatrixLabSandbox(url="https://example.invalid")._client(),
     ):
         async with client:
