@@ -36,6 +36,10 @@ _KILL_ROUNDS = 20
 RUN_PREFIX = "gitpilot-run-"
 #: A cgroup delegated to the server's user, below each hierarchy's root, runs are made under.
 CGROUP_ENV = "GITPILOT_SANDBOX_CGROUP"
+#: The file a run's first process writes ``0`` to, to join a run cgroup, by cgroup version:
+#: the calling thread alone on v1 (no global lock, see :meth:`CgroupRun.join_files`), the
+#: calling process on v2.
+JOIN_FILE = {1: "tasks", 2: "cgroup.procs"}
 
 
 def delegated_path(value: str | None) -> str | None:
@@ -171,16 +175,26 @@ class CgroupRun:
     _fds: list[int] = field(default_factory=list)
 
     def open_join_fds(self) -> None:
-        """Open ``cgroup.procs`` now, so the child only has to write to an open fd."""
-        for folder in self.dirs:
-            self._fds.append(os.open(folder / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+        """Open the join files now, so the child only has to write to an open fd."""
+        for path in self.join_files():
+            self._fds.append(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
 
-    def procs_files(self) -> list[Path]:
-        """The ``cgroup.procs`` files a process writes its pid to, to join the run."""
-        return [folder / "cgroup.procs" for folder in self.dirs]
+    def join_files(self) -> list[Path]:
+        """The files a single-threaded process writes ``0`` (itself) to, to join the run.
+
+        On cgroup v1 that is ``tasks``: moving only the calling thread takes no global
+        lock, where a write to ``cgroup.procs`` (a whole process) first waits for an RCU
+        grace period, 10-13 ms here. The joining process is single-threaded (the
+        chain's shell, or the child between fork and exec), so that thread is all of it,
+        and everything it starts is inside. cgroup v2 moves threads only within a
+        threaded subtree, so there it is ``cgroup.procs`` (see :data:`JOIN_FILE`).
+        """
+        name = JOIN_FILE[self.version]
+        return [folder / name for folder in self.dirs]
 
     def join(self) -> None:
-        """Move the calling process into the run's cgroups (called between fork and exec)."""
+        """Move the calling (single-threaded) process into the run's cgroups; called
+        between fork and exec."""
         for fd in self._fds:
             os.write(fd, b"0")
 

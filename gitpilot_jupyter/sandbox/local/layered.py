@@ -138,9 +138,10 @@ def exec_prefix(
 ) -> list[str] | None:
     """The argv prefix that joins ``cgroup`` then sets ``rlimits`` and execs the rest.
 
-    The shell writes its own pid to each ``cgroup.procs`` (a builtin: no fork), so it
-    and all it becomes and starts (the namespace tool, its pid namespace, the
-    interpreter) are in the run cgroup; its ``ulimit`` builtin then sets the limits
+    The shell (single-threaded) writes ``0``, itself, to each join file (a builtin: no
+    fork; see :meth:`cgroups.CgroupRun.join_files`), so it and all it becomes and starts
+    (the namespace tool, its pid namespace, the interpreter) are in the run cgroup;
+    its ``ulimit`` builtin then sets the limits
     (where the shell states them exactly, else ``prlimit`` sets them on itself) and
     it execs the command, which inherits them. A failed join or limit stops the
     launch before the command runs. None when a limit has no ``prlimit`` option.
@@ -151,8 +152,8 @@ def exec_prefix(
         return None
     builtins = rlimits.ulimit_commands(shell_ulimits())
     prefix = [prlimit, *options, "--"] if options and builtins is None else []
-    procs = [str(path) for path in cgroup.procs_files()] if cgroup is not None else []
-    steps = [f'echo "$$" >"${i}"' for i in range(1, len(procs) + 1)]
+    procs = [str(path) for path in cgroup.join_files()] if cgroup is not None else []
+    steps = [f'echo 0 >"${i}"' for i in range(1, len(procs) + 1)]
     if procs:
         steps.append(f"shift {len(procs)}")
     steps += builtins or []
