@@ -31,26 +31,35 @@ class CellEcho:
 
     Writes are left to the kernel's stream batching (a few messages a second,
     not one per chunk); a switch between stdout and stderr flushes the stream
-    written so far, so the cell shows them in the order they came.
+    written so far, so the cell shows them in the order they came. The end of
+    a cell needs no flush of its own: ipykernel flushes both streams before it
+    shows a traceback or a display and before it answers the cell (each flush
+    from another thread waits for its IO thread).
     """
 
     def __init__(self) -> None:
         self._last: str | None = None
+        self._written: set[str] = set()
 
     @staticmethod
     def _stream(name: str) -> TextIO:
         return sys.stdout if name == "stdout" else sys.stderr
 
     async def __call__(self, stream: str, text: str) -> None:
+        self.write(stream, text)
+
+    def write(self, stream: str, text: str) -> None:
+        """Write ``text`` to ``stream`` (``stdout`` or ``stderr``) after what came before."""
         if self._last is not None and self._last != stream:
             self._stream(self._last).flush()
         self._last = stream
+        self._written.add(stream)
         self._stream(stream).write(text)
 
     def flush(self) -> None:
-        """Flush both streams (after the run)."""
-        sys.stdout.flush()
-        sys.stderr.flush()
+        """Flush the streams written to (outside a kernel, say, before an error is shown)."""
+        for name in sorted(self._written):
+            self._stream(name).flush()
 
 
 class SandboxCellError(Exception):

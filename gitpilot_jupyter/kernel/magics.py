@@ -229,16 +229,21 @@ class SandboxMagics(Magics):
         except KeyboardInterrupt:
             # The stop could not be asked for (a second interrupt, a gone server): the
             # run was cancelled on this side, which closes its stream on the server.
-            raise SandboxStopped(stopped_message(time.monotonic() - started, client.path)) from None
-        finally:
             echo.flush()
+            raise SandboxStopped(stopped_message(time.monotonic() - started, client.path)) from None
+        except BaseException:
+            echo.flush()
+            raise
         self._store(result, args.out)
         if result.cancelled:
+            echo.flush()
             raise SandboxStopped(stopped_message(result.duration_ms / 1000, client.path), result)
         if self.show_footer:
-            print(footer(result, client.path), flush=True)
+            # After the snippet's last output, whichever stream it was on.
+            echo.write("stdout", footer(result, client.path) + "\n")
         raise_error = self.raise_error if args.raise_error is None else args.raise_error
         if raise_error and not result.ok:
+            echo.flush()
             raise SandboxRunError(result)
         return None
 
