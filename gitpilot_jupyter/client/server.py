@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.cookiejar
 import json
 import os
 import socket
@@ -167,11 +168,26 @@ async def _no_delay(response: httpx.Response) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+class _NoCookies(http.cookiejar.CookieJar):
+    """A jar that keeps nothing: calls authenticate with the token alone.
+
+    A Jupyter server answers a token with a login cookie; kept, it would go with
+    every later request to any server on that host (cookies ignore ports).
+    """
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+    def add_cookie_header(self, request: Any) -> None:
+        return None
+
+
 def new_http_client(timeout: float = REQUEST_TIMEOUT_SEC) -> httpx.AsyncClient:
-    """A client for server calls: the shared TLS context, no Nagle delay on its connections."""
+    """A client for server calls: the shared TLS context, no Nagle delay, no cookies kept."""
     return httpx.AsyncClient(
         timeout=timeout,
         verify=tls_context(),
+        cookies=_NoCookies(),
         limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SEC),
         event_hooks={"response": [_no_delay]},
     )

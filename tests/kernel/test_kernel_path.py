@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import http.server
 import json
 import threading
 import time
 
+import httpx
 import pytest
 from jupyter_client.blocking import BlockingKernelClient
 
+from gitpilot_jupyter.client.rest import RestClient
+from gitpilot_jupyter.client.server import ServerInfo, auth_headers, call_api
 from gitpilot_jupyter.sandbox.sync import run_sync, shared_loop
 from tests.kernel import test_in_kernel
 from tests.kernel.test_in_kernel import messages_until_idle, streams
@@ -87,6 +91,41 @@ def test_idle_slots_retire_while_the_kernel_waits(kernel: BlockingKernelClient) 
     assert states[-1]["idle"] + states[-1]["starting"] == 0, states[-1]
     # And the next cell still runs (cold now: the pool holds nothing).
     assert printed(kernel, "%%sandbox\nprint('two')").startswith("two\n")
+
+
+def test_a_servers_login_cookie_is_not_kept(server: LiveServer) -> None:
+    # A server answers the token with a login cookie. Kept by the kept-alive client, it
+    # would go to any other server on the host (cookies ignore ports).
+    answer = httpx.get(f"{server.url}/api/sandbox/status", headers=auth_headers(server.token))
+    assert answer.headers.get("set-cookie"), "the server should answer with a login cookie"
+    seen: list[str] = []
+
+    class Other(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(str(self.headers))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+
+    async def cell() -> None:
+        run_sync(RestClient(server.url, server.token).status())
+        elsewhere = ServerInfo(f"http://127.0.0.1:{other.server_address[1]}/", "", "test")
+        run_sync(call_api(elsewhere, "GET", "status"))
+
+    try:
+        asyncio.run(cell())
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert len(seen) == 1 and "cookie" not in seen[0].lower(), seen
 
 
 def test_calls_from_a_running_loop_share_one_loop_and_keep_their_context() -> None:
