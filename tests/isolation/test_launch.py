@@ -108,11 +108,42 @@ def test_with_bwrap_and_cgroups_a_launch_needs_no_preexec_fn(tmp_path: Path) -> 
     )
     try:
         assert launch.preexec_fn is None
-        # The shell joins the cgroup and prlimit sets the limits before bwrap starts.
-        assert launch.argv[0] == layered.SHELL
-        assert launch.argv.index("--") < launch.argv.index(shutil.which("bwrap") or "bwrap")
+        # The staging shell joins the cgroup and sets the limits first, before bwrap starts:
+        # no shell of its own before the namespace tool (root has no RLIMIT_NPROC to set).
+        stage = next(a for a in launch.argv if a.startswith("set -e\n"))
+        joins = [line for line in stage.splitlines() if line.startswith("echo 0 >")]
+        assert joins and stage.splitlines()[1 : 1 + len(joins)] == joins, stage
+        assert "ulimit -f" in stage
+        assert launch.argv.index(stage) < launch.argv.index(shutil.which("bwrap") or "bwrap")
+        if os.geteuid() == 0:
+            assert launch.argv[0] == shutil.which("unshare")
     finally:
         launch.cleanup()
+
+
+def test_a_failed_join_in_the_staging_shell_stops_the_launch(tmp_path: Path) -> None:
+    backend = make_backend("bwrap")
+    if "cgroup-pids" not in backend.isolation() and "cgroup-memory" not in backend.isolation():
+        pytest.skip(f"no writable cgroup here: {backend.isolator.report()['unavailable']}")
+    (tmp_path / "inline.py").write_text("print('the snippet ran')")
+    launch = backend.isolator.prepare(
+        [sys.executable, "inline.py"], workdir=tmp_path, allow_network=False, limits=SMALL
+    )
+    assert isinstance(launch, layered.LayeredLaunch)
+    cgroup = launch._cgroup
+    assert cgroup is not None and any("echo 0 >" in a for a in launch.argv)
+    try:
+        for folder in cgroup.dirs:
+            folder.rmdir()  # gone before the chain joins it: the join must fail
+        done = subprocess.run(
+            launch.argv, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
+        )
+    finally:
+        cgroup.dirs.clear()
+        launch.cleanup()
+    assert done.returncode != 0
+    assert "the snippet ran" not in done.stdout
+    assert "tasks" in done.stderr or "cgroup.procs" in done.stderr, done.stderr
 
 
 def test_without_prlimit_a_launch_falls_back_to_preexec_fn(

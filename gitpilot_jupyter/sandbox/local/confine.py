@@ -4,7 +4,9 @@ A run is started through this chain (each step ``exec``s the next, so the
 namespace tool is still the server's direct child)::
 
     unshare --mount [--user --map-...]         a private mount namespace for the run
-      sh -c STAGE                               mounts the run's size-capped tmpfs,
+      sh -c STAGE                               joins the run cgroup and sets the
+                                                rlimits (``first``, see .layered),
+                                                mounts the run's size-capped tmpfs,
                                                 stages interpreter folders; then
       setpriv --reuid --regid --clear-groups    drops to an unprivileged uid, no groups
         bwrap --unshare-user ... --seccomp 3    a fresh read-only root holding only
@@ -393,12 +395,16 @@ class Confinement:
         disk_mb: int,
         bpf: bytes | None,
         egress: bool = False,
+        first: Sequence[str] = (),
     ) -> list[str]:
         """The full argv; prepares ``workdir`` (stage folder, seccomp file, owner).
 
         ``egress`` (with ``allow_network``): the run gets its own network stack through
         slirp4netns, with the host's addresses, bridges and link-local unreachable;
         without it a network-on run shares the host's network.
+        ``first``: shell lines the staging shell runs before anything else (the run
+        cgroup join and the rlimits, when they need no step before the namespaces);
+        a failing one stops the launch.
         """
         # When the run drops its uid, the stage is mounted on a folder everyone can
         # enter, so the run folder's own parents (a TMPDIR under /root, pytest's 0700
@@ -445,7 +451,7 @@ class Confinement:
                 f"{SPARE_FD}<&-",
                 f"{SNIPPET_FD}<{q(str(hook))}",
             ]
-        lines = ["set -e"]
+        lines = ["set -e", *first]
         if opened:
             lines.append("exec " + " ".join(opened))
         writable = ["run", "tmp", "shm"]

@@ -4,10 +4,11 @@ On Linux a run is wrapped by bubblewrap (else ``unshare``), joins a per-run
 cgroup for memory and process limits where one can be made (else rlimits),
 and gets rlimits for file size and CPU time. Other POSIX systems get the
 rlimits they enforce. Where ``/bin/sh`` and ``prlimit`` are found, the cgroup
-join and the rlimits are done by the exec'd command itself (a tiny ``sh`` prefix,
-before the namespace tool starts): with no ``preexec_fn`` CPython can ``vfork``
-instead of copying the whole server with ``fork``. Elsewhere a ``preexec_fn``
-does the same. What is found is probed once and cached; each run
+join and the rlimits are done by the exec'd command itself: by the bubblewrap
+chain's staging shell (:func:`stage_steps`, no process of its own), else by a tiny
+``sh`` prefix before the namespace tool starts. With no ``preexec_fn`` CPython can
+``vfork`` instead of copying the whole server with ``fork``. Elsewhere a
+``preexec_fn`` does the same. What is found is probed once and cached; each run
 re-checks it cheaply. Layers are only named when they are in force.
 """
 
@@ -17,6 +18,7 @@ import contextlib
 import functools
 import os
 import pwd
+import shlex
 import shutil
 import signal
 import subprocess
@@ -163,6 +165,33 @@ def exec_prefix(
     return prefix
 
 
+def stage_steps(
+    shell: str, rlimits: RlimitPlan, cgroup: cgroups.CgroupRun | None
+) -> list[str] | None:
+    """The cgroup join and ``rlimits`` as the first lines of the bubblewrap chain's
+    staging shell (``shell``), which saves the prefix shell's exec; None when they must
+    come before the namespaces instead (:func:`exec_prefix`).
+
+    Nothing of the run has started when the staging shell runs them: only ``unshare``
+    came before (in the same process; with a non-root server's id map it forks
+    ``newuidmap``/``newgidmap``, which exit before). The shell joins as it would
+    have in the prefix (``0`` to each join file, see
+    :meth:`cgroups.CgroupRun.join_files`), inside its new user namespace the same
+    uid, so it and all it starts are in the run cgroup; ``set -e`` stops the launch at
+    a failed join or limit. They stay in the prefix when a limit is ``RLIMIT_NPROC``
+    (counted per user namespace from where it is set: :meth:`RlimitPlan.per_process`),
+    when this shell's ``ulimit`` does not set a limit exactly (``prlimit`` must), and
+    when ``shell`` is not the one :func:`shell_ulimits` probed.
+    """
+    if shell != SHELL or not rlimits.per_process():
+        return None
+    builtins = rlimits.ulimit_commands(shell_ulimits())
+    if builtins is None:
+        return None
+    joins = [f"echo 0 >{shlex.quote(str(p))}" for p in cgroup.join_files()] if cgroup else []
+    return [*joins, *builtins]
+
+
 def _descendants(root: int) -> list[int]:
     """Every process below ``root`` by parent links, read from ``/proc`` (Linux)."""
     children: dict[int, list[int]] = {}
@@ -194,7 +223,11 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 
 class LayeredLaunch(Launch):
-    """A launch holding its run cgroup (if any) and its rlimits."""
+    """A launch holding its run cgroup (if any) and its rlimits.
+
+    ``staged``: ``argv`` joins the cgroup and sets the rlimits itself (its staging
+    shell runs :func:`stage_steps`), so it is started as it is.
+    """
 
     def __init__(
         self,
@@ -203,9 +236,13 @@ class LayeredLaunch(Launch):
         rlimits: RlimitPlan,
         cgroup: cgroups.CgroupRun | None,
         tools: tuple[str, str] | None = None,
+        *,
+        staged: bool = False,
     ) -> None:
-        prefix = exec_prefix(tools, rlimits, cgroup) if tools is not None else None
-        if prefix is None:
+        prefix = exec_prefix(tools, rlimits, cgroup) if tools is not None and not staged else None
+        if staged:
+            super().__init__(argv=argv, layers=layers, preexec_fn=None)
+        elif prefix is None:
             super().__init__(argv=argv, layers=layers, preexec_fn=self._preexec)
         else:
             super().__init__(argv=prefix + argv, layers=layers, preexec_fn=None)
@@ -380,31 +417,14 @@ class LayeredIsolator(Isolator):
         """Wrap ``argv`` in the namespaces, a run cgroup and rlimits available now."""
         tool, _ = self._namespaces()
         tree, _ = self._cgroups()
-        layers: list[str] = []
         run_uid = None
-        if tool is not None:
-            if tool.confine is not None and tool.confine.idmap is not None:
-                run_uid = tool.confine.idmap.uid  # (RLIMIT_NPROC counts its tasks too)
-            hidden = self.hidden_paths()
-            layers += tool.layers(allow_network=allow_network)
-            # Planned once per run: the hidden paths are re-checked every time.
-            view = plan_view(argv, hidden) if tool.kind == "bwrap" else None
-            if "hidden-credentials" in layers and view is not None and view.kept:
-                layers.remove("hidden-credentials")  # one holds the interpreter: left visible
-            argv = tool.wrap(
-                argv,
-                workdir=workdir,
-                allow_network=allow_network,
-                hidden=hidden,
-                disk_mb=limits.disk_mb,
-                view=view,
-            )
+        if tool is not None and tool.confine is not None and tool.confine.idmap is not None:
+            run_uid = tool.confine.idmap.uid  # (RLIMIT_NPROC counts its tasks too)
         run: cgroups.CgroupRun | None = None
         if tree is not None:
             cgroups.remove_stale()
             try:
                 run = tree.create(limits)
-                layers += tree.layers()
             except OSError:
                 run = None  # fall back to rlimits for this run, and say so by the layers
         covered = tree.layers() if run is not None and tree is not None else []
@@ -414,8 +434,35 @@ class LayeredIsolator(Isolator):
             processes="cgroup-pids" not in covered,
             run_uid=run_uid,
         )
+        tools = launch_tools()
+        layers: list[str] = []
+        first = None
+        try:
+            if tool is not None:
+                hidden = self.hidden_paths()
+                layers += tool.layers(allow_network=allow_network)
+                # Planned once per run: the hidden paths are re-checked every time.
+                view = plan_view(argv, hidden) if tool.kind == "bwrap" else None
+                if "hidden-credentials" in layers and view is not None and view.kept:
+                    layers.remove("hidden-credentials")  # one holds the interpreter: visible
+                if tool.confine is not None and tools is not None:
+                    first = stage_steps(tool.confine.shell, rlimits, run)
+                argv = tool.wrap(
+                    argv,
+                    workdir=workdir,
+                    allow_network=allow_network,
+                    hidden=hidden,
+                    disk_mb=limits.disk_mb,
+                    view=view,
+                    first=first or (),
+                )
+        except BaseException:
+            if run is not None:
+                run.cleanup()
+            raise
+        layers += covered
         layers += rlimits.layers
-        return LayeredLaunch(list(argv), layers, rlimits, run, launch_tools())
+        return LayeredLaunch(list(argv), layers, rlimits, run, tools, staged=first is not None)
 
     def fingerprint(self, argv: list[str], *, allow_network: bool) -> Hashable | None:
         """The bwrap view of ``argv`` (hidden paths, interpreter folders) and, network on,

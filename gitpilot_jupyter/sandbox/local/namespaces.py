@@ -135,12 +135,15 @@ class Namespaces:
         hidden: Hidden = ((), ()),
         disk_mb: int = DEFAULT_DISK_MB,
         view: View | None = None,
+        first: Sequence[str] = (),
     ) -> list[str]:
         """``argv`` wrapped to run in the namespaces, with ``workdir`` as its cwd.
 
         ``hidden`` (folders, files) are covered by empty ones (bwrap only);
         ``disk_mb`` caps the run's writable space (bwrap only); ``view`` is the
-        :func:`plan_view` of ``argv`` and ``hidden`` when the caller has it already.
+        :func:`plan_view` of ``argv`` and ``hidden`` when the caller has it already;
+        ``first``: shell lines the bwrap chain's staging shell runs before anything
+        else (see :meth:`Confinement.command`; bwrap only).
         """
         if self.kind == "bwrap":
             assert self.confine is not None
@@ -152,7 +155,9 @@ class Namespaces:
                 disk_mb=disk_mb,
                 bpf=seccomp_filter()[0],
                 egress=self.egress_error is None,
+                first=first,
             )
+        assert not first, "only the bwrap chain has a staging shell"
         cmd = [self.path]
         if self.user_ns:
             cmd += ["--user", "--map-root-user"]

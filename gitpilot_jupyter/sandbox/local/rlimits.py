@@ -80,6 +80,12 @@ class RlimitPlan:
             out.append(f"--{option}={value}:{value}")
         return out
 
+    def per_process(self) -> bool:
+        """True when no limit is ``RLIMIT_NPROC``: that one is counted per user in each user
+        namespace from the one it is set in, so it must be set before the run's namespace
+        is made; the others can be set by any process of the run before its code starts."""
+        return all(which != resource.RLIMIT_NPROC for which, _ in self.limits)
+
     def ulimit_commands(self, options: Mapping[int, tuple[str, int]]) -> list[str] | None:
         """The same limits as shell ``ulimit`` builtins (soft = hard), or None.
 
