@@ -1,20 +1,24 @@
 """Where a cold launch of the bwrap chain spends its time: per exec, per mount, per write.
 
 Launches ``true`` through the full chain ``LayeredIsolator("auto").prepare`` builds
-(cgroup join, rlimits, mount namespace, staging shell, setpriv, bwrap, seccomp),
+(mount namespace, staging shell with the cgroup join and rlimits, setpriv, bwrap, seccomp),
 first untraced (the wall time a run pays), then under ``strace -f -ttt -T`` to
 split it: each step of the chain (from its ``execve`` to the next one of the
-same process), each helper the staging shell forks (``mount``, ``mkdir``, ...)
-from ``execve`` to exit, and the slow system calls (``cgroup.procs`` writes,
+same process), each helper the staging shell forks (``mount``, ``install``, ...)
+from ``execve`` to exit, and the slow system calls (the cgroup join's writes,
 mounts). strace slows every step, so its numbers only say where the time goes;
 the untraced medians are the real cost.
 
-``python -m benchmarks.launch_chain [--runs N] [--network] [--compare-groups]``
-prints the table. As a user that is not root, the chain's user namespace is made
-through the setuid ``newuidmap``/``newgidmap``, which do not run setuid under
-strace: only the untraced times are measured then. ``--compare-groups`` (not
-root) launches that chain and the one such a server has without them
+``python -m benchmarks.launch_chain [--runs N] [--network] [--compare-groups]
+[--compare-join]`` prints the table. As a user that is not root, the chain's user
+namespace is made through the setuid ``newuidmap``/``newgidmap``, which do not run
+setuid under strace: only the untraced times are measured then. ``--compare-groups``
+(not root) launches that chain and the one such a server has without them
 (``--map-root-user``, groups kept) in turn, and prints both medians.
+``--compare-join`` (cgroup v1) launches the chain as it is (the staging shell moves
+itself through ``tasks``) and the same chain joining through ``cgroup.procs`` in
+turn, 30 ms apart as runs come at a user's pace (the ``cgroup.procs`` write waits for
+an RCU grace period unless another one came just before).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import subprocess
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from gitpilot_jupyter.sandbox.backend import ResourceLimits
@@ -47,8 +52,13 @@ _SLOW = ("mount", "umount2", "unshare", "clone", "clone3", "write", "setns", "pi
 _TRACED = ",".join(("execve", "exit_group", *_SLOW))
 
 
-def _launch(isolator: LayeredIsolator, network: bool, trace: Path | None) -> tuple[float, float]:
-    """(prepare seconds, child seconds) of one launch of ``true``."""
+def _launch(
+    isolator: LayeredIsolator,
+    network: bool,
+    trace: Path | None,
+    rewrite: Callable[[list[str]], list[str]] | None = None,
+) -> tuple[float, float]:
+    """(prepare seconds, child seconds) of one launch of ``true`` (its argv ``rewrite``n)."""
     workdir = Path(tempfile.mkdtemp(prefix="gitpilot-chain-"))
     true = shutil.which("true") or "/bin/true"
     try:
@@ -57,7 +67,7 @@ def _launch(isolator: LayeredIsolator, network: bool, trace: Path | None) -> tup
             [true], workdir=workdir, allow_network=network, limits=ResourceLimits()
         )
         t1 = time.perf_counter()
-        argv = launch.argv
+        argv = launch.argv if rewrite is None else rewrite(launch.argv)
         if trace is not None:
             argv = ["strace", "-f", "-ttt", "-T", "-e", f"trace={_TRACED}", "-o", str(trace), *argv]
         proc = subprocess.Popen(argv, cwd=workdir, preexec_fn=launch.preexec_fn)
@@ -133,6 +143,29 @@ def compare_groups(runs: int, network: bool) -> dict[str, list[float]]:
     return out
 
 
+def _join_by_procs(argv: list[str]) -> list[str]:
+    """``argv`` with its cgroup join through ``cgroup.procs`` (the whole process, after the
+    global lock) instead of ``tasks``."""
+    return [a.replace("/tasks\n", "/cgroup.procs\n") for a in argv]
+
+
+def compare_join(runs: int, network: bool) -> dict[str, list[float]]:
+    """Untraced launch times with the join through ``tasks`` and through ``cgroup.procs``,
+    in turn, each 30 ms after the last launch."""
+    isolator = LayeredIsolator("auto")
+    _launch(isolator, network, None)  # probes and caches outside the measure
+    tree, _ = isolator._cgroups()
+    if tree is None or tree.version != 1:
+        raise SystemExit("--compare-join: no cgroup v1 run cgroups here")
+    ways = {"tasks": None, "cgroup.procs": _join_by_procs}
+    out: dict[str, list[float]] = {name: [] for name in ways}
+    for i in range(runs):
+        for name in sorted(ways, reverse=bool(i % 2)):
+            time.sleep(0.03)
+            out[name].append(_launch(isolator, network, None, ways[name])[1])
+    return out
+
+
 def measure(runs: int, network: bool) -> tuple[list[float], list[float], dict[str, list[float]]]:
     """Untraced prepare and child times, and traced per-step times, interleaved."""
     isolator = LayeredIsolator("auto")
@@ -166,6 +199,21 @@ def run(ctx: Context) -> list[Measure]:
         out.append(Measure(BENCH, f"launch `true` ({tag})", _ms(child), "ms", note="untraced"))
         for name, values in sorted(steps.items()):
             out.append(Measure(BENCH, f"{name} ({tag})", _ms(values), "ms", note="under strace"))
+    try:
+        joins = compare_join(ctx.n(25), False)
+    except SystemExit:
+        return out  # not cgroup v1: nothing to compare
+    for name, values in joins.items():
+        note = "the chain as it is" if name == "tasks" else "the same chain, old join"
+        out.append(
+            Measure(
+                BENCH,
+                f"launch `true`, cgroup v1 join through {name} (network off)",
+                _ms(values),
+                "ms",
+                note=f"untraced, interleaved, 30 ms apart; {note}",
+            )
+        )
     return out
 
 
@@ -184,9 +232,15 @@ def main() -> None:
         action="store_true",
         help="not root: the chain with and without newuidmap (groups dropped/kept), in turn",
     )
+    parser.add_argument(
+        "--compare-join",
+        action="store_true",
+        help="cgroup v1: the join through tasks and through cgroup.procs, in turn",
+    )
     args = parser.parse_args()
-    if args.compare_groups:
-        for name, values in compare_groups(args.runs, args.network).items():
+    if args.compare_groups or args.compare_join:
+        compare = compare_groups if args.compare_groups else compare_join
+        for name, values in compare(args.runs, args.network).items():
             print(f"launch `true` untraced, {name:13s} {_ms(values):8.2f} ms  (n={len(values)})")
         return
     prepare, child, steps = measure(args.runs, args.network)
