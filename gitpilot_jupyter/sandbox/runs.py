@@ -32,7 +32,7 @@ from .spec import RunSpec
 from .workflow import AuditHook
 
 #: A run id a caller may choose (so it can stop the run before the answer comes back).
-RUN_ID_PATTERN = re.compile(r"^run_[0-9a-f]{16}$")
+RUN_ID_PATTERN = re.compile(r"run_[0-9a-f]{16}")
 #: Seconds a stopped backend gets to answer its own envelope (with the output so far)
 #: before the service cancels it outright.
 STOP_GRACE_SEC = 5.0
@@ -40,7 +40,7 @@ STOP_GRACE_SEC = 5.0
 
 def check_run_id(run_id: str | None) -> None:
     """Refuse a caller-chosen run id that is not ``run_`` + 16 hex digits."""
-    if run_id is not None and not RUN_ID_PATTERN.match(str(run_id)):
+    if run_id is not None and not RUN_ID_PATTERN.fullmatch(str(run_id)):
         raise InvalidRequest("run_id must be 'run_' followed by 16 hex digits")
 
 

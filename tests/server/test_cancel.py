@@ -209,6 +209,18 @@ async def test_stopping_an_unknown_run_is_a_404_and_a_bad_run_id_a_400(api: Api)
         {"language": "python", "code": "print(1)", "approval_token": token, "run_id": "mine"},
     )
     assert bad.code == 400
+    # A trailing newline is not part of a run id either (Python's $ would allow it).
+    newline = await api(
+        "POST",
+        "api/sandbox/run",
+        {
+            "language": "python",
+            "code": "print(1)",
+            "approval_token": token,
+            "run_id": f"{new_run_id()}\n",
+        },
+    )
+    assert newline.code == 400 and newline.body["code"] == "invalid_request", newline.body
 
 
 async def running_entries(api: Api) -> tuple[list[dict[str, Any]], list[str], int]:
