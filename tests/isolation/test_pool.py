@@ -484,18 +484,31 @@ def test_the_cli_keeps_no_pool_for_one_command_unless_asked(
 
 
 def test_calls_each_on_a_loop_of_their_own_stay_warm() -> None:
-    # A kernel cell: run_sync runs each call on a new loop in a worker thread, which
-    # is gone before the pool's workers finish; the refill must not wait for it.
+    # The CLI's commands: each call on a new loop (asyncio.run), which is gone before
+    # the pool's workers finish; the refill must not wait for it.
+    backend = pooled()
+    results: list[RunResult] = []
+    try:
+        for _ in range(6):
+            results.append(asyncio.run(backend.run(request("print(1)"))))
+            time.sleep(0.5)
+    finally:
+        asyncio.run(backend.aclose())
+    assert [r.warm for r in results] == [False] + [True] * 5
+
+
+def test_calls_from_kernel_cells_stay_warm() -> None:
+    # A kernel's cells: run_sync hands each call to one long-lived loop in a thread.
     backend = pooled()
     results: list[RunResult] = []
 
     async def cell() -> None:
-        for _ in range(6):
-            results.append(run_sync(backend.run(request("print(1)"))))
-            await asyncio.sleep(0.5)
+        results.append(run_sync(backend.run(request("print(1)"))))
 
     try:
-        asyncio.run(cell())
+        for _ in range(6):
+            asyncio.run(cell())
+            time.sleep(0.5)
     finally:
         asyncio.run(backend.aclose())
     assert [r.warm for r in results] == [False] + [True] * 5
