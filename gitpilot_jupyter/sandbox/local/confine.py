@@ -83,6 +83,8 @@ SPARE_FD = 5
 STAGE_TARGETS = ("/tmp", "/var/tmp", "/mnt")
 #: The run's mounts of its stage, one fstab line each (see :meth:`Confinement.command`).
 FSTAB_FILE = ".stage.fstab"
+#: The one-digit fd the staging shell reads slirp4netns's "ready" from (network on).
+READY_FD = 9
 #: The read-only, empty tmpfs hidden folders are covered with (one inode: nothing fits).
 EMPTY_OPTIONS = "ro,size=4k,nr_inodes=1,mode=0755,nosuid,nodev,noexec,X-mount.mkdir"
 TOOLS_FIX = "install util-linux (it provides unshare and setpriv)"
@@ -479,8 +481,9 @@ class Confinement:
         lines.append(f"mount --all --fstab {q(str(fstab))}")
         # The writable folders are the run's alone (0700), as the run folder on the host.
         owner = f"-o {uid} -g {gid} " if self.drops else ""
-        lines.append(f"install -d -m 0700 {owner}" + " ".join(q(str(stage / p)) for p in writable))
+        install = f"install -d -m 0700 {owner}" + " ".join(q(str(stage / p)) for p in writable)
         enter = ""
+        wait_for_network: list[str] = []
         if allow_network and egress and self.net_tools is not None:
             slirp, nsenter, ip = (q(t) for t in self.net_tools)
             netns, ready, done = (
@@ -497,15 +500,23 @@ class Confinement:
                 f"mkfifo {ready} {done}",
                 # slirp4netns gives it a stack of its own; it exits once the run's last
                 # process closed fd 6 (its exit fd), so nothing of it outlives the run.
+                # It starts while `install` runs: its shell opens the ready FIFO, then the
+                # exit FIFO, each meeting this shell's open of it (same order: no deadlock);
+                # this shell reads "1" from fd 9 after `install`, or EOF if it died.
                 f"{slirp} --configure --disable-host-loopback --enable-sandbox "
                 f"--enable-seccomp --netns-type=path --ready-fd=5 --exit-fd=6 {netns} tap0 "
-                f"6<{done} 5>{ready} </dev/null >/dev/null 2>&1 &",
-                f"exec 6>{done}",
-                f"read -r up < {ready} || true",
+                f"5>{ready} 6<{done} </dev/null >/dev/null 2>&1 &",
+                f"exec {READY_FD}<{ready} 6>{done}",
+            ]
+            wait_for_network = [
+                f"read -r up <&{READY_FD} || true",
+                f"exec {READY_FD}<&-",
                 '[ "$up" = 1 ] || { echo "gitpilot sandbox: user-mode networking '
                 '(slirp4netns) did not start" >&2; exit 125; }',
             ]
             enter = f"{nsenter} --net={q(str(moved / 'netns'))} -- "
+        lines.append(install)
+        lines += wait_for_network
         if moved != stage:
             lines.append(f"mount --move {q(str(stage))} {q(str(moved))}")
         lines.append(f'exec {enter}"$@"')
