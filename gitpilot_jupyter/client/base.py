@@ -22,7 +22,7 @@ from typing import Any
 from ..sandbox.backend import OutputCallback
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.matrixlab.ops import LIFECYCLE_ACTIONS, ProgressCallback
-from ..sandbox.plans import ExecutionPlan
+from ..sandbox.plans import ExecutionPlan, PlannedRun
 from ..sandbox.records import Status
 from ..sandbox.results import RunResult
 
@@ -77,6 +77,31 @@ class SandboxClient(abc.ABC):
         """Run the approved plan ``token`` stands for, streaming its output to ``on_output``.
 
         ``run_id`` names the run so :meth:`cancel` can stop it before it ends.
+        """
+
+    @abc.abstractmethod
+    async def plan_and_run(
+        self,
+        *,
+        language: str,
+        code: str,
+        timeout_sec: int | None = None,
+        stdin: str | None = None,
+        backend: str | None = None,
+        allow_network: bool | None = None,
+        source: str = "cell",
+        env: Sequence[str] | None = None,
+        confirmed: bool = False,
+        on_output: OutputCallback | None = None,
+        run_id: str | None = None,
+    ) -> PlannedRun:
+        """Plan and, where the caller may approve it alone, approve and run it: one call.
+
+        The caller's act is the approval (a cell's execution). The core's one rule decides
+        (:meth:`~gitpilot_jupyter.sandbox.service.SandboxService.plan_and_run`): a plan
+        that needs a person's look (a high warning, unless ``confirmed``) comes back
+        unrun (``result`` ``None``), pending for an approval card; a blocked plan raises
+        ``plan_blocked``. ``run_id`` names the run so :meth:`cancel` can stop it.
         """
 
     @abc.abstractmethod

@@ -9,7 +9,7 @@ from typing import Any
 from ..sandbox.backend import OutputCallback
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.local.pool import PoolConfig
-from ..sandbox.plans import ExecutionPlan
+from ..sandbox.plans import ExecutionPlan, PlannedRun
 from ..sandbox.records import Status
 from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
@@ -84,6 +84,36 @@ class LocalClient(SandboxClient):
     ) -> RunResult:
         return await self.service.run_approved(
             token, session_id=self.session_id, user=None, on_output=on_output, run_id=run_id
+        )
+
+    async def plan_and_run(
+        self,
+        *,
+        language: str,
+        code: str,
+        timeout_sec: int | None = None,
+        stdin: str | None = None,
+        backend: str | None = None,
+        allow_network: bool | None = None,
+        source: str = "cell",
+        env: Sequence[str] | None = None,
+        confirmed: bool = False,
+        on_output: OutputCallback | None = None,
+        run_id: str | None = None,
+    ) -> PlannedRun:
+        return await self.service.plan_and_run(
+            language=language,
+            code=code,
+            source=source,
+            confirmed=confirmed,
+            timeout_sec=timeout_sec,
+            stdin=stdin,
+            session_id=self.session_id,
+            backend=backend,
+            allow_network=allow_network,
+            env=env,
+            on_output=on_output,
+            run_id=run_id,
         )
 
     async def cancel(self, run_id: str) -> None:

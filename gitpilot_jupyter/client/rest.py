@@ -17,7 +17,7 @@ import httpx
 from ..sandbox.backend import OutputCallback
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.errors import InvalidRequest, SandboxError
-from ..sandbox.plans import ExecutionPlan
+from ..sandbox.plans import ExecutionPlan, PlannedRun
 from ..sandbox.records import Status
 from ..sandbox.results import RunResult
 from ..sandbox.settings import MAX_TIMEOUT_SEC
@@ -62,6 +62,25 @@ class RestClient(SandboxClient):
     async def _call(self, method: str, route: str, body: Any = None) -> Any:
         return await call_api(self.server, method, route, body, timeout=self.timeout)
 
+    def _plan_body(
+        self,
+        language: str,
+        code: str,
+        source: str,
+        **optional: Any,
+    ) -> dict[str, Any]:
+        """What a plan request carries: the snippet, this session, the options given."""
+        body: dict[str, Any] = {
+            "language": language,
+            "code": code,
+            "source": source,
+            "session_id": self.session_id,
+        }
+        if optional.get("env"):
+            optional["env"] = list(optional["env"])
+        body.update({k: v for k, v in optional.items() if v is not None and v != []})
+        return body
+
     async def plan(
         self,
         *,
@@ -74,22 +93,51 @@ class RestClient(SandboxClient):
         source: str = "cell",
         env: Sequence[str] | None = None,
     ) -> ExecutionPlan:
-        body: dict[str, Any] = {
-            "language": language,
-            "code": code,
-            "source": source,
-            "session_id": self.session_id,
-        }
-        optional = {
-            "timeout_sec": timeout_sec,
-            "stdin": stdin,
-            "backend": backend,
-            "allow_network": allow_network,
-            "env": list(env) if env else None,
-        }
-        body.update({k: v for k, v in optional.items() if v is not None})
+        body = self._plan_body(
+            language,
+            code,
+            source,
+            timeout_sec=timeout_sec,
+            stdin=stdin,
+            backend=backend,
+            allow_network=allow_network,
+            env=env,
+        )
         answer = await self._call("POST", "plan", body)
         return ExecutionPlan.from_dict(answer["plan"])
+
+    async def plan_and_run(
+        self,
+        *,
+        language: str,
+        code: str,
+        timeout_sec: int | None = None,
+        stdin: str | None = None,
+        backend: str | None = None,
+        allow_network: bool | None = None,
+        source: str = "cell",
+        env: Sequence[str] | None = None,
+        confirmed: bool = False,
+        on_output: OutputCallback | None = None,
+        run_id: str | None = None,
+    ) -> PlannedRun:
+        body = self._plan_body(
+            language,
+            code,
+            source,
+            timeout_sec=timeout_sec,
+            stdin=stdin,
+            backend=backend,
+            allow_network=allow_network,
+            env=env,
+            confirm=confirmed or None,
+            run_id=run_id,
+        )
+        answer, streamed = await self._stream_output("plan-and-run", body, on_output)
+        planned = PlannedRun.from_dict(answer)
+        if planned.result is not None and not streamed:
+            await _replay(planned.result, on_output)
+        return planned
 
     async def approve(
         self, plan_id: str, *, approved_by: str = "user", for_planner: bool = False
@@ -108,6 +156,17 @@ class RestClient(SandboxClient):
         body = {"approval_token": token, "session_id": self.session_id}
         if run_id is not None:
             body["run_id"] = run_id
+        answer, streamed = await self._stream_output("run", body, on_output)
+        result = RunResult.from_dict(answer)
+        if not streamed:  # a server that answered the whole envelope at once
+            await _replay(result, on_output)
+        return result
+
+    async def _stream_output(
+        self, route: str, body: dict[str, Any], on_output: OutputCallback | None
+    ) -> tuple[dict[str, Any], bool]:
+        """POST a run, its output lines to ``on_output``: the result line, and whether
+        any output came as lines (a server answering plain JSON sends none)."""
         streamed = False
 
         async def line(event: dict[str, Any]) -> None:
@@ -118,11 +177,8 @@ class RestClient(SandboxClient):
                     await on_output(event["type"], str(event.get("data", "")))
 
         # The longest snippet may print nothing until it ends.
-        answer = await self._stream("run", body, line, read_timeout=MAX_TIMEOUT_SEC + self.timeout)
-        result = RunResult.from_dict(answer)
-        if not streamed:  # a server that answered the whole envelope at once
-            await _replay(result, on_output)
-        return result
+        answer = await self._stream(route, body, line, read_timeout=MAX_TIMEOUT_SEC + self.timeout)
+        return answer, streamed
 
     async def _stream(
         self,

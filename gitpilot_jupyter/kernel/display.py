@@ -11,7 +11,6 @@ import sys
 from subprocess import CalledProcessError
 from typing import TextIO
 
-from ..sandbox.plans import ExecutionPlan
 from ..sandbox.report import blocked_message, failure_message, footer
 from ..sandbox.results import RunResult
 
@@ -72,9 +71,8 @@ class SandboxCellError(Exception):
 class SandboxBlocked(SandboxCellError):
     """The plan matched a destructive pattern; it was never run."""
 
-    def __init__(self, plan: ExecutionPlan) -> None:
-        super().__init__(blocked_message(plan))
-        self.plan = plan
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
 
 
 class SandboxStopped(SandboxCellError):

@@ -32,7 +32,7 @@ from traitlets import Bool, Unicode, observe
 from ..client.base import SandboxClient
 from ..client.local import LocalClient
 from ..client.resolve import make_client
-from ..sandbox.errors import SandboxError
+from ..sandbox.errors import PlanBlocked, SandboxError
 from ..sandbox.local.off import off_confirmation
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.report import status_text, stopped_message
@@ -196,44 +196,47 @@ class SandboxMagics(Magics):
             raise UsageError("sandbox: give --network or --no-network, not both")
         stdin = self._stdin(args.stdin)
         client = self.client
-        try:
-            with usage_errors():
-                plan = run_sync(
-                    client.plan(
-                        language=args.language or self.default_language,
-                        code=cell,
-                        timeout_sec=args.timeout,
-                        stdin=stdin,
-                        backend=args.backend,
-                        allow_network=args.network,
-                        env=args.env,
-                    )
-                )
-        except KeyboardInterrupt:
-            raise SandboxStopped(stopped_message(None)) from None
-        if plan.blocked:
-            raise SandboxBlocked(plan)
-        if plan.high_risk and not args.yes:
-            return self._show_card(plan, client, args.out)
         echo = CellEcho()
         # The run has its own id so an interrupt (the kernel's stop button) can stop it
         # where it runs, on the server too, and the cell still gets its envelope.
         run_id = new_run_id()
         started = time.monotonic()
         try:
-            with usage_errors():
-                result = run_sync(
-                    client.run_approved(plan, on_output=echo, run_id=run_id),
-                    on_interrupt=lambda: client.cancel(run_id),
-                )
+            # One call: the core plans and, unless the plan needs a person's look,
+            # approves it (executing the cell is the approval) and runs it.
+            planned = run_sync(
+                client.plan_and_run(
+                    language=args.language or self.default_language,
+                    code=cell,
+                    timeout_sec=args.timeout,
+                    stdin=stdin,
+                    backend=args.backend,
+                    allow_network=args.network,
+                    env=args.env,
+                    confirmed=args.yes,
+                    on_output=echo,
+                    run_id=run_id,
+                ),
+                on_interrupt=lambda: client.cancel(run_id),
+            )
         except KeyboardInterrupt:
-            # The stop could not be asked for (a second interrupt, a gone server): the
-            # run was cancelled on this side, which closes its stream on the server.
+            # The stop could not be asked for (a second interrupt, a gone server, a run
+            # not started yet): the call was cancelled on this side, which closes its
+            # stream on the server and stops the run there.
             echo.flush()
             raise SandboxStopped(stopped_message(time.monotonic() - started, client.path)) from None
+        except SandboxError as exc:
+            echo.flush()
+            if exc.code == PlanBlocked.code:  # the core's words: why, and that nothing ran
+                raise SandboxBlocked(exc.message) from None
+            with usage_errors():
+                raise
         except BaseException:
             echo.flush()
             raise
+        if planned.result is None:  # a high warning: the card asks a person first
+            return self._show_card(planned.plan, client, args.out)
+        result = planned.result
         self._store(result, args.out)
         if result.cancelled:
             echo.flush()

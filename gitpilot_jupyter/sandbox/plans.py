@@ -20,12 +20,14 @@ from typing import Any
 
 from .errors import ApprovalError, PlanBlocked, PlanNotFound
 from .records import Check, PlanWarning, RunningPlan
+from .results import RunResult
 from .spec import RunSpec, plan_digest
 
 __all__ = [
     "Approval",
     "ExecutionPlan",
     "PlanStore",
+    "PlannedRun",
     "RunUnderWay",
     "new_plan_id",
     "plan_digest",
@@ -94,6 +96,13 @@ class ExecutionPlan:
         """True when a high-severity warning asks for an explicit human look."""
         return any(w["severity"] == "high" for w in self.warnings)
 
+    def needs_a_look(self, *, confirmed: bool = False) -> bool:
+        """True when a person must look at the plan before it runs, so its caller may not
+        approve it alone: a high-severity warning the caller did not confirm beforehand
+        (``--yes``). The one rule :meth:`SandboxService.plan_and_run` applies on every path.
+        """
+        return self.high_risk and not confirmed
+
     def to_dict(self) -> dict[str, Any]:
         """The plan as the API shows it (stdin and session are not echoed)."""
         return {
@@ -121,6 +130,40 @@ class ExecutionPlan:
     def from_dict(cls, data: dict[str, Any]) -> ExecutionPlan:
         """Rebuild a plan received as JSON (unknown keys are ignored)."""
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass
+class PlannedRun:
+    """What :meth:`SandboxService.plan_and_run` did: the plan, and its run if it ran.
+
+    ``result`` is ``None`` when the plan needs a person's look
+    (:meth:`ExecutionPlan.needs_a_look`): it is kept pending, unrun, for an approval card
+    (then the usual approve and run).
+    """
+
+    plan: ExecutionPlan
+    result: RunResult | None = None
+
+    @property
+    def ran(self) -> bool:
+        """True when the plan was approved by its caller and run."""
+        return self.result is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{plan, result}`` as the API answers it (``result`` null for a plan left unrun)."""
+        return {
+            "plan": self.plan.to_dict(),
+            "result": self.result.to_dict() if self.result is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PlannedRun:
+        """Rebuild the answer of ``POST /api/sandbox/plan-and-run``."""
+        result = data.get("result")
+        return cls(
+            ExecutionPlan.from_dict(data["plan"]),
+            RunResult.from_dict(result) if isinstance(result, dict) else None,
+        )
 
 
 @dataclass

@@ -26,7 +26,7 @@ from typing import Any
 
 from .backend import OutputCallback, SandboxBackend
 from .claims import AgentPlan, ClaimAnswer, ClaimStore
-from .errors import InvalidRequest, SandboxError
+from .errors import InvalidRequest, PlanBlocked, SandboxError
 from .languages import Interpreters
 from .local.isolation import Isolator
 from .local.off import check_off_confirmed
@@ -34,9 +34,10 @@ from .local.pool import PoolConfig
 from .matrixlab.config import LifecycleConfig
 from .matrixlab.ops import MatrixLabOperations, ProgressCallback
 from .planner import MAX_CODE_CHARS, Planner
-from .plans import AGENT_SOURCE, Approval, ExecutionPlan, PlanStore, RunUnderWay
+from .plans import AGENT_SOURCE, Approval, ExecutionPlan, PlannedRun, PlanStore, RunUnderWay
 from .policy import SandboxPolicy
 from .records import Status
+from .report import blocked_message
 from .resolver import BackendResolver
 from .results import RunResult
 from .runs import RUN_ID_PATTERN, STOP_GRACE_SEC, ActiveRun, RunExecutor, check_run_id
@@ -528,8 +529,58 @@ class SandboxService:
     ) -> tuple[ExecutionPlan, RunResult]:
         """Plan, approve in-process and run: for faces where the caller is the approver.
 
-        A blocked plan raises :class:`PlanBlocked` and never runs.
+        A blocked plan raises :class:`PlanBlocked` and never runs. Unlike
+        :meth:`plan_and_run`, a high warning does not stop it (the caller has looked).
         """
+        planned = await self.plan_and_run(
+            language=language,
+            code=code,
+            source=source,
+            approved_by=approved_by,
+            confirmed=True,
+            timeout_sec=timeout_sec,
+            stdin=stdin,
+            session_id=session_id,
+            backend=backend,
+            allow_network=allow_network,
+            user=user,
+            on_output=on_output,
+            env=env,
+            run_id=run_id,
+        )
+        assert planned.result is not None  # confirmed: nothing waits for a look
+        return planned.plan, planned.result
+
+    async def plan_and_run(
+        self,
+        *,
+        language: str,
+        code: str,
+        source: str = "cell",
+        approved_by: str | None = None,
+        confirmed: bool = False,
+        timeout_sec: int | None = None,
+        stdin: str | None = None,
+        session_id: str | None = None,
+        backend: str | None = None,
+        allow_network: bool | None = None,
+        user: str | None = None,
+        on_output: OutputCallback | None = None,
+        env: Sequence[str] | None = None,
+        run_id: str | None = None,
+    ) -> PlannedRun:
+        """Plan and, where the caller may approve its own plan, approve and run it: one call.
+
+        For a caller whose own act is the approval (executing a ``%%sandbox`` cell): the
+        plan is approved by it (``approved_by``, default the plan's ``source``) and run,
+        streaming to ``on_output``. A plan
+        that needs a person's look (:meth:`ExecutionPlan.needs_a_look`: a high warning not
+        ``confirmed`` beforehand) is kept pending and answered unrun, for an approval card
+        that approves and runs it later (:meth:`approve`, :meth:`run_approved`). A blocked
+        plan raises :class:`PlanBlocked` and never runs. The audit records the plan, the
+        approval and the run, as the three calls do.
+        """
+        check_run_id(run_id)
         plan = await self.plan(
             language=language,
             code=code,
@@ -542,8 +593,12 @@ class SandboxService:
             user=user,
             env=env,
         )
+        if plan.blocked:
+            raise PlanBlocked(blocked_message(plan))
+        if plan.needs_a_look(confirmed=confirmed):
+            return PlannedRun(plan)
         approval = await self.approve(
-            plan.plan_id, session_id=session_id, user=user, approved_by=approved_by
+            plan.plan_id, session_id=session_id, user=user, approved_by=approved_by or source
         )
         result = await self.run_approved(
             approval["approval_token"],
@@ -552,7 +607,7 @@ class SandboxService:
             on_output=on_output,
             run_id=run_id,
         )
-        return plan, result
+        return PlannedRun(plan, result)
 
     # -- status and config --------------------------------------------------------------
 

@@ -316,6 +316,7 @@ class SandboxApp(ExtensionApp):
                 (f"{API}/approve", handlers.ApproveHandler),
                 *agent_handlers(API),
                 (f"{API}/run", run.RunHandler),
+                (f"{API}/plan-and-run", run.PlanAndRunHandler),
                 (f"{API}/batch/plan", batch.BatchPlanHandler),
                 (f"{API}/batch/approve", batch.BatchApproveHandler),
                 (f"{API}/batch", batch.BatchRunHandler),

@@ -1,4 +1,5 @@
 """``POST /api/sandbox/run``: one JSON envelope, or an NDJSON stream of output then the envelope;
+``POST /api/sandbox/plan-and-run``: plan, approve as the caller and run, in one request;
 ``DELETE /api/sandbox/runs/{run_id}``: stop a run under way.
 
 Two forms of body: ``{approval_token, session_id?}`` runs the approved plan (the
@@ -78,6 +79,39 @@ class RunHandler(StreamingHandler):
             self.log.info("sandbox run %s: the client went away; stopping it", self._run_id)
             with contextlib.suppress(SandboxError):  # it ended meanwhile
                 self.service.cancel(self._run_id, user=self.username)
+
+
+class PlanAndRunHandler(RunHandler):
+    """Plan, approve (the caller is the approver, as a cell's execution is) and run.
+
+    One request instead of plan, approve and run: what ``%%sandbox`` sends. A plan that
+    needs a person's look is answered unrun (``result`` null), pending for its card.
+    Stopping is :class:`RunHandler`'s (``DELETE /runs/{run_id}``, or closing the stream).
+    """
+
+    @web.authenticated
+    @authorized_execute
+    async def post(self) -> None:
+        """Check the body; the service plans, applies the approval rule and runs."""
+        body = self.body("PlanAndRunRequest")
+        run_id = self._run_id = body.pop("run_id", None) or new_run_id()
+        confirmed = body.pop("confirm", False) is True
+
+        async def work(sink: LineSink | None) -> dict[str, Any]:
+            async def on_output(stream: str, text: str) -> None:
+                assert sink is not None
+                await sink({"type": stream, "data": text})
+
+            planned = await self.service.plan_and_run(
+                **body,
+                confirmed=confirmed,
+                user=self.username,
+                on_output=on_output if sink else None,
+                run_id=run_id,
+            )
+            return planned.to_dict()
+
+        await self.answer(work)
 
 
 class RunCancelHandler(SandboxHandler):

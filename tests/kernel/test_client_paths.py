@@ -117,6 +117,38 @@ def test_errors_keep_their_codes_on_both_paths(both: dict[str, SandboxClient]) -
     assert codes["REST"][0] == "unknown_language"
 
 
+def test_plan_and_run_applies_one_rule_on_both_paths(both: dict[str, SandboxClient]) -> None:
+    for name, client in both.items():
+        streamed: list[str] = []
+
+        async def collect(stream: str, text: str) -> None:
+            streamed.append(text)
+
+        ran = run_sync(
+            client.plan_and_run(language="python", code="print('ran')", on_output=collect)
+        )
+        assert ran.result is not None and ran.result.stdout == "ran\n", name
+        assert "".join(streamed) == "ran\n" and ran.result.plan_id == ran.plan.plan_id
+
+        # A high warning needs a look: pending, unrun; the card approves and runs it later.
+        code = "import subprocess\nprint('looked at')"
+        waiting = run_sync(client.plan_and_run(language="python", code=code))
+        assert waiting.result is None and waiting.plan.high_risk, name
+        approval = run_sync(client.approve(waiting.plan.plan_id))
+        later = run_sync(client.run(str(approval["approval_token"])))
+        assert later.stdout == "looked at\n" and later.plan_id == waiting.plan.plan_id
+
+        confirmed = run_sync(client.plan_and_run(language="python", code=code, confirmed=True))
+        assert confirmed.result is not None and confirmed.result.stdout == "looked at\n"
+
+        with pytest.raises(SandboxError) as info:
+            run_sync(client.plan_and_run(language="bash", code="rm -rf /", confirmed=True))
+        assert info.value.code == "plan_blocked", name
+        assert (
+            info.value.message == "refused by policy, nothing ran: destructive pattern 'rm -rf /'"
+        )
+
+
 def test_status_and_config_on_both_paths(both: dict[str, SandboxClient]) -> None:
     rest, local = both["REST"], both["in-process"]
     run_sync(rest.configure({"timeout_sec": 77}))

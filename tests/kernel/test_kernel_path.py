@@ -12,8 +12,11 @@ import asyncio
 import contextvars
 import http.server
 import json
+import re
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -24,7 +27,7 @@ from gitpilot_jupyter.client.server import ServerInfo, auth_headers, call_api
 from gitpilot_jupyter.sandbox.sync import run_sync, shared_loop
 from tests.kernel import test_in_kernel
 from tests.kernel.test_in_kernel import messages_until_idle, streams
-from tests.support.live_server import LiveServer
+from tests.support.live_server import LiveServer, start_live_server
 from tests.support.system import require_system
 
 #: A real kernel with the extension loaded (its path set by each test).
@@ -57,9 +60,73 @@ def test_cells_reuse_one_connection_to_the_server(
         out = printed(kernel, f"%%sandbox\nprint('cell {i}')")
         assert out.startswith(f"cell {i}\n") and "· REST" in out
         seen.append(json.loads(printed(kernel, "print(json.dumps(to_server()))")))
-    # Plan, approve and run of three cells went over the same single connection.
+    # The requests of three cells went over the same single connection.
     assert len(seen[0]) == 1, seen
     assert seen == [seen[0]] * 3
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A real server that logs every request it answers (jupyter_server's debug level)."""
+    live = start_live_server(
+        tmp_path_factory.mktemp("logged"), args=["--ServerApp.log_level=DEBUG"]
+    )
+    yield live
+    live.stop()
+
+
+def requests_after(server: LiveServer, mark: int, expected: int) -> list[str]:
+    """The sandbox requests the server answered since ``mark`` (a log offset), as
+    ``METHOD route``; waits until ``expected`` are logged (the line follows the answer)."""
+    deadline = time.monotonic() + 10
+    while True:
+        log = Path(server.log_path).read_text(encoding="utf-8", errors="replace")[mark:]
+        # jupyter_server's request log: "200 POST /api/sandbox/run (user@ip) 3.21ms".
+        line = r"\] \d{3} (GET|POST|PUT|DELETE) /api/sandbox/(\S+) \([^)]*@[^)]*\) [\d.]+ms"
+        found = re.findall(line, log)
+        if len(found) >= expected or time.monotonic() > deadline:
+            return [f"{method} {route}" for method, route in found]
+        time.sleep(0.1)
+
+
+def test_a_cell_is_one_request_and_a_card_waits_for_its_click(
+    kernel: BlockingKernelClient, logged: LiveServer
+) -> None:
+    printed(
+        kernel,
+        f"%config SandboxMagics.server = {logged.url!r}\n"
+        f"%config SandboxMagics.server_token = {logged.token!r}\n"
+        "m = [c for c in get_ipython().configurables if type(c).__name__ == 'SandboxMagics'][0]",
+    )
+    mark = len(logged.log())
+    out = printed(kernel, "%%sandbox\nprint('one trip')")
+    assert out.startswith("one trip\n") and "· REST" in out
+    # Planned, approved (the cell's execution) and run in one round trip.
+    assert requests_after(logged, mark, 1) == ["POST plan-and-run"]
+
+    # A high warning: the one request leaves it pending and unrun; the card shows.
+    mark = len(logged.log())
+    msg_id = kernel.execute("%%sandbox --out r\nimport subprocess\nprint('looked at')")
+    messages = messages_until_idle(kernel, msg_id)
+    assert streams(messages, msg_id) == ""
+    assert any(m["msg_type"] == "display_data" for m in messages)
+    assert printed(kernel, "print(m.card.state, 'r' in dir())").split() == ["pending", "False"]
+    assert requests_after(logged, mark, 1) == ["POST plan-and-run"]
+    # Approved on the card: the usual approve, then the run.
+    mark = len(logged.log())
+    printed(kernel, "m.card.approve_button.click()")
+    assert requests_after(logged, mark, 2) == ["POST approve", "POST run"]
+    shown = printed(kernel, "print(''.join(o.get('text', '') for o in m.card.output.outputs))")
+    assert shown.startswith("looked at\n")
+    assert printed(kernel, "print(r['exit_code'])").strip() == "0"
+
+    # Blocked: one request, a one-line error, nothing ran.
+    mark = len(logged.log())
+    msg_id = kernel.execute("%%sandbox bash\nrm -rf /")
+    errors = [m["content"] for m in messages_until_idle(kernel, msg_id) if m["msg_type"] == "error"]
+    assert [e["ename"] for e in errors] == ["SandboxBlocked"]
+    assert "nothing ran" in errors[0]["evalue"] and "rm -rf /" in errors[0]["evalue"]
+    assert requests_after(logged, mark, 1) == ["POST plan-and-run"]
 
 
 def test_idle_slots_retire_while_the_kernel_waits(kernel: BlockingKernelClient) -> None:

@@ -23,6 +23,7 @@ ROUTES = [
     ("GET", "api/sandbox/plans", None, "read"),
     ("POST", "api/sandbox/approve", {"plan_id": "plan_0000000000000000"}, "execute"),
     ("POST", "api/sandbox/run", {"language": "python", "code": "print(1)"}, "execute"),
+    ("POST", "api/sandbox/plan-and-run", {"language": "python", "code": "print(1)"}, "execute"),
     ("DELETE", "api/sandbox/runs/{run_id}", None, "execute"),
     ("POST", "api/sandbox/matrixlab/test", {}, "execute"),
     ("GET", "api/sandbox/matrixlab/lifecycle", None, "read"),

@@ -53,6 +53,16 @@ def test_request_schemas_match_what_the_service_accepts() -> None:
     assert set(SCHEMAS["PlanRequest"]["properties"]) == plan
     assert set(SCHEMAS["RunRequest"]["properties"]) == run
     assert SCHEMAS["PlanRequest"]["properties"]["source"]["enum"] == list(SOURCES)
+    # ``confirm`` is the caller's yes to a high warning: the service's ``confirmed``.
+    both = set(inspect.signature(SandboxService.plan_and_run).parameters) - {
+        "self",
+        "user",
+        "on_output",
+        "approved_by",  # the plan's source: who planned approves
+        "confirmed",
+    }
+    assert set(SCHEMAS["PlanAndRunRequest"]["properties"]) == both | {"confirm"}
+    assert SCHEMAS["PlanAndRunRequest"]["properties"]["source"]["enum"] == list(SOURCES)
 
 
 def test_settings_schemas_match_the_settings() -> None:

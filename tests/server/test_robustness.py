@@ -32,6 +32,8 @@ WRITES = [
     ("POST", "api/sandbox/plan", "PlanRequest", {"language": "python", "code": "print(1)"}),
     ("POST", "api/sandbox/approve", "ApproveRequest", {"plan_id": "plan_0000000000000000"}),
     ("POST", "api/sandbox/run", "RunRequest", {"language": "python", "code": "print(1)"}),
+    # (bash: a nasty code that runs prints no Python traceback of its own)
+    ("POST", "api/sandbox/plan-and-run", "PlanAndRunRequest", {"language": "bash", "code": "1"}),
     ("PUT", "api/sandbox/config", "SettingsUpdate", {}),
     ("POST", "api/sandbox/matrixlab/test", "MatrixlabTestRequest", {}),
     ("POST", "api/sandbox/batch/plan", "BatchPlanRequest", {"items": [{"id": 1, "code": "1"}]}),
