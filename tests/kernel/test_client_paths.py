@@ -121,8 +121,8 @@ def test_plan_and_run_applies_one_rule_on_both_paths(both: dict[str, SandboxClie
     for name, client in both.items():
         streamed: list[str] = []
 
-        async def collect(stream: str, text: str) -> None:
-            streamed.append(text)
+        async def collect(stream: str, text: str, seen: list[str] = streamed) -> None:
+            seen.append(text)
 
         ran = run_sync(
             client.plan_and_run(language="python", code="print('ran')", on_output=collect)
