@@ -25,6 +25,7 @@ _BODIES = {
     "/api/sandbox/config": {"timeout_sec": 7},
     "/api/sandbox/plan": {"language": "python", "code": "print('planned')"},
     "/api/sandbox/run": {"language": "python", "code": "print('ran')", "approval_token": "x" * 43},
+    "/api/sandbox/plan-and-run": {"language": "python", "code": "print('ran')", "confirm": True},
 }
 
 
