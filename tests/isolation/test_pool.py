@@ -300,6 +300,9 @@ def test_the_refill_waits_for_the_answer_unless_a_run_needs_a_slot(
     # made long here) so the answer reaches the caller first. A run that finds no idle
     # slot ends the wait at once, and closing the pool during it starts nothing.
     monkeypatch.setattr(pool_module, "REFILL_DELAY_SEC", 60.0)
+    # The pool's periodic look (every 5 s) also refills, without the delay: on a loaded
+    # machine the first slots can take that long, and the look then fell inside a run.
+    monkeypatch.setattr(pool_module, "_TICK_SEC", 3600.0)
     backend = pooled(max_slots=2, min_slots=1)
     started: list[float] = []
 
