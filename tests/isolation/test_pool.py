@@ -570,6 +570,12 @@ def test_a_waiting_slot_holds_its_mount_namespace_and_lets_go_after_its_run() ->
         await backend.run(request("pass"))
         await until(lambda: pool.idle() >= 1)
         slot = next(s for q in pool._idle.values() for s in q)
+        require_system(
+            "nsfs access to the run's namespaces",
+            slot.mount_ns >= 0,
+            "this host does not let the server open its runs' /proc/PID/ns/mnt (ptrace "
+            "access, e.g. Yama ptrace_scope 2): runs then unmount theirs in their exit",
+        )
         seen["slot"] = os.readlink(f"/proc/self/fd/{slot.mount_ns}")
         seen["own"] = os.readlink("/proc/self/ns/mnt")
         result = await backend.run(request("import os; print(os.readlink('/proc/self/ns/mnt'))"))
