@@ -211,11 +211,6 @@ class AfterRuns:
         if not future.cancelled() and future.exception() is not None:
             log.error("cleaning up after a run failed", exc_info=future.exception())
 
-    def pending(self) -> int:
-        """Removals not done yet."""
-        with self._lock:
-            return len(self._pending)
-
     def wait(self, timeout: float | None = None) -> None:
         """Block until every removal submitted so far is done."""
         with self._lock:
