@@ -77,8 +77,12 @@ async def _exited(proc: Child) -> None:
     """Return once the child itself has exited.
 
     ``proc.wait()`` also waits for the pipes to close, which a background process
-    that kept them open may never do; its exit status is polled beside it.
+    that kept them open may never do; its exit status is polled beside it. (A warm
+    slot's chain is watched through a pidfd, which the pipes do not hold up.)
     """
+    if isinstance(proc, WarmChild):
+        await proc.wait()
+        return
     waiter = asyncio.ensure_future(proc.wait())
     try:
         while not waiter.done() and proc.returncode is None:

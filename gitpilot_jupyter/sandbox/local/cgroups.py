@@ -213,18 +213,26 @@ class CgroupRun:
                 found.update(int(x) for x in (folder / "cgroup.procs").read_text().split())
         return found
 
-    def kill_all(self) -> None:
-        """SIGKILL every process of the run, including any forked during the kill."""
+    def kill_all(self, *, until_gone: bool = False) -> None:
+        """SIGKILL every process of the run, including any forked during the kill.
+
+        Done once a look finds no process not killed already: a process with SIGKILL
+        pending forks no more (the kernel fails a fork that races with it), so nothing
+        of the run runs again, though its processes may still be exiting. With
+        ``until_gone`` (before the cgroup is removed) it also waits until none is left.
+        """
         if self.version == 2 and self.dirs:
             with contextlib.suppress(OSError):
                 (self.dirs[0] / "cgroup.kill").write_text("1")
+        killed: set[int] = set()
         for _ in range(_KILL_ROUNDS):
             pids = self.pids()
-            if not pids:
+            if not pids or (not until_gone and pids <= killed):
                 return
-            for pid in pids:
+            for pid in pids - killed if not until_gone else pids:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
+            killed |= pids
 
     def oom_killed(self) -> bool:
         """True when the kernel killed a process of the run for its memory limit."""

@@ -278,7 +278,7 @@ class LayeredLaunch(Launch):
     def cleanup(self) -> None:
         """Kill leftovers and remove the run cgroup."""
         if self._cgroup is not None:
-            self._cgroup.kill_all()
+            self._cgroup.kill_all(until_gone=True)
             self._cgroup.cleanup()
             self._cgroup = None
 
