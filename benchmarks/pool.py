@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -352,6 +353,55 @@ async def _profile(backend: SubprocessSandbox, runs: int) -> dict[str, list[floa
     return phases
 
 
+#: Stamps the start of the interpreter's exit (its last atexit call) on stderr.
+EXIT_STAMP = (
+    "import atexit, sys, time\n"
+    "atexit.register(lambda: sys.stderr.write(repr(time.monotonic())))\n"
+    "print(2+2)\n"
+)
+
+
+async def _exit_tails(backend: SubprocessSandbox, runs: int) -> tuple[list[float], list[float]]:
+    """From the interpreter's exit (its atexit) to the end of its output, in a warm slot
+    and in a bare spawn, interleaved: what any python run pays after its code, which a
+    pool cannot start ahead. (Both read ``time.monotonic``: one clock, no time namespace.)
+    """
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    request = RunRequest(language="python", code=EXIT_STAMP, timeout_sec=10, env=env)
+    interpreter = backend.interpreters.resolve("python")
+    assert interpreter is not None
+    key = backend._key(request, interpreter)
+    pool = backend.pool()
+    assert pool is not None
+    await backend.run(request)  # the pool learns the key
+    warm: list[float] = []
+    bare: list[float] = []
+    for _ in range(runs):
+        while pool.idle() < 1 or pool.starting():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        slot = pool.take(key)
+        assert slot is not None
+        child = WarmChild(slot.popen)
+        await child.attach()
+        await slot.deliver(EXIT_STAMP)
+        assert child.stdout is not None and child.stderr is not None
+        await child.stdout.read()
+        stamp = await child.stderr.read()
+        warm.append(time.monotonic() - float(stamp))
+        await child.wait()
+        slot.launch.kill_all()
+        child.close_pipes()
+        slot.close_fds()
+        slot.launch.cleanup()
+        remove_tree(slot.workdir)
+        slot.release_mount_namespace()
+        pool.done(key)
+        done = subprocess.run([sys.executable, "-c", EXIT_STAMP], capture_output=True, check=True)
+        bare.append(time.monotonic() - float(done.stderr))
+    return warm, bare
+
+
 def _slot_memory(backend: SubprocessSandbox) -> tuple[float, float, int]:
     """Median PSS and RSS (MiB) of an idle slot's processes, and how many it has."""
     pool = backend.pool()
@@ -382,6 +432,7 @@ def profile_and_memory(ctx: Context) -> list[Measure]:
     async def measure() -> tuple[dict[str, list[float]], tuple[float, float, int]]:
         try:
             phases = await _profile(backend, ctx.n(30))
+            tails.extend(await _exit_tails(backend, ctx.n(30)))
             pool = backend.pool()
             assert pool is not None
             while pool.idle() < 4:
@@ -391,6 +442,7 @@ def profile_and_memory(ctx: Context) -> list[Measure]:
         finally:
             await backend.aclose()
 
+    tails: list[list[float]] = []
     phases, (pss, rss, count) = asyncio.run(measure())
     parts = ", ".join(f"{k} {median(v) * 1000:.2f} ms" for k, v in phases.items())
     total = sum(median(v) for k, v in phases.items() if not k.startswith("after"))
@@ -402,6 +454,19 @@ def profile_and_memory(ctx: Context) -> list[Measure]:
             "ms",
             note=f"{parts}; bare spawn {bare * 1000:.1f} ms (the interpreter started "
             "ahead: the child phase is the snippet's file, its run and the exit)",
+        )
+    )
+    warm_tail, bare_tail = (median(t) for t in tails)
+    out.append(
+        Measure(
+            BENCH,
+            "python's exit to the end of its output, warm slot",
+            round(warm_tail * 1000, 2),
+            "ms",
+            note=f"bare spawn {bare_tail * 1000:.2f} ms, interleaved: from the last atexit "
+            "call (the interpreter's finalization, its process exit, then in a slot the "
+            f"exits of bubblewrap's init and monitor) = {warm_tail / bare:.2f}x of a bare "
+            "spawn, paid by every run, warm or not",
         )
     )
     out.append(
