@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Hashable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -55,9 +55,10 @@ _INT_RANGES = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class SandboxSettings:
-    """The sandbox settings as stored under the ``"sandbox"`` key."""
+    """The sandbox settings as stored under the ``"sandbox"`` key (frozen: one object
+    is shared by every call while the file and the environment stay the same)."""
 
     backend: str = DEFAULT_BACKEND
     matrixlab_url: str = "http://localhost:8765"
@@ -185,15 +186,19 @@ def parse_assignments(items: Iterable[str], *, what: str) -> dict[str, object]:
     return changes
 
 
-@dataclass
+@dataclass(frozen=True)
 class EffectiveSettings:
-    """Settings as they apply to the next call, with where they came from."""
+    """Settings as they apply to the next call, with where they came from.
+
+    Frozen: :meth:`SettingsStore.effective` hands the same object to every call while
+    the file and the environment it was made from stay the same.
+    """
 
     settings: SandboxSettings
     env_override: str | None = None
     env_error: str | None = None
     settings_error: str | None = None
-    from_env: list[str] = field(default_factory=list)
+    from_env: tuple[str, ...] = ()
 
 
 class SettingsStore:
@@ -211,6 +216,8 @@ class SettingsStore:
         self._environ = environ
         #: (the file's signature, its valid values, its error): see :meth:`persisted`.
         self._kept: tuple[Hashable, dict[str, Any], str | None] | None = None
+        #: (the file's signature and the environment's values, the result): see :meth:`effective`.
+        self._kept_effective: tuple[Hashable, EffectiveSettings] | None = None
 
     @property
     def environ(self) -> Mapping[str, str]:
@@ -255,12 +262,23 @@ class SettingsStore:
         :attr:`unsettled_ns` before it was read is never kept (a write within the same
         clock tick would leave its times as they were), so every change is seen at once.
         """
+        _, values, error = self._signed()
+        return dict(values), error
+
+    def _signed(self) -> tuple[Hashable | None, Mapping[str, Any], str | None]:
+        """:meth:`persisted`'s values (not to be changed), with the signature that stands
+        for them while the file stays as it is; None when they must not be kept."""
+        path = self.path
         try:
-            info = os.stat(self.path)
+            info = os.stat(path)
+        except FileNotFoundError:
+            # No file: the defaults, until a stat finds one (nothing to read, nothing stale).
+            return (str(path), None), {}, None
         except OSError:
-            return self._persisted()  # no file (defaults), or the error it gives
+            values, error = self._persisted()  # the error reading it gives
+            return None, values, error
         signature = (
-            str(self.path),
+            str(path),
             info.st_dev,
             info.st_ino,
             info.st_size,
@@ -269,11 +287,12 @@ class SettingsStore:
         )
         kept = self._kept  # one read: threads share the store
         if kept is not None and kept[0] == signature:
-            return dict(kept[1]), kept[2]
+            return signature, kept[1], kept[2]
         values, error = self._persisted()
-        if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) > self.unsettled_ns:
-            self._kept = (signature, dict(values), error)
-        return values, error
+        if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) <= self.unsettled_ns:
+            return None, values, error
+        self._kept = (signature, dict(values), error)
+        return signature, values, error
 
     def _persisted(self) -> tuple[dict[str, Any], str | None]:
         doc, error = self._read_document()
@@ -292,36 +311,50 @@ class SettingsStore:
         return values, error
 
     def effective(self) -> EffectiveSettings:
-        """Defaults < file < environment, with ``env_override`` and errors reported."""
-        values, settings_error = self.persisted()
+        """Defaults < file < environment, with ``env_override`` and errors reported.
+
+        Worked out again only when the file (see :meth:`persisted`) or one of the
+        environment variables read (:data:`ENV_VARS`) differs from last time; else
+        the same (frozen) object as last time.
+        """
+        signature, persisted, settings_error = self._signed()
         env = self.environ
+        raw_env = tuple(env.get(var, "") for var in ENV_VARS)
+        key = (signature, raw_env)
+        kept = self._kept_effective  # one read: threads share the store
+        if signature is not None and kept is not None and kept[0] == key:
+            return kept[1]
+        values = dict(persisted)
         from_env: list[str] = []
         env_override: str | None = None
         env_error: str | None = None
-        for var, key in ENV_VARS.items():
-            raw = env.get(var, "").strip()
+        for (var, key_name), value in zip(ENV_VARS.items(), raw_env, strict=True):
+            raw = value.strip()
             if not raw:
                 continue
             if env_override is None:
                 env_override = var
-            if key == "backend" and raw not in BACKENDS:
+            if key_name == "backend" and raw not in BACKENDS:
                 env_error = (
                     f"{var}={raw!r} is not a sandbox backend; expected one of {list(BACKENDS)}"
                 )
                 continue
             try:
-                values[key] = validate_setting(key, raw)
+                values[key_name] = validate_setting(key_name, raw)
             except InvalidSetting as exc:
                 env_error = f"{var}: {exc}"
                 continue
-            from_env.append(key)
-        return EffectiveSettings(
+            from_env.append(key_name)
+        effective = EffectiveSettings(
             settings=SandboxSettings(**values),
             env_override=env_override,
             env_error=env_error,
             settings_error=settings_error,
-            from_env=from_env,
+            from_env=tuple(from_env),
         )
+        if signature is not None:
+            self._kept_effective = (key, effective)
+        return effective
 
     def update(self, changes: Mapping[str, object]) -> SandboxSettings:
         """Validate ``changes`` and persist them; other keys and top-level entries are kept.

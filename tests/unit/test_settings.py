@@ -257,3 +257,72 @@ def test_the_kept_values_are_copies(tmp_path: Path) -> None:
     assert settings.effective().settings.backend == "off"
     del env["GITPILOT_SANDBOX"]
     assert settings.effective().settings.backend == "subprocess"
+
+
+def test_kept_effective_settings_follow_every_variable_file_and_folder_at_once(
+    tmp_path: Path,
+) -> None:
+    env: dict[str, str] = {}
+    settings = SettingsStore(tmp_path, environ=env)
+    settings.unsettled_ns = 0
+    first = settings.effective()
+    assert settings.effective() is first  # nothing changed: kept, not worked out again
+    # Each variable the settings read: set, changed, made invalid, removed, each seen at once.
+    for var, key, value, other in (
+        ("GITPILOT_SANDBOX", "backend", "off", "matrixlab"),
+        ("GITPILOT_MATRIXLAB_URL", "matrixlab_url", "http://a:1", "http://b:2"),
+        ("GITPILOT_MATRIXLAB_TOKEN", "matrixlab_token", "t1", "t2"),
+        ("GITPILOT_MATRIXLAB_IMAGE", "matrixlab_image", "img:1", "img:2"),
+    ):
+        default = getattr(first.settings, key)
+        for text in (value, other):
+            env[var] = text
+            eff = settings.effective()
+            assert getattr(eff.settings, key) == text
+            assert eff.env_override == var and eff.from_env == (key,)
+        env[var] = "two words"
+        eff = settings.effective()
+        assert eff.env_error is not None and var in eff.env_error
+        del env[var]
+        eff = settings.effective()
+        assert getattr(eff.settings, key) == default
+        assert eff.env_override is None and eff.env_error is None
+    # A file that appears, changes and goes: seen by the next call.
+    path = tmp_path / "settings.json"
+    _write(path, 30)
+    assert settings.effective().settings.timeout_sec == 30
+    kept = settings.effective()
+    assert settings.effective() is kept
+    store(tmp_path).update({"timeout_sec": 45})
+    assert settings.effective().settings.timeout_sec == 45
+    path.unlink()
+    assert settings.effective().settings.timeout_sec == 120
+    # The folder named by GITPILOT_CONFIG_DIR: moving it moves the settings at once.
+    moving: dict[str, str] = {}
+    followed = SettingsStore(environ=moving)
+    followed.unsettled_ns = 0
+    for timeout, name in ((61, "a"), (62, "b"), (61, "a")):
+        (tmp_path / name).mkdir(exist_ok=True)
+        _write(tmp_path / name / "settings.json", timeout)
+        moving["GITPILOT_CONFIG_DIR"] = str(tmp_path / name)
+        assert followed.effective().settings.timeout_sec == timeout
+
+
+def test_kept_effective_settings_cannot_be_changed_by_a_caller(tmp_path: Path) -> None:
+    import dataclasses
+
+    settings = store(tmp_path)
+    eff = settings.effective()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        eff.settings.timeout_sec = 1  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        eff.env_error = "x"  # type: ignore[misc]
+    assert settings.effective().settings.timeout_sec == 120
+
+
+def test_a_fresh_file_is_never_kept_by_the_effective_settings(tmp_path: Path) -> None:
+    settings = store(tmp_path)  # the default: a file changed just now is not kept
+    _write(tmp_path / "settings.json", 31)
+    first = settings.effective()
+    assert first.settings.timeout_sec == 31
+    assert settings.effective() is not first  # read again: an edit in this tick is not lost
