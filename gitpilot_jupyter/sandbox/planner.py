@@ -20,7 +20,7 @@ from .policy import SandboxPolicy, env_names, find_destructive
 from .records import Check
 from .resolver import BackendResolver, limits_of
 from .scan import scan
-from .settings import SandboxSettings, SettingsStore
+from .settings import SettingsStore
 from .spec import RunSpec
 from .text import check_text
 
@@ -132,8 +132,7 @@ class Planner:
             file=file,
         )
         name, names, timeout, network = spec.backend, spec.env, spec.timeout_sec, spec.network
-        settings = self.settings.effective().settings
-        runner = self.resolver.backend(name, settings)
+        runner = self.resolver.backend(name)
         command = runner.display_command(lang, file) or self.resolver.command(lang)
         blocked_label = find_destructive(" ".join(command))
         if lang == "bash" and blocked_label is None:
@@ -150,9 +149,9 @@ class Planner:
         if name in self.resolver.local:
             found = self.interpreters.resolve(lang) is not None
             checks.insert(1, {"label": f"{command[0]} interpreter installed", "ok": found})
-        checks += [{"label": note, "ok": False} for note in runner.limit_notes(limits_of(settings))]
+        checks += [{"label": note, "ok": False} for note in runner.limit_notes(spec.limits)]
         if name == "subprocess":
-            checks.append(self._disk_check(settings))
+            checks.append(self._disk_check(spec.limits.disk_mb))
             if network:
                 checks.append(self._network_check())
         if names:
@@ -187,11 +186,11 @@ class Planner:
             spec=spec,
         )
 
-    def _disk_check(self, settings: SandboxSettings) -> Check:
+    def _disk_check(self, disk_mb: int) -> Check:
         """The plan's line on the run's writable space: capped (verified layer) or not."""
         capped = "disk-cap" in self.resolver.subprocess.isolation()
         if capped:
-            label = f"writable space capped at {settings.disk_limit_mb} MB"
+            label = f"writable space capped at {disk_mb} MB"
         else:
             label = "writable space not capped on this host (see jupyter sandbox status)"
         return {"label": label, "ok": capped}

@@ -130,15 +130,17 @@ class SandboxPolicy:
             )
         return requested
 
+    def passing(self, *, allow_network: bool, passthrough: Iterable[str] = ()) -> frozenset[str]:
+        """The names that reach a run: base set, admin list, or passed by name (proxies only
+        with network on); never one of :data:`SERVER_CREDENTIALS`."""
+        names = BASE_VARS | self.allowed_vars | frozenset(passthrough)
+        if allow_network:
+            names |= PROXY_VARS
+        return names - SERVER_CREDENTIALS
+
     def passes(self, name: str, *, allow_network: bool, passthrough: Iterable[str] = ()) -> bool:
-        """True when ``name`` reaches a run: base set, admin list, or passed by name;
-        never one of :data:`SERVER_CREDENTIALS`."""
-        return name not in SERVER_CREDENTIALS and (
-            name in BASE_VARS
-            or name in self.allowed_vars
-            or name in passthrough
-            or (allow_network and name in PROXY_VARS)
-        )
+        """True when ``name`` reaches a run (see :meth:`passing`)."""
+        return name in self.passing(allow_network=allow_network, passthrough=passthrough)
 
     def scrub_env(
         self,
@@ -153,12 +155,10 @@ class SandboxPolicy:
         ``DATABASE_URL``, no cloud key, unless the administrator or the caller named it.
         Proxies pass only with network on.
         """
-        names = frozenset(passthrough)
-        return {
-            k: v
-            for k, v in environ.items()
-            if self.passes(k, allow_network=allow_network, passthrough=names)
-        }
+        names = self.passing(allow_network=allow_network, passthrough=passthrough)
+        # Only the names are looked at, and the values of those that pass read: the
+        # environment's own order is kept.
+        return {k: environ[k] for k in environ if k in names}
 
     def check_destructive(self, language: str, code: str, command: Iterable[str]) -> None:
         """Refuse a snippet whose shell text or launched command matches a destructive pattern."""

@@ -75,11 +75,15 @@ class BackendResolver:
             )
         return name
 
-    def backend(self, name: str, settings: SandboxSettings) -> SandboxBackend:
-        """The backend object for ``name`` configured from ``settings``."""
+    def backend(self, name: str, settings: SandboxSettings | None = None) -> SandboxBackend:
+        """The backend object for ``name`` configured from ``settings`` (None: the
+        settings in force now, read only for a backend made per call)."""
         if name in self.local:
             return self.local[name]
         from .matrixlab.backend import MatrixLabSandbox
+
+        if settings is None:
+            settings = self.settings.effective().settings
 
         return MatrixLabSandbox(
             url=settings.matrixlab_url,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -50,14 +50,22 @@ class RunResult:
         return self.exit_code == 0 and not self.timed_out and not self.cancelled
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON envelope."""
-        return asdict(self)
+        """The JSON envelope: every field, in order, its lists copied (``dataclasses.asdict``
+        without its generic deep copy: each field is a string, a number, a bool, None or
+        a list of strings)."""
+        return {
+            name: list(value) if isinstance(value, list) else value
+            for name, value in zip(_FIELDS, map(self.__getattribute__, _FIELDS), strict=True)
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
         """Rebuild an envelope received as JSON (unknown keys are ignored)."""
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
+
+
+_FIELDS = tuple(f.name for f in fields(RunResult))
 
 
 def result_badges(result: RunResult) -> str:

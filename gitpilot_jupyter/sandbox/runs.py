@@ -102,7 +102,7 @@ class RunExecutor:
     def prewarm(self, spec: RunSpec) -> bool:
         """Start warm slots for runs like ``spec`` now (before the first one comes);
         False when its backend keeps none."""
-        backend = self.resolver.backend(spec.backend, self.settings.effective().settings)
+        backend = self.resolver.backend(spec.backend)
         prewarm = getattr(backend, "prewarm", None)
         return bool(prewarm(_request(spec, self._policy()))) if prewarm is not None else False
 
@@ -127,7 +127,6 @@ class RunExecutor:
         command = self.resolver.command(spec.language)
         policy.check_destructive(spec.language, spec.code, command)
         name = self.resolver.check_allowed(spec.backend)
-        settings = self.settings.effective().settings
         file_path = None
         if spec.file is not None:
             # A file run: the backend may send the file's folder along (matrixlab does).
@@ -140,7 +139,7 @@ class RunExecutor:
         started = time.monotonic()
         try:
             result = await self._run_stoppable(
-                self.resolver.backend(name, settings), request, on_output, user, approval
+                self.resolver.backend(name), request, on_output, user, approval
             )
         except BaseException as exc:
             failure = exc

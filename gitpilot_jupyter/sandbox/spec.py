@@ -9,6 +9,7 @@ clamped in one place and not in the other was such a bug).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -68,9 +69,10 @@ class RunSpec:
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     file: str | None = None
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
-        """``sha256:`` + hex over language, code, stdin, timeout, network and backend."""
+        """``sha256:`` + hex over language, code, stdin, timeout, network and backend
+        (worked out once: the spec is frozen)."""
         return plan_digest(
             language=self.language,
             code=self.code,
