@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import prestart, seccomp
+from .lookup import Lookup
 
 #: System folders a run sees read-only (those that exist; a symlink stays a symlink).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -323,12 +324,16 @@ class View:
     kept: list[Path] = field(default_factory=list)
 
 
-def plan_view(argv: Sequence[str], hidden: tuple[Sequence[Path], Sequence[Path]]) -> View:
+def plan_view(
+    argv: Sequence[str], hidden: tuple[Sequence[Path], Sequence[Path]], lookup: Lookup | None = None
+) -> View:
     """The view for ``argv``: which interpreter folders to add, which secrets to cover.
 
     ``hidden`` is (folders, files) the user's credentials and Jupyter's files live in.
     A hidden path outside every visible tree needs no cover; one holding an
-    interpreter folder cannot be covered and is reported in ``kept``.
+    interpreter folder cannot be covered and is reported in ``kept``. Which of them
+    and of the system's secrets exist, and where they resolve to, is looked at anew
+    through ``lookup`` (a new one by default; see :meth:`LayeredIsolator.host_view`).
     """
     system = _system_trees()
     extra = (
@@ -337,16 +342,15 @@ def plan_view(argv: Sequence[str], hidden: tuple[Sequence[Path], Sequence[Path]]
     interpreters = _outermost(extra)
     visible = system + interpreters
     view = View(interpreters)
-    # Looked at anew on every call (a secret made since the last run is covered), with
-    # os.path on strings: pathlib's objects cost more than the system calls here.
+    lookup = Lookup() if lookup is None else lookup
     dirs = [*map(str, hidden[0]), *SECRET_DIRS]
     files = [*map(str, hidden[1]), *SECRET_FILES]
-    for folder in _outermost(Path(os.path.realpath(d)) for d in dirs if os.path.isdir(d)):
+    for folder in _outermost(map(Path, lookup.folders(dirs))):
         if any(inside(i, folder) for i in interpreters):
             view.kept.append(folder)
         elif any(inside(folder, v) for v in visible):
             view.cover_dirs.append(folder)
-    for file in sorted({Path(os.path.realpath(f)) for f in files if os.path.isfile(f)}):
+    for file in sorted(map(Path, lookup.files(files))):
         if any(inside(file, v) for v in visible) and not any(
             inside(file, d) for d in view.cover_dirs
         ):

@@ -24,14 +24,17 @@ import signal
 import subprocess
 import sys
 from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
 from ..backend import ResourceLimits
 from ..records import IsolationGap, IsolationReport
 from . import cgroups, confine, namespaces
-from .confine import jupyter_dirs, plan_view
+from .confine import View, jupyter_dirs, needed_paths, plan_view
 from .isolation import ISOLATION_CHOICES, ISOLATION_ENV, Isolator, Launch
+from .lookup import Lookup
+from .namespaces import Hidden
 from .rlimits import ULIMIT_CANDIDATES, RlimitPlan, capped, plan_rlimits, unavailable_reasons
 
 LINUX = sys.platform == "linux"
@@ -213,13 +216,19 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    """``(device, inode)`` of ``path`` now, or None when it is gone."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return info.st_dev, info.st_ino
+#: Interpreters whose view :meth:`LayeredIsolator.host_view` keeps (more: it starts over).
+_VIEWS_KEPT = 16
+
+
+@dataclass(frozen=True)
+class HostView:
+    """What a bwrap run sees of the host, as :meth:`LayeredIsolator.host_view` found it."""
+
+    hidden: Hidden
+    view: View
+    #: The view in words, and which file (device, inode; None: gone) each folder or
+    #: file it binds or covers is.
+    identity: Hashable
 
 
 class LayeredLaunch(Launch):
@@ -317,6 +326,8 @@ class LayeredIsolator(Isolator):
         self.cgroup_parent, self.cgroup_error = _delegated(self.environ, cgroup_parent)
         #: (home and environment, the hidden paths' candidates): see :meth:`hidden_paths`.
         self._candidates: tuple[Hashable, tuple[tuple[str, ...], tuple[str, ...]]] | None = None
+        #: Per interpreter: (what it depends on, its lookup, the view): see :meth:`host_view`.
+        self._views: dict[str, tuple[Hashable, Lookup, HostView]] = {}
 
     # -- what is available -----------------------------------------------------------
 
@@ -373,36 +384,75 @@ class LayeredIsolator(Isolator):
             missing.append({"layer": "cgroup-pids", "reason": "no pids cgroup", "fix": fix})
         return tree, missing
 
-    def hidden_paths(self) -> namespaces.Hidden:
+    def hidden_paths(self, lookup: Lookup | None = None) -> namespaces.Hidden:
         """The credential folders and files a bwrap run gets empty ones in place of.
 
         Where they could be is a function of the environment and the home folder
         (jupyter_core's rules among it), kept while both stay the same; whether each
-        exists and what it resolves to is looked at on every call, so a folder made,
-        removed or re-pointed since the last run is hidden (or not) at once.
+        exists and what it resolves to is looked at on every call (through ``lookup``,
+        a new one by default), so a folder made, removed or re-pointed since the last
+        run is hidden (or not) at once.
         """
-        home = self.home or Path(self.environ.get("HOME") or Path.home())
-        dirs, files = self._hidden_candidates(home)
-        real_dirs = {os.path.realpath(d) for d in dirs if os.path.isdir(d)}
-        real_files = {os.path.realpath(f) for f in files if os.path.isfile(f)}
-        return sorted(map(Path, real_dirs)), sorted(map(Path, real_files))
+        dirs, files = self._hidden_candidates(self._home())[1]
+        lookup = Lookup() if lookup is None else lookup
+        return sorted(map(Path, lookup.folders(dirs))), sorted(map(Path, lookup.files(files)))
 
-    def _hidden_candidates(self, home: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def _home(self) -> Path:
+        return self.home or Path(self.environ.get("HOME") or Path.home())
+
+    def _hidden_candidates(
+        self, home: Path
+    ) -> tuple[Hashable, tuple[tuple[str, ...], tuple[str, ...]]]:
         """:meth:`hidden_paths`' candidates (folders, files), worked out again whenever
-        the home folder or any environment variable differs from the last call."""
+        the home folder or any environment variable differs from the last call, with
+        what they were worked out from (None: the environment changed while it was read)."""
         try:
             key: Hashable = (str(home), tuple(self.environ.items()))
         except RuntimeError:  # another thread changed os.environ meanwhile: work it out
             key = None
         cached = self._candidates  # one read: worker threads call this too
         if key is not None and cached is not None and cached[0] == key:
-            return cached[1]
+            return cached
         dirs, files = namespaces.credential_candidates(self.environ, home)
         dirs += jupyter_dirs(self.environ)
         candidates = (tuple(dict.fromkeys(map(str, dirs))), tuple(map(str, files)))
         if key is not None:
             self._candidates = (key, candidates)
-        return candidates
+        return key, candidates
+
+    def host_view(self, argv: list[str]) -> HostView:
+        """What a bwrap run of ``argv`` sees of the host now: :meth:`hidden_paths`, the
+        :func:`plan_view` with them, and which file each folder bound or covered is.
+
+        Worked out in full, then kept (per interpreter) while nothing it depends on
+        differs: the candidates (home folder and environment), the interpreter's
+        folders (``argv[0]``, ``PATH``), and every path the full work looked at, each of
+        which is looked at again on each call (:meth:`Lookup.current`: one ``lstat`` a
+        path). A credential folder or file made, removed, replaced or re-pointed since,
+        in its last component or any before it (a symlinked home folder), is seen at
+        once, as by the full work. The answer is shared: not to be changed.
+        """
+        key, candidates = self._hidden_candidates(self._home())
+        interpreters = needed_paths(argv[0]) if argv else []
+        name = argv[0] if argv else ""
+        kept = self._views.get(name)  # one read: worker threads call this too
+        if (
+            key is not None
+            and kept is not None
+            and kept[0] == (candidates, interpreters)
+            and kept[1].current()
+        ):
+            return kept[2]
+        lookup = Lookup()
+        hidden = self.hidden_paths(lookup)
+        view = plan_view(argv, hidden, lookup)
+        bound = (*view.interpreters, *view.cover_dirs, *view.cover_files)
+        found = HostView(hidden, view, (repr(view), tuple(lookup.identity(str(p)) for p in bound)))
+        if key is not None:
+            if len(self._views) >= _VIEWS_KEPT:
+                self._views = {}
+            self._views[name] = ((candidates, interpreters), lookup, found)
+        return found
 
     # -- the Isolator interface ------------------------------------------------------
 
@@ -439,10 +489,10 @@ class LayeredIsolator(Isolator):
         first = None
         try:
             if tool is not None:
-                hidden = self.hidden_paths()
                 layers += tool.layers(allow_network=allow_network)
-                # Planned once per run: the hidden paths are re-checked every time.
-                view = plan_view(argv, hidden) if tool.kind == "bwrap" else None
+                # The hidden paths are re-checked every time (see host_view).
+                found = self.host_view(argv) if tool.kind == "bwrap" else None
+                hidden, view = (found.hidden, found.view) if found else (((), ()), None)
                 if "hidden-credentials" in layers and view is not None and view.kept:
                     layers.remove("hidden-credentials")  # one holds the interpreter: visible
                 if tool.confine is not None and tools is not None:
@@ -476,12 +526,11 @@ class LayeredIsolator(Isolator):
             return None
         nets = confine.blocked_networks() if allow_network and tool.egress_error is None else []
         tree, _ = self._cgroups()
-        view = plan_view(argv, self.hidden_paths())
-        # Which folder or file each path is now: one replaced on the host (renamed away
-        # and made again, an atomic save) has the same path but is no longer the one a
-        # slot covered or bound, and the host's rename took that cover off in the slot.
-        bound = (*view.interpreters, *view.cover_dirs, *view.cover_files)
-        return (tool.path, repr(view), tuple(map(_identity, bound)), tuple(nets), tree is not None)
+        # The view and which folder or file each path is now: one replaced on the host
+        # (renamed away and made again, an atomic save) has the same path but is no longer
+        # the one a slot covered or bound, and the host's rename took that cover off in it.
+        seen = self.host_view(argv).identity
+        return (tool.path, seen, tuple(nets), tree is not None)
 
     def layers(self, *, allow_network: bool = False) -> list[str]:
         """The layers a run gets now (for status); nothing is created."""
