@@ -10,13 +10,12 @@ way it is linked to that plan in the plan store (:meth:`.plans.PlanStore.running
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +53,59 @@ class ActiveRun:
     loop: asyncio.AbstractEventLoop
     stop: asyncio.Event
     started: float
+    #: Called on the run's loop when a stop is first asked (the executor's grace period).
+    on_stop: Callable[[], None] | None = field(default=None, repr=False)
 
     def request_stop(self) -> None:
         """Ask the run to stop (thread-safe: the event belongs to the run's loop)."""
-        self.loop.call_soon_threadsafe(self.stop.set)
+        self.loop.call_soon_threadsafe(self._stop)
+
+    def _stop(self) -> None:
+        if self.stop.is_set():
+            return
+        self.stop.set()
+        if self.on_stop is not None:
+            self.on_stop()
+
+
+#: The message of the grace's cancel (see :class:`_Grace`).
+_GRACE_OVER = "stopped: the backend did not answer within the grace period"
+
+
+class _Grace:
+    """The time a stopped run's backend has to answer before the run is cancelled.
+
+    Armed when a stop is asked, it cancels ``task`` (the one running the backend)
+    :data:`STOP_GRACE_SEC` later unless the run is over by then (:meth:`disarm`).
+    """
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.expired = False
+        self._over = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    def arm(self) -> None:
+        if not self._over:
+            self._timer = self.task.get_loop().call_later(STOP_GRACE_SEC, self._expire)
+
+    def _expire(self) -> None:
+        if not self._over:
+            self.expired = True
+            self.task.cancel(_GRACE_OVER)
+
+    def disarm(self) -> None:
+        self._over = True
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def withdraw(self, exc: asyncio.CancelledError | None = None) -> bool:
+        """Take back the grace's cancel of the task; True when no one else cancelled it
+        (``exc``: the cancel being handled, None when the backend answered anyway)."""
+        uncancel = getattr(self.task, "uncancel", None)
+        if uncancel is not None:  # Python 3.11+: the task counts the cancels asked
+            return bool(uncancel() == 0)
+        return exc is None or exc.args == (_GRACE_OVER,)
 
 
 def _request(spec: RunSpec, policy: SandboxPolicy) -> RunRequest:
@@ -177,7 +225,16 @@ class RunExecutor:
         user: str | None,
         approval: Approval | None = None,
     ) -> RunResult:
-        """Run ``request`` on ``backend`` while it can be stopped by :meth:`cancel`."""
+        """Run ``request`` on ``backend`` while it can be stopped by :meth:`cancel`.
+
+        The backend runs in the caller's task (no task of its own: that cost a warm run
+        two turns of the event loop). A stop sets ``request.stop``: a backend that
+        honours it answers with its output so far; one that has not answered
+        :data:`STOP_GRACE_SEC` later is cancelled and the run answered as stopped.
+        """
+        runner = asyncio.current_task()
+        assert runner is not None, "a run is awaited in a task"
+        grace = _Grace(runner)
         stop = asyncio.Event()
         request.stop = stop
         active = ActiveRun(
@@ -187,6 +244,7 @@ class RunExecutor:
             loop=asyncio.get_running_loop(),
             stop=stop,
             started=time.monotonic(),
+            on_stop=grace.arm,
         )
         with self._runs_lock:
             if request.run_id in self._runs:
@@ -198,18 +256,18 @@ class RunExecutor:
         store = self.plans if approval is not None and approval.plan is not None else None
         if store is not None and approval is not None and approval.plan is not None:
             store.run_started(approval.plan, request.run_id, approved_by=approval.approved_by)
-        task = asyncio.ensure_future(backend.run(request, on_output))
-        stopped = asyncio.ensure_future(stop.wait())
         try:
-            await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            if not task.done():
-                # Stopped: a backend that honours request.stop answers with its output so far.
-                await asyncio.wait({task}, timeout=STOP_GRACE_SEC)
-            if task.done():
-                return task.result()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            try:
+                result = await backend.run(request, on_output)
+            except asyncio.CancelledError as exc:
+                # The caller's own cancel (an interrupted cell) goes on; the backend's
+                # clean-up has killed the process tree. The grace's cancel ends here.
+                if not grace.expired or not grace.withdraw(exc):
+                    raise
+            else:
+                if not grace.expired:
+                    return result
+                grace.withdraw()  # the backend answered through the grace's cancel
             return RunResult(
                 backend=backend.name,
                 language=request.language,
@@ -222,13 +280,7 @@ class RunExecutor:
                 isolation=backend.isolation(),
             )
         finally:
-            stopped.cancel()
-            if not task.done():
-                # The caller itself was cancelled (an interrupted cell): the backend's
-                # clean-up kills the process tree before this returns.
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            grace.disarm()
             with self._runs_lock:
                 self._runs.pop(request.run_id, None)
             if store is not None:
