@@ -181,3 +181,23 @@ def test_a_credential_folder_removed_while_a_slot_waits_retires_it(base: Path) -
     )
     # The slot covered a folder that is no more: the run goes cold and sees none.
     assert results[1].stdout == "False\n" and not results[1].warm and stale >= 1
+
+
+def test_a_credential_file_made_while_a_slot_waits_is_hidden(base: Path) -> None:
+    home = base / "home"
+    home.mkdir()
+    netrc = home / ".netrc"
+    environ = {**os.environ, "HOME": str(home)}
+
+    def make() -> None:
+        netrc.write_text("machine example.invalid login me password s3cret-netrc")
+        netrc.chmod(0o644)
+
+    results, stale = after_a_change(
+        pooled(environ=environ), make, f"print(open({str(netrc)!r}).read())"
+    )
+    # Covered (bubblewrap's /dev/null, which a run may not open), as a cold run has it; a
+    # slot made before would read it.
+    assert "s3cret-netrc" not in results[1].stdout + results[1].stderr
+    assert "PermissionError" in results[1].stderr, results[1].stderr
+    assert results[1].exit_code != 0 and not results[1].warm and stale >= 1
