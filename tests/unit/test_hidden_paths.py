@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 
 
@@ -90,3 +92,22 @@ def test_an_environment_changing_while_read_is_worked_out_each_time(tmp_path: Pa
     config.mkdir()
     env["JUPYTER_CONFIG_DIR"] = str(config)  # nothing was kept: seen at once
     assert config in isolator.hidden_paths()[0]
+
+
+def test_a_change_to_the_servers_own_environment_takes_effect_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server's os.environ (what a server's isolator reads), changed in place.
+    config, home = tmp_path / "jupyter-config", tmp_path / "home"
+    config.mkdir()
+    (home / ".docker").mkdir(parents=True)
+    isolator = LayeredIsolator("none", cgroups=False)
+    assert config not in isolator.hidden_paths()[0]
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(config))
+    assert config in isolator.hidden_paths()[0]
+    monkeypatch.setenv("HOME", str(home))
+    assert home / ".docker" in isolator.hidden_paths()[0]
+    monkeypatch.delenv("JUPYTER_CONFIG_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    dirs = isolator.hidden_paths()[0]
+    assert config not in dirs and home / ".docker" not in dirs
