@@ -10,6 +10,7 @@ so whoever approved it can see it run and stop it.
 
 from __future__ import annotations
 
+import heapq
 import secrets
 import threading
 import time
@@ -256,6 +257,8 @@ class PlanStore:
         self._bucket_of: dict[str, _Bucket] = {}
         self._buckets: dict[_Bucket, OrderedDict[str, None]] = {}
         self._approvals: OrderedDict[str, Approval] = OrderedDict()
+        #: (expires_at, token) of every approval kept, a heap: the next to forget first.
+        self._expiry: list[tuple[float, str]] = []
         #: Runs of approved plans under way, by run id, oldest first.
         self._running: OrderedDict[str, RunUnderWay] = OrderedDict()
         self._lock = threading.Lock()
@@ -371,6 +374,7 @@ class PlanStore:
                 plan=plan,
             )
             self._approvals[approval.token] = approval
+            heapq.heappush(self._expiry, (approval.expires_at, approval.token))
             return approval
 
     def redeem(
@@ -469,5 +473,8 @@ class PlanStore:
 
     def _forget_expired(self, now: float) -> None:
         # Used tokens are kept until they expire so a replay says "used", not "unknown".
-        for token in [t for t, a in self._approvals.items() if a.expires_at + self.ttl_sec < now]:
+        # Those past it are at the top of the heap: no look at the others (a busy kernel
+        # keeps ten minutes of approvals).
+        while self._expiry and self._expiry[0][0] + self.ttl_sec < now:
+            _, token = heapq.heappop(self._expiry)
             del self._approvals[token]

@@ -97,6 +97,41 @@ def test_expired_token(sandbox_config_dir: Path) -> None:
     )
 
 
+def test_a_used_token_says_used_until_twice_its_lifetime_then_unknown(
+    sandbox_config_dir: Path,
+) -> None:
+    now = [1000.0]
+    service = SandboxService(
+        settings=SettingsStore(sandbox_config_dir), plans=PlanStore(clock=lambda: now[0])
+    )
+
+    def used(code: str) -> str:
+        token = approved(service, language="python", code=code)
+        sync(service.run(language="python", code=code, approval_token=token))
+        return token
+
+    def replay(token: str, code: str) -> str:
+        return refusal(service, language="python", code=code, approval_token=token)
+
+    first = used("print(1)")  # expires at 1300, forgotten after 1600
+    now[0] = 1200.0
+    second = used("print(2)")  # expires at 1500, forgotten after 1800
+    now[0] = 900.0  # the clock went back: this one is forgotten first, after 1500
+    third = used("print(3)")
+    now[0] = 1550.0
+    approved(service, language="python", code="print(4)")  # an approval forgets the old ones
+    assert replay(third, "print(3)") == "approval_unknown"
+    assert replay(first, "print(1)") == "approval_used"
+    assert replay(second, "print(2)") == "approval_used"
+    now[0] = 1700.0
+    approved(service, language="python", code="print(5)")
+    assert replay(first, "print(1)") == "approval_unknown"
+    assert replay(second, "print(2)") == "approval_used"
+    now[0] = 1801.0
+    approved(service, language="python", code="print(6)")
+    assert replay(second, "print(2)") == "approval_unknown"
+
+
 def test_other_session(service: SandboxService) -> None:
     token = approved(service, language="python", code="print(1)", session_id="s1")
     assert (
