@@ -25,7 +25,7 @@ from .files import path_under_root
 from .plans import Approval, PlanStore
 from .policy import SandboxPolicy
 from .resolver import BackendResolver
-from .results import RunResult, new_run_id
+from .results import RunResult
 from .settings import SettingsStore
 from .spec import RunSpec
 from .workflow import AuditHook
@@ -181,7 +181,9 @@ class RunExecutor:
             root = self.root_dir or Path.cwd().resolve()
             file_path = await asyncio.to_thread(path_under_root, root, spec.file)
         request = _request(spec, policy)
-        request.plan_id, request.file, request.run_id = plan_id, file_path, run_id or new_run_id()
+        request.plan_id, request.file = plan_id, file_path
+        if run_id:
+            request.run_id = run_id  # else the fresh one the request was made with
         result: RunResult | None = None
         failure: BaseException | None = None
         started = time.monotonic()
