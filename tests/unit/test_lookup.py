@@ -316,7 +316,9 @@ def scratch() -> Iterator[str]:
         yield os.path.realpath(tmp)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(
     build=st.lists(OP, max_size=8),
     change=st.lists(OP, min_size=1, max_size=3),
