@@ -124,6 +124,14 @@ def test_the_answer_is_what_os_path_gives(tree: Path, case: str) -> None:
     assert answers(Lookup(), [path]) == truth([path])
 
 
+@pytest.mark.parametrize("name", ["nul\0byte", "lone\ud800surrogate"])
+def test_a_name_no_path_can_have_names_nothing(tree: Path, name: str) -> None:
+    # (An environment given as a dict could hold one; os.path.isdir says False.)
+    path = f"{tree}/home/{name}"
+    assert not os.path.isdir(path) and not os.path.isfile(path)
+    assert Lookup().folders([path]) == set() and Lookup().files([path]) == set()
+
+
 def test_a_relative_path_is_resolved_in_the_working_folder(
     tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -33,7 +33,7 @@ def _look(path: str) -> Seen:
         info = os.lstat(path)
         kind = stat.S_IFMT(info.st_mode)
         target = os.readlink(path) if kind == stat.S_IFLNK else None
-    except OSError:
+    except (OSError, ValueError):  # (ValueError: a NUL or an unencodable character)
         return None
     return kind, info.st_dev, info.st_ino, target
 
