@@ -373,6 +373,14 @@ class LayeredIsolator(Isolator):
         if not self.use_cgroups:
             return None, [_disabled("cgroups", "rlimits only", by="the isolator's configuration")]
         tree, reasons = _cgroup_tree(self.cgroup_parent)
+        if (
+            tree is not None
+            and tree.memory_parent is not None
+            and tree.pids_parent is not None
+            and not reasons
+            and not self.cgroup_error
+        ):
+            return tree, []  # nothing missing (each run looks): no fix to word, no user look-up
         fix = cgroup_fix()
         missing = [{"layer": "cgroups", "reason": r, "fix": fix} for r in reasons]
         if self.cgroup_error:
