@@ -325,7 +325,10 @@ class View:
 
 
 def plan_view(
-    argv: Sequence[str], hidden: tuple[Sequence[Path], Sequence[Path]], lookup: Lookup | None = None
+    argv: Sequence[str],
+    hidden: tuple[Sequence[Path], Sequence[Path]],
+    lookup: Lookup | None = None,
+    needed: Sequence[Path] | None = None,
 ) -> View:
     """The view for ``argv``: which interpreter folders to add, which secrets to cover.
 
@@ -334,11 +337,12 @@ def plan_view(
     interpreter folder cannot be covered and is reported in ``kept``. Which of them
     and of the system's secrets exist, and where they resolve to, is looked at anew
     through ``lookup`` (a new one by default; see :meth:`LayeredIsolator.host_view`).
+    ``needed``: :func:`needed_paths` of ``argv[0]`` when the caller has them already.
     """
     system = _system_trees()
-    extra = (
-        [p for p in needed_paths(argv[0]) if not any(inside(p, s) for s in system)] if argv else []
-    )
+    if needed is None:
+        needed = needed_paths(argv[0]) if argv else []
+    extra = [p for p in needed if not any(inside(p, s) for s in system)]
     interpreters = _outermost(extra)
     visible = system + interpreters
     view = View(interpreters)

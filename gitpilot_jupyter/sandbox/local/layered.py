@@ -224,6 +224,12 @@ def _whole(environ: Mapping[str, str]) -> object:
     return dict(data) if isinstance(data, dict) else tuple(environ.items())
 
 
+def _existing(candidates: tuple[tuple[str, ...], tuple[str, ...]], lookup: Lookup) -> Hidden:
+    """Those of the candidate (folders, files) that exist, resolved, sorted."""
+    dirs, files = candidates
+    return sorted(map(Path, lookup.folders(dirs))), sorted(map(Path, lookup.files(files)))
+
+
 #: Interpreters whose view :meth:`LayeredIsolator.host_view` keeps (more: it starts over).
 _VIEWS_KEPT = 16
 
@@ -400,18 +406,15 @@ class LayeredIsolator(Isolator):
             missing.append({"layer": "cgroup-pids", "reason": "no pids cgroup", "fix": fix})
         return tree, missing
 
-    def hidden_paths(self, lookup: Lookup | None = None) -> namespaces.Hidden:
+    def hidden_paths(self) -> namespaces.Hidden:
         """The credential folders and files a bwrap run gets empty ones in place of.
 
         Where they could be is a function of the environment and the home folder
         (jupyter_core's rules among it), kept while both stay the same; whether each
-        exists and what it resolves to is looked at on every call (through ``lookup``,
-        a new one by default), so a folder made, removed or re-pointed since the last
-        run is hidden (or not) at once.
+        exists and what it resolves to is looked at on every call, so a folder made,
+        removed or re-pointed since the last run is hidden (or not) at once.
         """
-        dirs, files = self._hidden_candidates(self._home())[1]
-        lookup = Lookup() if lookup is None else lookup
-        return sorted(map(Path, lookup.folders(dirs))), sorted(map(Path, lookup.files(files)))
+        return _existing(self._hidden_candidates(self._home())[1], Lookup())
 
     def _home(self) -> Path:
         return self.home or Path(self.environ.get("HOME") or Path.home())
@@ -460,8 +463,9 @@ class LayeredIsolator(Isolator):
         ):
             return kept[2]
         lookup = Lookup()
-        hidden = self.hidden_paths(lookup)
-        view = plan_view(argv, hidden, lookup)
+        # From the very candidates and interpreter folders the answer is kept under.
+        hidden = _existing(candidates, lookup)
+        view = plan_view(argv, hidden, lookup, interpreters)
         bound = (*view.interpreters, *view.cover_dirs, *view.cover_files)
         found = HostView(hidden, view, (repr(view), tuple(lookup.identity(str(p)) for p in bound)))
         if key is not None:
