@@ -13,6 +13,9 @@ PORT   ?= 8888
 LABEXT     := gitpilot_jupyter/labextension/package.json
 LABEXT_SRC := $(wildcard labextension/src/*.ts labextension/style/* labextension/schema/*) labextension/package.json
 JLPM       := PATH="$(abspath $(BIN)):$$PATH" $(abspath $(BIN))/jlpm
+# Every lab extension build copies labextension/install.json into its output, which the wheel
+# maps on its own: removed before each editable install, or the two copies clash.
+STRAY_INSTALL_JSON := gitpilot_jupyter/labextension/install.json
 # The lab extension's node packages (the build and the TypeScript linters need them).
 JSDEPS     := labextension/node_modules/.yarn-state.yml
 
@@ -22,14 +25,13 @@ JSDEPS     := labextension/node_modules/.yarn-state.yml
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@# The wheel maps labextension/install.json itself: a stray copy in the build output would clash.
-	rm -f gitpilot_jupyter/labextension/install.json
+	rm -f $(STRAY_INSTALL_JSON)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[lab,docker]"
 	touch $@
 
 $(STAMP): $(RUN_STAMP)
-	rm -f gitpilot_jupyter/labextension/install.json  # the run install's build leaves one
+	rm -f $(STRAY_INSTALL_JSON)
 	$(BIN)/python -m pip install --quiet -e ".[lab,docker,test,docs]"
 	touch $@
 
@@ -68,6 +70,7 @@ lint: $(STAMP) $(JSDEPS) ## ruff, mypy, codespell, and the lab extension's prett
 	cd labextension && $(JLPM) lint:check
 
 bench: $(STAMP) ## measure what users feel; writes benchmarks/results/latest.{json,md}
+	rm -f $(STRAY_INSTALL_JSON)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
