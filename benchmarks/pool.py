@@ -29,7 +29,14 @@ from gitpilot_jupyter.sandbox.backend import RunRequest
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.cleanup import remove_tree
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator, _descendants
-from gitpilot_jupyter.sandbox.local.pool import PRESTART_ENV, PoolConfig, WarmChild
+from gitpilot_jupyter.sandbox.local.pool import (
+    PRESTART_ENV,
+    PoolConfig,
+    PoolKey,
+    Slot,
+    WarmChild,
+    WarmPool,
+)
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 
@@ -309,22 +316,47 @@ def concurrency(ctx: Context) -> list[Measure]:
     ]
 
 
+async def _learned(backend: SubprocessSandbox, code: str) -> tuple[WarmPool, PoolKey]:
+    """The backend's pool and the key of python runs of ``code``, after one such run
+    (the pool learns the key and starts its slots)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    request = RunRequest(language="python", code=code, timeout_sec=10, env=env)
+    interpreter = backend.interpreters.resolve("python")
+    assert interpreter is not None
+    pool = backend.pool()
+    assert pool is not None
+    await backend.run(request)
+    return pool, backend._key(request, interpreter)
+
+
+async def _quiet(pool: WarmPool) -> None:
+    """Until a slot waits and none is starting (no refill beside the measured run)."""
+    while pool.idle() < 1 or pool.starting():
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+
+
+def _answer(slot: Slot, child: WarmChild) -> None:
+    """What the backend does before a warm run answers: kill what is left, let go of fds."""
+    slot.launch.kill_all()
+    child.close_pipes()
+    slot.close_fds()
+
+
+def _remove(slot: Slot) -> None:
+    """What the backend does after the answer: the cgroup, the folder, the namespace."""
+    slot.launch.cleanup()
+    remove_tree(slot.workdir)
+    slot.release_mount_namespace()
+
+
 async def _profile(backend: SubprocessSandbox, runs: int) -> dict[str, list[float]]:
     """The phases of warm runs, done step by step as the backend does them."""
     phases: dict[str, list[float]] = {"take": [], "deliver": [], "child": [], "kill": []}
     after: list[float] = []
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    request = RunRequest(language="python", code=CODE, timeout_sec=10, env=env)
-    interpreter = backend.interpreters.resolve("python")
-    assert interpreter is not None
-    key = backend._key(request, interpreter)
-    pool = backend.pool()
-    assert pool is not None
-    await backend.run(request)  # the pool learns the key
+    pool, key = await _learned(backend, CODE)
     for _ in range(runs):
-        while pool.idle() < 1 or pool.starting():  # no refill beside the measured run
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)
+        await _quiet(pool)
         t0 = time.perf_counter()
         slot = pool.take(key)
         t1 = time.perf_counter()
@@ -337,13 +369,9 @@ async def _profile(backend: SubprocessSandbox, runs: int) -> dict[str, list[floa
         out = await child.stdout.read()
         await child.wait()
         t3 = time.perf_counter()
-        slot.launch.kill_all()
-        child.close_pipes()
-        slot.close_fds()
+        _answer(slot, child)
         t4 = time.perf_counter()  # the answer goes here; the rest is after it
-        slot.launch.cleanup()
-        remove_tree(slot.workdir)
-        slot.release_mount_namespace()
+        _remove(slot)
         after.append(time.perf_counter() - t4)
         pool.done(key)
         assert out == b"4\n", out
@@ -369,21 +397,12 @@ async def _exit_tails(backend: SubprocessSandbox, runs: int) -> list[list[float]
     python run pays after its code, which a pool cannot start ahead. (All read
     ``time.monotonic``: one clock, no time namespace.)
     """
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    request = RunRequest(language="python", code=EXIT_STAMP, timeout_sec=10, env=env)
-    interpreter = backend.interpreters.resolve("python")
-    assert interpreter is not None
-    key = backend._key(request, interpreter)
-    pool = backend.pool()
-    assert pool is not None
-    await backend.run(request)  # the pool learns the key
+    pool, key = await _learned(backend, EXIT_STAMP)
     warm: list[float] = []
     bare: list[float] = []
     waited: list[float] = []
     for _ in range(runs):
-        while pool.idle() < 1 or pool.starting():
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)
+        await _quiet(pool)
         slot = pool.take(key)
         assert slot is not None
         child = WarmChild(slot.popen)
@@ -394,12 +413,8 @@ async def _exit_tails(backend: SubprocessSandbox, runs: int) -> list[list[float]
         stamp = await child.stderr.read()
         warm.append(time.monotonic() - float(stamp))
         await child.wait()
-        slot.launch.kill_all()
-        child.close_pipes()
-        slot.close_fds()
-        slot.launch.cleanup()
-        remove_tree(slot.workdir)
-        slot.release_mount_namespace()
+        _answer(slot, child)
+        _remove(slot)
         pool.done(key)
         for code, into in ((EXIT_STAMP, bare), (EXIT_STAMP_AFTER_WAIT, waited)):
             done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
