@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from dataclasses import dataclass
 
 from .errors import UnknownLanguage
+from .executables import which
 
 CANONICAL_LANGUAGES = ("python", "javascript", "bash")
 
@@ -75,4 +75,4 @@ class Interpreters:
         """The absolute path of the interpreter for ``language``, or None if not installed."""
         lang = canonical_language(language)
         exe: str = getattr(self, lang)
-        return shutil.which(exe)
+        return which(exe)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..backend import DEFAULT_DISK_MB
+from ..executables import which
 from .confine import (
     CGROUP_NS,
     TOOLS_FIX,
@@ -192,7 +193,7 @@ def detect(kind: str) -> tuple[Namespaces | None, dict[str, str] | None]:
 
     The probe runs once per executable path; later calls only look the tool up on PATH.
     """
-    path = shutil.which(kind)
+    path = which(kind)
     if path is None:
         fix = BWRAP_FIX if kind == "bwrap" else "install util-linux (it provides unshare)"
         return None, {"layer": kind, "reason": f"{kind} is not installed (not on PATH)", "fix": fix}
