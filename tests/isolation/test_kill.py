@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,3 +77,58 @@ def test_off_kills_what_its_run_left_behind(code: str, mark: str) -> None:
     assert (result.exit_code, result.timed_out) == (0, False), result.stderr
     assert result.isolation == ["tempdir", "env-scrub", CLEANUP_LAYER]
     assert gone(mark), f"left behind: {marked_processes(mark)}"
+
+
+#: A setsid child and a double-forked daemon, each with the run's mark in its argv (the
+#: pool's next slot for the same key carries the mark in its environment too).
+LEAVE_BEHIND = """
+import os, subprocess, sys
+mark = next(k for k in os.environ if k.startswith("GITPILOT_TEST_MARK_")) + "-left"
+sleep = [sys.executable, "-c", "import time; time.sleep(120)", mark]
+subprocess.Popen(sleep, start_new_session=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, sleep)
+    os._exit(0)
+os.wait()
+print("left two behind", flush=True)
+"""
+
+
+def _left(mark: str) -> list[int]:
+    needle = f"{mark}-left".encode()
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if needle in Path(f"/proc/{entry}/cmdline").read_bytes():
+                found.append(int(entry))
+    return found
+
+
+def test_a_warm_run_answers_once_nothing_of_it_is_left(mark: str) -> None:
+    """A warm run that ended on its own answers once its sandbox's init has ended,
+    which the kernel allows only after every process of the run is gone and reaped:
+    what the snippet left running is gone by the answer (not even a zombie is left),
+    not a moment later."""
+    from .test_pool import pooled, request, scenario, the_pool, until
+
+    env = {"PATH": os.environ["PATH"], mark: "1"}
+    code = LEAVE_BEHIND.replace('print("left', 'import time; time.sleep(1)\nprint("left')
+    seen: list[tuple[bool, int, str, list[int], list[int]]] = []
+
+    async def body(backend: Any) -> None:
+        await backend.run(request("pass", env=env))
+        await until(lambda: the_pool(backend).idle() >= 1)
+        running = asyncio.ensure_future(backend.run(request(code, env=env)))
+        await until(lambda: len(_left(mark)) == 2 or running.done(), within=20)
+        left = _left(mark)
+        result = await running
+        still = [pid for pid in left if os.path.exists(f"/proc/{pid}")]
+        seen.append((result.warm, result.exit_code, result.stdout, still, left))
+
+    scenario(body, pooled(max_slots=1))
+    [(warm, exit_code, stdout, still, left)] = seen
+    assert (warm, exit_code, stdout) == (True, 0, "left two behind\n")
+    assert len(left) == 2, "the snippet did not leave its two processes"
+    assert still == [], f"still there at the answer: {still}"

@@ -26,7 +26,7 @@ from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
 from gitpilot_jupyter.sandbox.local import pool as pool_module
 from gitpilot_jupyter.sandbox.local.backends import NullSandbox, SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator, _cgroup_tree
-from gitpilot_jupyter.sandbox.local.pool import POOL_ENV, PoolConfig, WarmPool
+from gitpilot_jupyter.sandbox.local.pool import POOL_ENV, PoolConfig, Slot, WarmPool
 from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.sync import run_sync
 from tests.support.live_server import start_live_server
@@ -58,6 +58,14 @@ def the_pool(backend: SubprocessSandbox) -> WarmPool:
     pool = backend.pool()
     assert pool is not None
     return pool
+
+
+async def waiting_slot(backend: SubprocessSandbox) -> Slot:
+    """A slot of a python ``pass`` run's key, started and waiting (one run made it)."""
+    pool = the_pool(backend)
+    await backend.run(request("pass"))
+    await until(lambda: pool.idle() >= 1)
+    return next(s for q in pool._idle.values() for s in q)
 
 
 async def until(check: Callable[[], bool], within: float = 30.0) -> None:
@@ -324,6 +332,8 @@ def test_the_refill_waits_for_the_answer_unless_a_run_needs_a_slot(
         await until(lambda: pool.idle() >= 2)  # well before the 60 s delay
         assert len(started) == before + 2
         assert (await backend.run(request("pass"))).warm
+        assert pool.starting() == 0  # queued for once the answer is out: the next turn
+        await asyncio.sleep(0)
         assert pool.starting() == 1
         closing = time.monotonic()
         await backend.aclose()
@@ -560,32 +570,36 @@ def _namespace_fds() -> list[str]:
     return held
 
 
-def test_a_waiting_slot_holds_its_mount_namespace_and_lets_go_after_its_run() -> None:
-    """The server keeps a slot's mount namespace so its teardown is not in the run's
-    exit; the hold ends with the run (no descriptor or namespace is left behind)."""
+def test_a_waiting_slot_holds_its_mount_namespaces_and_lets_go_after_its_run() -> None:
+    """The server keeps a slot's mount namespaces (the staging one of its chain and
+    the sandbox's) so their teardown is not in the run's exit; the hold ends with the
+    run (no descriptor or namespace is left behind)."""
     seen: dict[str, Any] = {}
 
     async def body(backend: SubprocessSandbox) -> None:
-        pool = the_pool(backend)
-        await backend.run(request("pass"))
-        await until(lambda: pool.idle() >= 1)
-        slot = next(s for q in pool._idle.values() for s in q)
+        slot = await waiting_slot(backend)
         require_system(
             "nsfs access to the run's namespaces",
-            slot.mount_ns >= 0,
+            len(slot.mount_ns) == 2,
             "this host does not let the server open its runs' /proc/PID/ns/mnt (ptrace "
             "access, e.g. Yama ptrace_scope 2): runs then unmount theirs in their exit",
         )
-        seen["slot"] = os.readlink(f"/proc/self/fd/{slot.mount_ns}")
+        seen["held"] = [os.readlink(f"/proc/self/fd/{fd}") for fd in slot.mount_ns]
+        seen["chain"] = os.readlink(f"/proc/{slot.popen.pid}/ns/mnt")
         seen["own"] = os.readlink("/proc/self/ns/mnt")
         result = await backend.run(request("import os; print(os.readlink('/proc/self/ns/mnt'))"))
         assert result.warm and result.exit_code == 0, result
         seen["run"] = result.stdout.strip()
+        await asyncio.sleep(0)  # the removal is handed over once the answer is out
         await asyncio.to_thread(backend.after_runs.wait)
         seen["after"] = slot.mount_ns
 
     scenario(body, pooled(max_slots=1))
-    assert seen["slot"] != seen["own"], "the slot's namespace is the server's own"
-    assert seen["slot"] == seen["run"], "the hold is not on the namespace the run had"
-    assert seen["after"] == -1
-    assert seen["run"] not in _namespace_fds(), "still held after the pool closed"
+    assert seen["own"] not in seen["held"], "a held namespace is the server's own"
+    assert seen["held"] == [seen["chain"], seen["run"]], (
+        "the holds are not on the chain's and the run's namespaces"
+    )
+    assert seen["chain"] != seen["run"]
+    assert seen["after"] == ()
+    for held in seen["held"]:
+        assert held not in _namespace_fds(), "still held after the pool closed"

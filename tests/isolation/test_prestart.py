@@ -8,6 +8,7 @@ envelopes (stdout, stderr, exit code) must be equal, the run folder's name aside
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -21,8 +22,9 @@ from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 from gitpilot_jupyter.sandbox.local.pool import PRESTART_ENV, PoolConfig
 from gitpilot_jupyter.sandbox.results import RunResult
 
+from .test_pool import PATH as PATH_ENV
 from .test_pool import pooled as _pooled
-from .test_pool import request, scenario, the_pool, until
+from .test_pool import request, scenario, the_pool, until, waiting_slot
 
 
 def pooled(mode: str = "auto", **config: Any) -> SubprocessSandbox:
@@ -154,10 +156,7 @@ def test_the_slot_holds_the_started_interpreter_waiting() -> None:
     seen: list[tuple[bool, list[str]]] = []
 
     async def body(backend: SubprocessSandbox) -> None:
-        pool = the_pool(backend)
-        await backend.run(request("pass"))
-        await until(lambda: pool.idle() >= 1)
-        slot = next(s for q in pool._idle.values() for s in q)
+        slot = await waiting_slot(backend)
         commands = []
         for pid in _tree(slot.popen.pid):
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -234,3 +233,72 @@ def test_the_setting_and_its_environment_variable() -> None:
     assert not PoolConfig.from_env({PRESTART_ENV: "1"}, prestart=False).prestart
     with pytest.raises(InvalidSetting, match=PRESTART_ENV):
         PoolConfig.from_env({PRESTART_ENV: "maybe"})
+
+
+def _pipe_holders(pids: list[int], pipe: int) -> dict[int, list[str]]:
+    """Which of ``pids`` hold the pipe with inode ``pipe``, on which fds."""
+    held: dict[int, list[str]] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") == f"pipe:[{pipe}]":
+                        held.setdefault(pid, []).append(fd)
+    return held
+
+
+def test_only_the_interpreter_holds_the_run_s_output_pipes() -> None:
+    """Bubblewrap's monitor and init never hold the run's stdout and stderr: the
+    output ends when the interpreter's process does, not after their exits. The
+    interpreter holds them on 1 and 2 (as a cold run's), and nothing else of them."""
+    seen: dict[str, Any] = {}
+
+    async def body(backend: SubprocessSandbox) -> None:
+        slot = await waiting_slot(backend)
+        assert slot.popen.stdout is not None and slot.popen.stderr is not None
+        chain = [slot.popen.pid, *_tree(slot.popen.pid)]
+        python = [
+            pid
+            for pid in chain
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [b"inline.py"]
+        ]
+        seen["python"] = python
+        seen["chain"] = chain
+        for name, pipe in (("stdout", slot.popen.stdout), ("stderr", slot.popen.stderr)):
+            seen[name] = _pipe_holders(chain, os.fstat(pipe.fileno()).st_ino)
+        seen["fds"] = sorted(os.listdir(f"/proc/{python[0]}/fd"), key=int)
+
+    scenario(body, pooled(max_slots=1))
+    [python] = seen["python"]
+    assert len(seen["chain"]) >= 3  # bubblewrap's monitor and init, the interpreter
+    assert seen["stdout"] == {python: ["1"]}, seen
+    assert seen["stderr"] == {python: ["2"]}, seen
+    assert "8" not in seen["fds"] and "9" not in seen["fds"], seen["fds"]
+
+
+def test_what_the_interpreter_writes_as_it_starts_is_in_the_run_s_stderr() -> None:
+    """Before the hook, the interpreter's start writes to the chain's own pipe; a
+    warm run's stderr still begins with it, as a cold run's does."""
+    env = {**PATH_ENV, "PYTHONWARNINGS": "bogus"}  # warned of at start, before site
+    code = "import sys\nprint('ran', file=sys.stderr)"
+    results: list[RunResult] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        for _ in range(2):
+            results.append(await backend.run(request(code, env=env)))
+            await until(lambda: the_pool(backend).idle() >= 1)
+
+    cold = SubprocessSandbox(isolator=LayeredIsolator("bwrap"), pool=PoolConfig(mode="off"))
+    scenario(lambda b: _twice(b, code, env, results), cold)
+    scenario(body, pooled(max_slots=1))
+    assert [r.warm for r in results] == [False, False, False, True]
+    assert "Invalid -W option ignored" in results[0].stderr
+    assert results[0].stderr.endswith("ran\n")
+    assert {r.stderr for r in results} == {results[0].stderr}, results
+
+
+async def _twice(
+    backend: SubprocessSandbox, code: str, env: dict[str, str], into: list[RunResult]
+) -> None:
+    for _ in range(2):
+        into.append(await backend.run(request(code, env=env)))

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Coroutine, Hashable
+from collections.abc import Callable, Coroutine, Hashable
 from pathlib import Path
 from typing import IO, Any, ClassVar, Protocol
 
@@ -32,12 +33,17 @@ from .isolation import Isolator, Launch
 from .layered import cgroup_fix, default_isolator
 from .pool import PoolConfig, PoolKey, Slot, WarmChild, WarmPool, write_all
 
+log = logging.getLogger(__name__)
+
 _READ_SIZE = 65536
 #: How long to wait for the pipes to drain once the run is over. Only a process that
 #: escaped every kill could hold them longer; a busy event loop needs the margin.
 _PIPE_GRACE_SEC = 2.0
 #: How often to look at the exit status while a background process holds the pipes.
 _EXIT_POLL_SEC = 0.1
+#: How long a warm run that ended waits for its sandbox's init to end (it follows the
+#: chain's exit within a fraction of a millisecond) before its cgroup is killed instead.
+_GONE_WAIT_SEC = 0.25
 BASE_LAYERS = ["tempdir", "env-scrub"]
 
 
@@ -71,6 +77,20 @@ async def _drain(
     tail = sink.finish()
     if tail and on_output is not None:
         await on_output(name, tail)
+
+
+def _after_answer(callback: Callable[..., None], *args: object) -> None:
+    """Call ``callback(*args)`` once the run's answer has gone to its caller.
+
+    That is the event loop's next turn: handing work to a thread (a refill, the
+    removal of a run's cgroup and folder) wakes it, and it would then share the
+    cores and the GIL with the answer's last steps. Asyncio runs a callback that
+    was queued before a coroutine's end even when that end stops the loop.
+    """
+    try:
+        asyncio.get_running_loop().call_soon(callback, *args)
+    except RuntimeError:  # no loop running (a sync caller): now
+        callback(*args)
 
 
 async def _exited(proc: Child) -> None:
@@ -278,6 +298,12 @@ class SubprocessSandbox(SandboxBackend):
             os.mkfifo(fifo, 0o600)
             fds.append(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
             fds.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+            if started:
+                # The chain's own output (see prestart.OUTPUT_FDS): read end open first,
+                # so the staging shell's open of its write end does not wait.
+                chain = workdir / prestart.CHAIN_FIFO
+                os.mkfifo(chain, 0o600)
+                fds.append(os.open(chain, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
             argv = [key.interpreter, filename]
             fingerprint = self.isolator.fingerprint(argv, allow_network=key.allow_network)
             launch = self.isolator.prepare(
@@ -303,7 +329,8 @@ class SubprocessSandbox(SandboxBackend):
                 os.close(fd)
             remove_tree(workdir)
             raise
-        return Slot(key, workdir, launch, popen, fds[1], fds[0], fingerprint, started)
+        chain_output = fds[2] if started else -1
+        return Slot(key, workdir, launch, popen, fds[1], fds[0], fingerprint, started, chain_output)
 
     @staticmethod
     def _default_isolator() -> Isolator:
@@ -319,6 +346,7 @@ class SubprocessSandbox(SandboxBackend):
         self._pool_error = ["closed"]
         if pool is not None:
             await pool.aclose()
+        await asyncio.sleep(0)  # removals queued for after their run's answer: handed over
         await asyncio.to_thread(self.after_runs.wait)
 
     def _clean_up_later(self, launch: Launch, workdir: Path, slot: Slot | None = None) -> None:
@@ -337,7 +365,7 @@ class SubprocessSandbox(SandboxBackend):
                 if slot is not None:
                     slot.release_mount_namespace()
 
-        self.after_runs.submit(removal)
+        _after_answer(self.after_runs.submit, removal)
 
     async def run(self, request: RunRequest, on_output: OutputCallback | None = None) -> RunResult:
         """Run ``request`` in a fresh temp dir; see the module docstring."""
@@ -383,7 +411,8 @@ class SubprocessSandbox(SandboxBackend):
                 self._clean_up_later(launch, workdir)
         finally:
             if pool is not None and key is not None:
-                pool.done(key)
+                pool.done(key, refill=False)
+                _after_answer(pool.refill)
             result.duration_ms = int((time.monotonic() - started) * 1000)
         return result
 
@@ -398,10 +427,10 @@ class SubprocessSandbox(SandboxBackend):
         if not slot.alive():
             await asyncio.to_thread(slot.destroy)
             return False
-        child = WarmChild(slot.popen)
+        child = WarmChild(slot.popen, slot.sandbox_init)
         supervised = False
         try:
-            await child.attach()
+            await child.attach(early_stderr=slot.chain_text())
             result.isolation = BASE_LAYERS + slot.launch.layers
             # The code goes in under supervision, as the stdin text does: a chain that
             # dies while copying it (past the file-size cap) leaves the write waiting on
@@ -415,6 +444,9 @@ class SubprocessSandbox(SandboxBackend):
                 # the code.
                 slot.launch.kill_all()
                 _kill_group(slot.popen.pid)
+            late = slot.chain_text()
+            if late:
+                log.warning("the launch chain of run %s wrote: %r", request.run_id, late[:2048])
             slot.close_fds()
             child.close_pipes()
             if slot.popen.stdin is not None:
@@ -487,11 +519,13 @@ class SubprocessSandbox(SandboxBackend):
         waiters: set[asyncio.Future[Any]] = {exited}
         if request.stop is not None:
             waiters.add(asyncio.ensure_future(request.stop.wait()))
+        ended = False
         try:
             done, _ = await asyncio.wait(
                 waiters, timeout=request.timeout_sec, return_when=asyncio.FIRST_COMPLETED
             )
-            if exited not in done:
+            ended = exited in done
+            if not ended:
                 # Stopped by someone, or out of time: either way the tree is killed below.
                 result.cancelled = bool(done)
                 result.timed_out = not done
@@ -500,15 +534,19 @@ class SubprocessSandbox(SandboxBackend):
                 waiter.cancel()
             # Whatever is left of the run (background children, a timed-out
             # tree) dies with it: the temp dir is about to disappear. The launch
-            # kills first, while the tree's parent links are still intact.
-            launch.kill_all()
-            _kill_group(proc.pid)
+            # kills first, while the tree's parent links are still intact. (A warm
+            # chain that ended on its own may prove there is nothing left instead.)
+            if not (ended and isinstance(proc, WarmChild) and await proc.gone(_GONE_WAIT_SEC)):
+                launch.kill_all()
+                _kill_group(proc.pid)
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 # Not proc.wait(): a detached grandchild holding the pipes would hold it too.
                 await _exited(proc)
-            done, pending = await asyncio.wait(readers, timeout=_PIPE_GRACE_SEC)
+            done, pending = set(readers), set[asyncio.Future[None]]()
+            if not all(task.done() for task in readers):  # (asyncio.wait takes a turn)
+                done, pending = await asyncio.wait(readers, timeout=_PIPE_GRACE_SEC)
             for task in pending:
                 task.cancel()
             for task in pending:

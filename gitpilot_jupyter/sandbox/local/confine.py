@@ -460,6 +460,9 @@ class Confinement:
                 f"{prestart.CODE_FD}<{fifo}",
                 f"{SPARE_FD}<&-",
                 f"{SNIPPET_FD}<{q(str(hook))}",
+                # The chain's own output (see prestart.OUTPUT_FDS), opened while the run
+                # folder is in view; it takes the place of 1 and 2 at the last step.
+                f"{prestart.OUTPUT_FDS[0]}>{q(str(workdir / prestart.CHAIN_FIFO))}",
             ]
         lines = ["set -e", *first]
         if opened:
@@ -527,6 +530,11 @@ class Confinement:
         lines += wait_for_network
         if moved != stage:
             lines.append(f"mount --move {q(str(stage))} {q(str(moved))}")
+        if started:
+            # The run's stdout and stderr move to fds of their own, which the hook moves
+            # back; bubblewrap gets the chain's pipe (opened above on the first of them).
+            out, err = prestart.OUTPUT_FDS
+            lines.append(f"exec {err}>&2 2>&{out} {out}>&1 1>&2")
         lines.append(f'exec {enter}"$@"')
         prefix = [self.unshare, "--mount", "--propagation", "private"]
         if self.idmap is not None:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..backend import ResourceLimits
 from ..errors import InvalidSetting
@@ -176,13 +176,21 @@ class Slot:
     fingerprint: Hashable
     #: True: the interpreter is started too, waiting in its hook (:mod:`.prestart`).
     prestarted: bool = False
+    #: The read end of the chain's own stdout and stderr (a pre-started slot's: see
+    #: :data:`.prestart.OUTPUT_FDS`; -1: none).
+    chain_output: int = -1
+    #: A pidfd on bubblewrap's init, PID 1 of the sandbox (-1: none). The kernel ends
+    #: that process only once every other process of its PID namespace is gone, so
+    #: its exit says that nothing of the run is left (see :meth:`WarmChild.gone`).
+    sandbox_init: int = -1
     born: float = field(default_factory=time.monotonic)
     ready: bool = False
-    #: An fd on the sandbox's mount namespace, held from the host (-1: none). The
-    #: namespace's teardown (unmounting its tree, which waits for an RCU grace period)
-    #: then happens when this side lets go, after the answer, instead of in the run's
-    #: exit, which the answer waits for.
-    mount_ns: int = -1
+    #: Fds on the chain's mount namespaces, held from the host: the staging one
+    #: (``unshare``'s, which bubblewrap's monitor is the last process of) and the
+    #: sandbox's. Each namespace's teardown (unmounting its tree, which waits for an
+    #: RCU grace period) then happens when this side lets go, after the answer,
+    #: instead of in the run's exit, which the answer waits for.
+    mount_ns: tuple[int, ...] = ()
 
     def alive(self) -> bool:
         """True while the chain still runs (it reaps a dead one)."""
@@ -190,7 +198,7 @@ class Slot:
 
     def close_fds(self) -> None:
         """Close the FIFO ends this side still holds (safe to call twice)."""
-        for name in ("writer", "keeper"):
+        for name in ("writer", "keeper", "chain_output", "sandbox_init"):
             fd = getattr(self, name)
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -198,9 +206,9 @@ class Slot:
                 setattr(self, name, -1)
 
     def release_mount_namespace(self) -> None:
-        """Let go of the sandbox's mount namespace (its teardown happens here if last)."""
-        fd, self.mount_ns = self.mount_ns, -1
-        if fd >= 0:
+        """Let go of the chain's mount namespaces (their teardown happens here if last)."""
+        fds, self.mount_ns = self.mount_ns, ()
+        for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
@@ -235,11 +243,35 @@ class Slot:
                 return False
             if _child_reads_pipe(pid, 2 if self.prestarted else 1):
                 self.ready = True
-                self.mount_ns = _mount_namespace(pid)
+                init = _sandbox_init(pid)
+                if init is not None:
+                    self.mount_ns = _mount_namespaces(pid, init)
+                    with contextlib.suppress(OSError):
+                        self.sandbox_init = os.pidfd_open(init)
                 return True
             time.sleep(_READY_POLL_SEC)
         self.ready = True  # slow host: still usable, the run just waits for the rest
         return True
+
+    def chain_text(self) -> bytes:
+        """What the chain wrote to its own stdout and stderr so far (never waits).
+
+        Before the hand-out, that is the interpreter's start (a warning of ``site``,
+        say), which a cold run's stderr would show before the snippet's output; after
+        it, only a message of bubblewrap's own.
+        """
+        parts = []
+        while self.chain_output >= 0:
+            try:
+                chunk = os.read(self.chain_output, _READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                break
+            if not chunk:
+                break
+            parts.append(chunk)
+        return b"".join(parts)
 
     async def deliver(self, code: str) -> bool:
         """Write the code into the FIFO and close it; False when the slot is dead."""
@@ -274,13 +306,32 @@ def _child_reads_pipe(pid: int, depth: int = 1) -> bool:
     return False
 
 
-def _mount_namespace(pid: int) -> int:
-    """An fd on the mount namespace of ``pid``'s child (bubblewrap's sandbox), or -1."""
+def _sandbox_init(pid: int) -> int | None:
+    """The child of the chain ``pid`` that is bubblewrap's init (PID 1 of a new PID
+    namespace), or None. (With network on, slirp4netns is a child of the chain too.)"""
     try:
-        child = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0]
-        return os.open(f"/proc/{child}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-    except (OSError, IndexError):
-        return -1  # not allowed (another user's namespace) or gone: torn down at exit
+        own = os.readlink(f"/proc/{pid}/ns/pid")
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    for child in children:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{child}/ns/pid") != own:
+                return int(child)
+    return None
+
+
+def _mount_namespaces(pid: int, init: int) -> tuple[int, ...]:
+    """Fds on the mount namespaces of the chain ``pid`` and of the sandbox (``init``'s).
+
+    A namespace that cannot be opened (another user's, or gone) is left out: it is
+    then torn down in the run's exit, as without this.
+    """
+    fds: list[int] = []
+    for owner in (pid, init):
+        with contextlib.suppress(OSError):
+            fds.append(os.open(f"/proc/{owner}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC))
+    return tuple(fds)
 
 
 async def write_all(fd: int, data: bytes) -> None:
@@ -301,50 +352,101 @@ async def write_all(fd: int, data: bytes) -> None:
             loop.remove_writer(fd)
 
 
-def _factory(protocol: asyncio.StreamReaderProtocol) -> Callable[[], asyncio.BaseProtocol]:
-    return lambda: protocol
-
-
 class WarmChild:
     """A slot's chain once handed out, with the surface the backend uses of a process.
 
-    (``asyncio`` cannot adopt a process started elsewhere: pipes are attached to the
+    (``asyncio`` cannot adopt a process started elsewhere: the pipes are read on the
     running loop here, and the exit is seen through a pidfd.)
     """
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], sandbox_init: int = -1) -> None:
         self.popen = popen
         self.pid = popen.pid
         self.stdout: asyncio.StreamReader | None = None
         self.stderr: asyncio.StreamReader | None = None
-        self._transports: list[asyncio.BaseTransport] = []
+        #: The output pipes being read: (pipe, its reader), while not at their end.
+        self._pipes: list[tuple[IO[bytes], asyncio.StreamReader]] = []
         self._exit: asyncio.Future[None] | None = None
         self._pidfd = -1
+        #: The slot's pidfd on bubblewrap's init (the slot closes it), and its exit.
+        self._init_pidfd = sandbox_init
+        self._gone: asyncio.Future[None] | None = None
 
-    async def attach(self) -> None:
-        """Read the output pipes on this loop and watch for the exit."""
+    async def attach(self, early_stderr: bytes = b"") -> None:
+        """Read the output pipes on this loop and watch for the exit.
+
+        ``early_stderr``: what the run wrote to its stderr before its pipe (the
+        interpreter's start in a pre-started slot), read ahead of the pipe's data.
+        The pipes are read by plain fd callbacks into stream readers: an asyncio pipe
+        transport would take a turn of the loop each to attach. (No back-pressure is
+        needed: the backend drains each chunk on the same loop, and caps what it keeps.)
+        """
         loop = asyncio.get_running_loop()
         readers = []
         for pipe in (self.popen.stdout, self.popen.stderr):
+            assert pipe is not None
             reader = asyncio.StreamReader(limit=_READ_SIZE, loop=loop)
-            protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-            transport, _ = await loop.connect_read_pipe(_factory(protocol), pipe)
-            self._transports.append(transport)
+            if early_stderr and pipe is self.popen.stderr:
+                reader.feed_data(early_stderr)
+            os.set_blocking(pipe.fileno(), False)
+            loop.add_reader(pipe.fileno(), self._readable, pipe, reader)
+            self._pipes.append((pipe, reader))
             readers.append(reader)
         self.stdout, self.stderr = readers
         self._exit = loop.create_future()
         self._pidfd = os.pidfd_open(self.pid)
         loop.add_reader(self._pidfd, self._exited)
+        if self._init_pidfd >= 0:
+            self._gone = loop.create_future()
+            loop.add_reader(self._init_pidfd, self._init_exited)
+
+    def _readable(self, pipe: IO[bytes], reader: asyncio.StreamReader) -> None:
+        try:
+            data = os.read(pipe.fileno(), _READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if data:
+            reader.feed_data(data)
+            return
+        asyncio.get_running_loop().remove_reader(pipe.fileno())
+        self._pipes.remove((pipe, reader))
+        pipe.close()
+        reader.feed_eof()
 
     def _exited(self) -> None:
         loop = asyncio.get_running_loop()
         loop.remove_reader(self._pidfd)
         os.close(self._pidfd)
         self._pidfd = -1
-        with contextlib.suppress(subprocess.TimeoutExpired, ChildProcessError):
-            self.popen.wait(timeout=1)
+        # A readable pidfd is an exited child: the reap needs no wait (but allow one).
+        if self.popen.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired, ChildProcessError):
+                self.popen.wait(timeout=1)
         if self._exit is not None and not self._exit.done():
             self._exit.set_result(None)
+
+    def _init_exited(self) -> None:
+        asyncio.get_running_loop().remove_reader(self._init_pidfd)
+        if self._gone is not None and not self._gone.done():
+            self._gone.set_result(None)
+
+    async def gone(self, timeout: float) -> bool:
+        """True once bubblewrap's init has exited, within ``timeout`` seconds.
+
+        The kernel lets a PID namespace's init end only after it has killed and
+        reaped every other process of that namespace, and every process the snippet
+        can start is in it. So after the chain's exit, this is the proof that nothing
+        of the run is left, with no look at its cgroup. False (no init watched, or it
+        has not ended in time): the caller kills the run's cgroup, as a cold run's.
+        """
+        gone = self._gone
+        if gone is None:
+            return False
+        if not gone.done():
+            await asyncio.wait({gone}, timeout=timeout)
+        return gone.done()
 
     @property
     def returncode(self) -> int | None:
@@ -364,9 +466,15 @@ class WarmChild:
             self.popen.kill()
 
     def close_pipes(self) -> None:
-        """Release the pipes and the pidfd now."""
-        for transport in self._transports:
-            transport.close()
+        """Release the pipes and the pidfd now (the slot closes its init's pidfd)."""
+        for pipe, _ in self._pipes:
+            with contextlib.suppress(RuntimeError, ValueError):
+                asyncio.get_running_loop().remove_reader(pipe.fileno())
+            pipe.close()
+        self._pipes.clear()
+        if self._gone is not None and not self._gone.done():
+            with contextlib.suppress(RuntimeError, ValueError):
+                asyncio.get_running_loop().remove_reader(self._init_pidfd)
         if self._pidfd >= 0:
             with contextlib.suppress(RuntimeError, ValueError):
                 asyncio.get_running_loop().remove_reader(self._pidfd)
@@ -475,16 +583,22 @@ class WarmPool:
         self._begin(key)
         self.done(key)
 
-    def done(self, key: PoolKey) -> None:
+    def done(self, key: PoolKey, *, refill: bool = True) -> None:
         """A run of ``key`` (warm or cold) ended: refill once its answer is delivered.
 
         The slots are started :data:`REFILL_DELAY_SEC` from now (their workers wait),
-        not at once: the run's answer is still on its way to the caller.
+        not at once: the run's answer is still on its way to the caller. ``refill``
+        False: the caller calls :meth:`refill` itself, once the answer is out.
         """
         with self._lock:
             demand = self._demand.get(key)
             if demand is not None:
                 demand.in_flight = max(0, demand.in_flight - 1)
+        if refill:
+            self.refill()
+
+    def refill(self) -> None:
+        """Start the slots runs took (their workers wait :data:`REFILL_DELAY_SEC` first)."""
         self._fill(delay=REFILL_DELAY_SEC)
 
     def _wake(self) -> None:

@@ -8,13 +8,16 @@ start-up, ``site`` included, and waits in a hook ``site`` imports last: a
 ``PYTHONPATH``. When the code arrives (through a pipe on fd :data:`CODE_FD`, read to
 its end), the hook writes it to ``inline.py`` in the run folder, removes every
 trace of itself (its file and folder, its ``sys.path`` entry and importer, its
-``PYTHONPATH`` entry, its module, the fd) and imports the interpreter's own
+``PYTHONPATH`` entry, its module, the fds) and imports the interpreter's own
 ``sitecustomize`` if there is one, as a cold start would at that point. Then the
 interpreter goes on exactly as a cold start does: it opens ``inline.py`` and runs
 it as the real ``__main__``. Coding declarations, syntax errors, tracebacks,
 ``SystemExit``, ``KeyboardInterrupt``, ``sys.argv``, ``sys.path[0]``, ``__file__``,
 stdin, flushing and ``atexit`` are the interpreter's own: no frame of the hook is
-on the stack when the snippet runs.
+on the stack when the snippet runs. Its stdout and stderr are the run's pipes, as
+in a cold run; they reach it on fds of their own (:data:`OUTPUT_FDS`), which the
+hook moves onto 1 and 2 when it starts, so that bubblewrap's processes never hold
+them.
 
 What stays different: the process's initial environment block
 (``/proc/self/environ``) still names ``PYTHONPATH`` (``os.environ`` does not), and
@@ -28,6 +31,13 @@ from collections.abc import Mapping
 
 #: The fd the started interpreter reads its code from (one digit: dash redirects it).
 CODE_FD = 7
+#: The fds the run's own stdout and stderr pipes come on (one digit each). The
+#: chain's stdout and stderr are another pipe (:data:`CHAIN_FIFO`), so bubblewrap's
+#: monitor and init, which close every fd but those three, never hold the run's
+#: pipes: the output ends when the interpreter's process does, not when bubblewrap's
+#: init is done tearing down the sandbox's namespaces after it. The hook moves them
+#: onto 1 and 2 before anything of the run is written.
+OUTPUT_FDS = (8, 9)
 #: The run's private folder the hook is written to, inside the sandbox (its own /tmp).
 HOOK_DIR = "/tmp/.gitpilot-prestart"
 HOOK_MODULE = "sitecustomize"
@@ -35,6 +45,9 @@ HOOK_MODULE = "sitecustomize"
 #: FIFO the code comes through.
 HOOK_FILE = ".prestart.py"
 CODE_FIFO = ".code"
+#: The chain's own stdout and stderr: what bubblewrap (and the interpreter's start,
+#: before the hook) writes there is the run's stderr (see :class:`.pool.Slot`).
+CHAIN_FIFO = ".chain-output"
 
 #: Imports nothing ``site`` has not imported already (os, sys). The file is made as
 #: bubblewrap's ``--file`` makes a cold run's (mode 0666 whatever the umask).
@@ -43,6 +56,10 @@ import os
 import sys
 
 here = os.path.dirname(__file__)
+os.dup2({out}, 1)
+os.dup2({err}, 2)
+os.close({out})
+os.close({err})
 try:
     parts = []
     while True:
@@ -96,7 +113,8 @@ def frame(code: bytes) -> bytes:
 
 def hook_source(filename: str) -> str:
     """The hook's source: wait for the code, write it to ``filename``, leave no trace."""
-    return _HOOK.format(fd=CODE_FD, name=filename, module=HOOK_MODULE)
+    out, err = OUTPUT_FDS
+    return _HOOK.format(fd=CODE_FD, out=out, err=err, name=filename, module=HOOK_MODULE)
 
 
 def applies(language: str) -> bool:
