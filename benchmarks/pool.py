@@ -26,7 +26,7 @@ from typing import Any
 from jupyter_client.manager import start_new_kernel
 
 from gitpilot_jupyter.sandbox.backend import RunRequest
-from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
+from gitpilot_jupyter.sandbox.local.backends import GONE_WAIT_SEC, SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.cleanup import remove_tree
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator, _descendants
 from gitpilot_jupyter.sandbox.local.pool import (
@@ -336,9 +336,21 @@ async def _quiet(pool: WarmPool) -> None:
     await asyncio.sleep(0.05)
 
 
-def _answer(slot: Slot, child: WarmChild) -> None:
-    """What the backend does before a warm run answers: kill what is left, let go of fds."""
-    slot.launch.kill_all()
+async def _handed(slot: Slot, code: str) -> WarmChild:
+    """What the backend does to hand a warm slot its run: read its pipes, deliver the code."""
+    child = WarmChild(slot.popen, slot.sandbox_init)
+    await child.attach(early_stderr=slot.chain_text())
+    rest = slot.send_now(code)
+    if rest:
+        await slot.deliver(rest)
+    return child
+
+
+async def _answer(slot: Slot, child: WarmChild) -> None:
+    """What the backend does before a warm run answers: make sure nothing is left (the
+    sandbox's init ended, else kill the cgroup), let go of fds."""
+    if not await child.gone(GONE_WAIT_SEC):
+        slot.launch.kill_all()
     child.close_pipes()
     slot.close_fds()
 
@@ -352,7 +364,7 @@ def _remove(slot: Slot) -> None:
 
 async def _profile(backend: SubprocessSandbox, runs: int) -> dict[str, list[float]]:
     """The phases of warm runs, done step by step as the backend does them."""
-    phases: dict[str, list[float]] = {"take": [], "deliver": [], "child": [], "kill": []}
+    phases: dict[str, list[float]] = {"take": [], "deliver": [], "child": [], "end": []}
     after: list[float] = []
     pool, key = await _learned(backend, CODE)
     for _ in range(runs):
@@ -361,15 +373,13 @@ async def _profile(backend: SubprocessSandbox, runs: int) -> dict[str, list[floa
         slot = pool.take(key)
         t1 = time.perf_counter()
         assert slot is not None
-        child = WarmChild(slot.popen)
-        await child.attach()
-        await slot.deliver(CODE)
+        child = await _handed(slot, CODE)
         t2 = time.perf_counter()
         assert child.stdout is not None
         out = await child.stdout.read()
         await child.wait()
         t3 = time.perf_counter()
-        _answer(slot, child)
+        await _answer(slot, child)
         t4 = time.perf_counter()  # the answer goes here; the rest is after it
         _remove(slot)
         after.append(time.perf_counter() - t4)
@@ -405,17 +415,16 @@ async def _exit_tails(backend: SubprocessSandbox, runs: int) -> list[list[float]
         await _quiet(pool)
         slot = pool.take(key)
         assert slot is not None
-        child = WarmChild(slot.popen)
-        await child.attach()
-        await slot.deliver(EXIT_STAMP)
+        child = await _handed(slot, EXIT_STAMP)
         assert child.stdout is not None and child.stderr is not None
         await child.stdout.read()
         stamp = await child.stderr.read()
         warm.append(time.monotonic() - float(stamp))
         await child.wait()
-        _answer(slot, child)
+        await _answer(slot, child)
         _remove(slot)
         pool.done(key)
+        await _quiet(pool)  # the refill done: the bare spawns have the cores to themselves
         for code, into in ((EXIT_STAMP, bare), (EXIT_STAMP_AFTER_WAIT, waited)):
             done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
             into.append(time.monotonic() - float(done.stderr))
@@ -485,9 +494,9 @@ def profile_and_memory(ctx: Context) -> list[Measure]:
             "ms",
             note=f"bare spawn {bare_tail * 1000:.2f} ms, bare spawn that waited 0.3 s first "
             f"{waited_tail * 1000:.2f} ms, interleaved: from the last atexit call (the "
-            "interpreter's finalization, its process exit, then in a slot the exits of "
-            f"bubblewrap's init and monitor) = {warm_tail / bare:.2f}x of a bare spawn, "
-            "paid by every run, warm or not",
+            "interpreter's finalization and its process exit; the slot's pipes are the "
+            "interpreter's alone) to the end of stderr = "
+            f"{warm_tail / bare:.2f}x of a bare spawn, paid by every run, warm or not",
         )
     )
     out.append(

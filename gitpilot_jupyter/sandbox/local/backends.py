@@ -43,7 +43,7 @@ _PIPE_GRACE_SEC = 2.0
 _EXIT_POLL_SEC = 0.1
 #: How long a warm run that ended waits for its sandbox's init to end (it follows the
 #: chain's exit within a fraction of a millisecond) before its cgroup is killed instead.
-_GONE_WAIT_SEC = 0.25
+GONE_WAIT_SEC = 0.25
 BASE_LAYERS = ["tempdir", "env-scrub"]
 
 
@@ -145,9 +145,10 @@ async def _feed_pipe(pipe: IO[bytes], data: str) -> None:
         pipe.close()
 
 
-async def _feed_slot(slot: Slot, code: str, stdin: str | None) -> None:
-    """Hand a warm slot its code through the FIFO, then its stdin text (if any)."""
-    await slot.deliver(code)
+async def _feed_slot(slot: Slot, rest: bytes, stdin: str | None) -> None:
+    """Hand a warm slot the rest of its code (if any), then its stdin text (if any)."""
+    if rest:
+        await slot.deliver(rest)
     pipe = slot.popen.stdin
     if pipe is not None and stdin is not None:
         await _feed_pipe(pipe, stdin)
@@ -432,10 +433,13 @@ class SubprocessSandbox(SandboxBackend):
         try:
             await child.attach(early_stderr=slot.chain_text())
             result.isolation = BASE_LAYERS + slot.launch.layers
-            # The code goes in under supervision, as the stdin text does: a chain that
-            # dies while copying it (past the file-size cap) leaves the write waiting on
-            # a FIFO nobody reads, and only the run's exit, timeout or stop end that.
-            feed = _feed_slot(slot, request.code, request.stdin)
+            # The code goes in now as far as the FIFO takes it (all of it, unless it is
+            # longer than a pipe's buffer): the slot starts on it a turn of the loop
+            # sooner. The rest goes in under supervision, as the stdin text does: a
+            # chain that dies while copying it (past the file-size cap) leaves the write
+            # waiting on a FIFO nobody reads, and only the run's exit, timeout or stop
+            # end that. (Killed before the FIFO closes, no part of the code runs.)
+            feed = _feed_slot(slot, slot.send_now(request.code), request.stdin)
             supervised = True  # from here on _supervise kills the tree however it ends
             await self._supervise(request, slot.launch, child, feed, result, on_output)
         finally:
@@ -536,7 +540,7 @@ class SubprocessSandbox(SandboxBackend):
             # tree) dies with it: the temp dir is about to disappear. The launch
             # kills first, while the tree's parent links are still intact. (A warm
             # chain that ended on its own may prove there is nothing left instead.)
-            if not (ended and isinstance(proc, WarmChild) and await proc.gone(_GONE_WAIT_SEC)):
+            if not (ended and isinstance(proc, WarmChild) and await proc.gone(GONE_WAIT_SEC)):
                 launch.kill_all()
                 _kill_group(proc.pid)
             if proc.returncode is None:

@@ -273,20 +273,39 @@ class Slot:
             parts.append(chunk)
         return b"".join(parts)
 
-    async def deliver(self, code: str) -> bool:
-        """Write the code into the FIFO and close it; False when the slot is dead."""
+    def send_now(self, code: str) -> bytes:
+        """Write the code into the FIFO as far as it takes it now (never waits).
+
+        Returns what is left for :meth:`deliver`: nothing when all of it went in (the
+        FIFO is then closed, the code's end) or when the slot is dead.
+        """
         data = code.encode("utf-8")
-        if self.prestarted:
-            data = prestart.frame(data)
+        view = memoryview(prestart.frame(data) if self.prestarted else data)
+        while view:
+            try:
+                view = view[os.write(self.writer, view) :]
+            except BlockingIOError:
+                return bytes(view)
+            except (BrokenPipeError, ConnectionResetError):
+                break  # a dead slot: the run's end says so
+        self._close_writer()
+        return b""
+
+    async def deliver(self, rest: bytes) -> bool:
+        """Write ``rest`` (of :meth:`send_now`) into the FIFO and close it; False when
+        the slot is dead."""
         try:
-            await write_all(self.writer, data)
+            await write_all(self.writer, rest)
         except (BrokenPipeError, ConnectionResetError):
             return False
         finally:
-            with contextlib.suppress(OSError):
-                os.close(self.writer)
-            self.writer = -1
+            self._close_writer()
         return True
+
+    def _close_writer(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.writer)
+        self.writer = -1
 
 
 def _child_reads_pipe(pid: int, depth: int = 1) -> bool:
