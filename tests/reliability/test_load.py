@@ -33,8 +33,10 @@ FD_SLACK = 8
 RSS_GROWTH_LIMIT_MB = 40
 #: How long the server may take to release what finished runs held.
 SETTLE_SEC = 15.0
-#: Descriptors the server holds per waiting slot: the FIFO's two ends, stdout, stderr.
-FDS_PER_SLOT = 4
+#: Descriptors the server holds per waiting slot: the FIFO's two ends, stdout, stderr,
+#: its two mount namespaces, a pidfd on its sandbox's init and its memory cgroup's OOM
+#: record (a pre-started python slot also the chain's own output; these runs are bash).
+FDS_PER_SLOT = 8
 
 
 @dataclass

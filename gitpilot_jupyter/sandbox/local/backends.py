@@ -539,10 +539,16 @@ class SubprocessSandbox(SandboxBackend):
             # Whatever is left of the run (background children, a timed-out
             # tree) dies with it: the temp dir is about to disappear. The launch
             # kills first, while the tree's parent links are still intact. (A warm
-            # chain that ended on its own may prove there is nothing left instead.)
-            if not (ended and isinstance(proc, WarmChild) and await proc.gone(GONE_WAIT_SEC)):
-                launch.kill_all()
-                _kill_group(proc.pid)
+            # chain that ended on its own may prove there is nothing left instead;
+            # cancelled while it waits for that, it kills all the same.)
+            nothing_left = False
+            try:
+                if ended and isinstance(proc, WarmChild):
+                    nothing_left = await proc.gone(GONE_WAIT_SEC)
+            finally:
+                if not nothing_left:
+                    launch.kill_all()
+                    _kill_group(proc.pid)
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
