@@ -451,8 +451,8 @@ class SubprocessSandbox(SandboxBackend):
             late = slot.chain_text()
             if late:
                 log.warning("the launch chain of run %s wrote: %r", request.run_id, late[:2048])
+            child.close_pipes()  # first: it stops watching fds the slot is about to close
             slot.close_fds()
-            child.close_pipes()
             if slot.popen.stdin is not None:
                 with contextlib.suppress(OSError):
                     slot.popen.stdin.close()
