@@ -20,8 +20,10 @@ hook moves onto 1 and 2 when it starts, so that bubblewrap's processes never hol
 them.
 
 What stays different: the process's initial environment block
-(``/proc/self/environ``) still names ``PYTHONPATH`` (``os.environ`` does not), and
-the interpreter started earlier than the run (its start time in ``/proc``).
+(``/proc/self/environ``) still names ``PYTHONPATH`` (``os.environ`` does not); the
+interpreter started earlier than the run (its start time in ``/proc``); and what
+the interpreter's start writes to stdout before the hook (a ``.pth`` file's print)
+is at the start of the run's stderr, not its stdout (the chain has one pipe).
 """
 
 from __future__ import annotations
