@@ -25,6 +25,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,9 @@ from ..backend import ResourceLimits
 
 MIB = 1024 * 1024
 _KILL_ROUNDS = 20
+#: How long a kill ``until_gone`` (before the cgroup is removed) waits for killed
+#: processes to finish exiting, looking every millisecond after its first rounds.
+_GONE_WAIT_SEC = 1.0
 #: A run cgroup's name: this, the server's pid, a random part.
 RUN_PREFIX = "gitpilot-run-"
 #: A cgroup delegated to the server's user, below each hierarchy's root, runs are made under.
@@ -238,7 +242,9 @@ class CgroupRun:
             with contextlib.suppress(OSError):
                 (self.dirs[0] / "cgroup.kill").write_text("1")
         killed: set[int] = set()
-        for _ in range(_KILL_ROUNDS):
+        deadline = time.monotonic() + _GONE_WAIT_SEC
+        rounds = 0
+        while True:
             pids = self.pids()
             if not pids or (not until_gone and pids <= killed):
                 return
@@ -246,6 +252,14 @@ class CgroupRun:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
             killed |= pids
+            rounds += 1
+            if rounds < _KILL_ROUNDS:
+                continue
+            if not until_gone or time.monotonic() > deadline:
+                return
+            # A killed process may take a while to exit (its memory is freed first),
+            # and the cgroup cannot be removed while it is there: wait, off the answer.
+            time.sleep(0.001)
 
     def oom_killed(self) -> bool:
         """True when the kernel killed a process of the run for its memory limit."""
