@@ -350,8 +350,7 @@ async def _quiet(pool: WarmPool) -> None:
 
 async def _handed(slot: Slot, code: str) -> WarmChild:
     """What the backend does to hand a warm slot its run: read its pipes, deliver the code."""
-    child = WarmChild(slot.popen, slot.sandbox_init)
-    await child.attach(early_stderr=slot.chain_text())
+    child = await slot.hand_out()
     rest = slot.send_now(code)
     if rest:
         await slot.deliver(rest)

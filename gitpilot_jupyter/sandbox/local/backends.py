@@ -428,10 +428,10 @@ class SubprocessSandbox(SandboxBackend):
         if not slot.alive():
             await asyncio.to_thread(slot.destroy)
             return False
-        child = WarmChild(slot.popen, slot.sandbox_init)
+        child: WarmChild | None = None
         supervised = False
         try:
-            await child.attach(early_stderr=slot.chain_text())
+            child = await slot.hand_out()
             result.isolation = BASE_LAYERS + slot.launch.layers
             # The code goes in now as far as the FIFO takes it (all of it, unless it is
             # longer than a pipe's buffer): the slot starts on it a turn of the loop
@@ -451,7 +451,8 @@ class SubprocessSandbox(SandboxBackend):
             late = slot.chain_text()
             if late:
                 log.warning("the launch chain of run %s wrote: %r", request.run_id, late[:2048])
-            child.close_pipes()  # first: it stops watching fds the slot is about to close
+            if child is not None:  # first: it stops watching fds the slot is about to close
+                child.close_pipes()
             slot.close_fds()
             if slot.popen.stdin is not None:
                 with contextlib.suppress(OSError):

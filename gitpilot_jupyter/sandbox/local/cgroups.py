@@ -35,7 +35,7 @@ MIB = 1024 * 1024
 _KILL_ROUNDS = 20
 #: How long a kill ``until_gone`` (before the cgroup is removed) waits for killed
 #: processes to finish exiting, looking every millisecond after its first rounds.
-_GONE_WAIT_SEC = 1.0
+_EXIT_WAIT_SEC = 1.0
 #: A run cgroup's name: this, the server's pid, a random part.
 RUN_PREFIX = "gitpilot-run-"
 #: A cgroup delegated to the server's user, below each hierarchy's root, runs are made under.
@@ -242,7 +242,7 @@ class CgroupRun:
             with contextlib.suppress(OSError):
                 (self.dirs[0] / "cgroup.kill").write_text("1")
         killed: set[int] = set()
-        deadline = time.monotonic() + _GONE_WAIT_SEC
+        deadline = time.monotonic() + _EXIT_WAIT_SEC
         rounds = 0
         while True:
             pids = self.pids()

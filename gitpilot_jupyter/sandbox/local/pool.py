@@ -264,14 +264,23 @@ class Slot:
         while self.chain_output >= 0:
             try:
                 chunk = os.read(self.chain_output, _READ_SIZE)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
+            except OSError:  # nothing more now (EAGAIN), or the pipe is gone
                 break
             if not chunk:
                 break
             parts.append(chunk)
         return b"".join(parts)
+
+    async def hand_out(self) -> WarmChild:
+        """The slot's chain as a run's child: its pipes read on this loop, starting with
+        what the chain wrote before (see :meth:`chain_text`), and its exit watched."""
+        child = WarmChild(self.popen, self.sandbox_init)
+        try:
+            await child.attach(early_stderr=self.chain_text())
+        except BaseException:
+            child.close_pipes()  # what it attached before it failed
+            raise
+        return child
 
     def send_now(self, code: str) -> bytes:
         """Write the code into the FIFO as far as it takes it now (never waits).
