@@ -3,18 +3,21 @@
 A SIGKILL (or the OOM killer) gives a server no chance to close its pool or finish
 its runs. Bubblewrap's ``--die-with-parent`` ends their processes, but their run
 folders (holding the snippet and the slot's FIFO) and run cgroups stay. Each run
-folder carries its server's pid and start time, and each run cgroup its pid, so
-the next server removes those of servers that are gone, and only those.
+folder and each run cgroup carries its server's pid and start time, so the next
+server removes those of servers that are gone, and only those, even when another
+process has the pid now.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
 
-from gitpilot_jupyter.sandbox.local.cleanup import OWNER_FILE, RUN_DIR_PREFIX
-from gitpilot_jupyter.sandbox.local.layered import _cgroup_tree
+from gitpilot_jupyter.sandbox.local import cgroups
+from gitpilot_jupyter.sandbox.local.cgroups import run_prefix
+from gitpilot_jupyter.sandbox.local.cleanup import OWNER_FILE, RUN_DIR_PREFIX, start_time
 from gitpilot_jupyter.sandbox.local.pool import POOL_ENV
 from tests.support.live_server import LiveServer, start_live_server
 
@@ -26,12 +29,16 @@ def _run_folders(tmp: Path) -> set[Path]:
     return {p for p in tmp.iterdir() if p.name.startswith(RUN_DIR_PREFIX)}
 
 
-def _run_cgroups(pid: int) -> list[Path]:
-    tree, _ = _cgroup_tree()
-    parents = {tree.memory_parent, tree.pids_parent} - {None} if tree is not None else set()
-    return [
-        c for parent in parents if parent is not None for c in parent.glob(f"gitpilot-run-{pid}-*")
-    ]
+def _parents() -> list[Path]:
+    # Not layered._cgroup_tree: its first call in a process removes orphans, the very
+    # cgroups this test looks for (an earlier version of it found none and passed).
+    tree, _ = cgroups.detect()
+    found = {tree.memory_parent, tree.pids_parent} if tree is not None else set()
+    return [parent for parent in found if parent is not None]
+
+
+def _run_cgroups(prefix: str) -> list[Path]:
+    return [c for parent in _parents() for c in parent.glob(f"{prefix}*")]
 
 
 def _start(workdir: Path, tmp: Path) -> LiveServer:
@@ -61,6 +68,7 @@ def test_the_next_server_removes_what_a_killed_one_left(tmp_path: Path) -> None:
                 "a slot waiting",
                 lambda: http.get("/api/sandbox/status").json()["pool"]["idle"] >= 1,
             )
+        first_prefix = run_prefix(first.pid)
         left = _run_folders(tmp)
         assert left, "the waiting slots have run folders"
         assert all((folder / OWNER_FILE).is_file() for folder in left)
@@ -68,11 +76,12 @@ def test_the_next_server_removes_what_a_killed_one_left(tmp_path: Path) -> None:
         first.process.wait(timeout=15)
     finally:
         first.stop()
-    cgroups = _run_cgroups(first.pid)
+    left_cgroups = _run_cgroups(first_prefix)
+    assert left_cgroups, "the waiting slots have run cgroups"
     # Its sandboxes die with it, but nothing removes their folders and cgroups.
     _wait_for(
         "the killed server's sandboxes ended",
-        lambda: all(not (c / "cgroup.procs").read_text().strip() for c in cgroups),
+        lambda: all(not (c / "cgroup.procs").read_text().strip() for c in left_cgroups),
     )
     assert _run_folders(tmp) == left
 
@@ -81,17 +90,29 @@ def test_the_next_server_removes_what_a_killed_one_left(tmp_path: Path) -> None:
     unmarked.mkdir()
     alive = tmp / f"{RUN_DIR_PREFIX}alive"
     alive.mkdir()
-    own_start = Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19]
-    (alive / OWNER_FILE).write_text(f"{os.getpid()} {own_start}\n")
+    (alive / OWNER_FILE).write_text(f"{os.getpid()} {start_time(os.getpid())}\n")
+    # Run cgroups by their names: of a server that had this (live) process's pid before it,
+    # of this process, and of an older version (pid only) whose server is gone.
+    parent = _parents()[0]
+    reused = parent / f"gitpilot-run-{os.getpid()}-1-0123456789ab"
+    live = parent / f"{run_prefix()}0123456789ab"
+    older = parent / f"gitpilot-run-{first.pid}-0123456789ab"
+    for folder in (reused, live, older):
+        folder.mkdir()
 
     second = _start(tmp_path / "second", tmp)
     try:
         with second.client() as http:
             assert rest_run(http, "print(6 * 7)")["stdout"] == "42\n"
         _wait_for("the killed server's folders removed", lambda: not (_run_folders(tmp) & left))
-        assert not [c for c in _run_cgroups(first.pid) if c.exists()], "its cgroups are left"
-        assert unmarked.is_dir() and alive.is_dir()
+        assert not [c for c in _run_cgroups(first_prefix) if c.exists()], "its cgroups are left"
+        assert not reused.exists(), "a cgroup of a server whose pid is in use again is left"
+        assert not older.exists()
+        assert unmarked.is_dir() and alive.is_dir() and live.is_dir()
         # The new server's own (its waiting slots) are its own business.
-        assert _run_cgroups(second.pid)
+        assert _run_cgroups(run_prefix(second.pid))
     finally:
         second.stop()
+        for folder in (reused, live, older):
+            with contextlib.suppress(FileNotFoundError):
+                folder.rmdir()

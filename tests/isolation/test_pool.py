@@ -23,8 +23,10 @@ from typing import Any
 import pytest
 
 from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
+from gitpilot_jupyter.sandbox.local import cgroups
 from gitpilot_jupyter.sandbox.local import pool as pool_module
 from gitpilot_jupyter.sandbox.local.backends import NullSandbox, SubprocessSandbox
+from gitpilot_jupyter.sandbox.local.cgroups import run_prefix
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator, _cgroup_tree
 from gitpilot_jupyter.sandbox.local.pool import POOL_ENV, PoolConfig, Slot, WarmPool
 from gitpilot_jupyter.sandbox.results import RunResult
@@ -476,16 +478,18 @@ def test_the_server_reports_its_pool_and_closes_it_with_itself(tmp_path: Path) -
             if b"bwrap" in Path(f"/proc/{pid}/cmdline").read_bytes()
         }
         assert len(slots) >= 2, "no waiting sandbox under the server"
+        prefix = run_prefix(server.pid)
     finally:
         server.stop()
     # SIGTERM: the server stopped its extension, which closed the pool.
     for pid, folder in slots.items():
         assert not Path(f"/proc/{pid}").exists(), f"slot {pid} outlived the server"
         assert not Path(folder).exists(), f"{folder} outlived the server"
-    tree, _ = _cgroup_tree()
+    # cgroups.detect, not _cgroup_tree: that removes a gone server's empty cgroups itself.
+    tree, _ = cgroups.detect()
     for parent in (tree.memory_parent, tree.pids_parent) if tree is not None else ():
         if parent is not None:
-            assert not list(parent.glob(f"gitpilot-run-{server.pid}-*"))
+            assert not list(parent.glob(f"{prefix}*"))
 
 
 def test_the_cli_keeps_no_pool_for_one_command_unless_asked(

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gitpilot_jupyter.sandbox.local.cgroups import run_prefix
 from gitpilot_jupyter.sandbox.local.layered import _descendants
 from tests.support.system import in_ci
 
@@ -90,7 +91,7 @@ def _cgroup_names(pid: int) -> set[str]:
 
 
 def _run_cgroups(pid: int) -> list[str]:
-    prefix = f"gitpilot-run-{pid}-"
+    prefix = run_prefix(pid)
     found = []
     for root, dirs, _files in os.walk("/sys/fs/cgroup"):
         found += [os.path.join(root, d) for d in dirs if d.startswith(prefix)]

@@ -30,13 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..backend import ResourceLimits
+from .cleanup import start_time
 
 MIB = 1024 * 1024
 _KILL_ROUNDS = 20
 #: How long a kill ``until_gone`` (before the cgroup is removed) waits for killed
 #: processes to finish exiting, looking every millisecond after its first rounds.
 _EXIT_WAIT_SEC = 1.0
-#: A run cgroup's name: this, the server's pid, a random part.
+#: A run cgroup's name: this, then the server's pid and start time, a random part
+#: (:func:`run_prefix`).
 RUN_PREFIX = "gitpilot-run-"
 #: A cgroup delegated to the server's user, below each hierarchy's root, runs are made under.
 CGROUP_ENV = "GITPILOT_SANDBOX_CGROUP"
@@ -44,6 +46,43 @@ CGROUP_ENV = "GITPILOT_SANDBOX_CGROUP"
 #: the calling thread alone on v1 (no global lock, see :meth:`CgroupRun.join_files`), the
 #: calling process on v2.
 JOIN_FILE = {1: "tasks", 2: "cgroup.procs"}
+
+
+_PREFIXES: dict[int, str] = {}
+
+
+def run_prefix(pid: int | None = None) -> str:
+    """The start of the names of the run cgroups process ``pid`` (this one) makes:
+    :data:`RUN_PREFIX`, its pid and its kernel start time, each followed by ``-``.
+
+    The start time tells a later process given the same pid from the one that made
+    them. Raises ProcessLookupError for a process that is gone.
+    """
+    pid = os.getpid() if pid is None else pid
+    prefix = _PREFIXES.get(pid)
+    if prefix is None:
+        started = start_time(pid)
+        if started is None:
+            raise ProcessLookupError(pid)
+        prefix = f"{RUN_PREFIX}{pid}-{started}-"
+        if pid == os.getpid():
+            _PREFIXES[pid] = prefix  # a process's start time never changes
+    return prefix
+
+
+def _owner_gone(name: str) -> bool:
+    """True when the process that made the run cgroup ``name`` no longer runs.
+
+    ``gitpilot-run-<pid>-<start time>-<random>``; a name of an older version has no
+    start time (``gitpilot-run-<pid>-<random>``) and goes only when its pid is free.
+    """
+    parts = name[len(RUN_PREFIX) :].split("-")
+    if not parts[0].isdigit():
+        return False
+    pid = int(parts[0])
+    if len(parts) == 2:
+        return pid != os.getpid() and start_time(pid) is None
+    return start_time(pid) != parts[1]
 
 
 def delegated_path(value: str | None) -> str | None:
@@ -125,7 +164,7 @@ class CgroupTree:
         ``limits`` None makes a cgroup that limits nothing and only holds the run's
         processes, so all of them can be killed at its end (the ``off`` backend).
         """
-        name = f"{RUN_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+        name = f"{run_prefix()}{secrets.token_hex(6)}"
         run = CgroupRun(version=self.version)
         try:
             if self.version == 2:
@@ -306,9 +345,11 @@ def _remove(folder: Path) -> None:
 def remove_orphans(tree: CgroupTree) -> int:
     """Remove the empty run cgroups of servers that are gone (killed without cleanup).
 
-    A run cgroup is named ``gitpilot-run-<server pid>-<random>``. One whose server pid
-    no longer exists is removed if it is empty; a cgroup that still holds processes is
-    left (``rmdir`` refuses it), and so is every cgroup of a live pid. How many went.
+    A run cgroup is named by its server's pid and start time (:func:`run_prefix`). One
+    whose server no longer runs, its pid free or in use by another process, is removed
+    if it is empty; a cgroup that still holds processes is left (``rmdir`` refuses it),
+    and so is every cgroup of a live server. Only the tree's own parents are looked at.
+    How many went.
     """
     removed = 0
     for parent in {p for p in (tree.memory_parent, tree.pids_parent) if p is not None}:
@@ -317,8 +358,7 @@ def remove_orphans(tree: CgroupTree) -> int:
         except OSError:
             continue
         for name in names:
-            pid = name[len(RUN_PREFIX) :].partition("-")[0]
-            if not pid.isdigit() or int(pid) == os.getpid() or Path(f"/proc/{pid}").exists():
+            if not _owner_gone(name):
                 continue
             with contextlib.suppress(OSError):
                 (parent / name).rmdir()

@@ -105,8 +105,12 @@ RUN_DIR_PREFIX = "gitpilot-sandbox-"
 OWNER_FILE = ".owner"
 
 
-def _start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (field 22 of its stat), or None when it is gone."""
+def start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (field 22 of its stat), or None when it is gone.
+
+    With the pid it names one process for good: a pid in use again by another process
+    has another start time.
+    """
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat_file:
             stat_line = stat_file.read()
@@ -117,7 +121,7 @@ def _start_time(pid: int) -> str | None:
 
 
 def _owner_mark() -> str:
-    return f"{os.getpid()} {_start_time(os.getpid())}\n"
+    return f"{os.getpid()} {start_time(os.getpid())}\n"
 
 
 def make_run_dir() -> str:
@@ -138,8 +142,7 @@ def _orphaned(path: str) -> bool:
         return False  # no mark (or not ours to read): leave it
     if not pid_text.isdigit():
         return False
-    # A pid in use again by another process has another start time.
-    return _start_time(int(pid_text)) != started
+    return start_time(int(pid_text)) != started
 
 
 _SWEPT: set[str] = set()
