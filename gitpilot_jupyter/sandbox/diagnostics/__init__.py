@@ -2,7 +2,8 @@
 
 Stages (``docs/dev/contract.md`` §10): settings, local hello-world per language,
 stdin, output kept across a timeout kill, the approval gate, the isolation layers (what is
-available, and a probe that checks the claimed ones really hold), and with
+available, and a probe that checks the claimed ones really hold), what joining a run cgroup
+costs here, and with
 ``matrixlab`` the Runner (health, its Docker, capabilities, a snippet runs).
 
 Read-only: the settings are only read, and plans live in a private store, so
@@ -17,7 +18,7 @@ from ..errors import BackendNotAllowed
 from ..local.backends import SubprocessSandbox
 from ..plans import PlanStore
 from ..service import SandboxService
-from .isolation import egress_check, isolation_check, isolation_layers
+from .isolation import cgroup_join_stage, egress_check, isolation_check, isolation_layers
 from .local import HELLO, approval_stage, hello_stage, settings_stage, stdin_stage, timeout_stage
 from .runner import runner_stages
 from .stage import FAIL, PASS, SKIP, Stage
@@ -65,6 +66,7 @@ async def run_diagnostics(service: SandboxService, *, matrixlab: bool = False) -
         ("output kept across a timeout kill", lambda: timeout_stage(probe)),
         ("approval gate", lambda: approval_stage(service, probe)),
         ("isolation layers", lambda: isolation_layers(probe)),
+        ("run cgroup join", lambda: cgroup_join_stage(probe)),
         ("isolation check", lambda: isolation_check(probe)),
         ("network-on check", lambda: egress_check(probe)),
     ]

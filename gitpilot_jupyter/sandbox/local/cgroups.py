@@ -24,6 +24,7 @@ import os
 import secrets
 import shutil
 import signal
+import statistics
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -47,6 +48,15 @@ CGROUP_ENV = "GITPILOT_SANDBOX_CGROUP"
 #: calling process on v2.
 JOIN_FILE = {1: "tasks", 2: "cgroup.procs"}
 
+
+#: A join that adds more than this (ms) to a process's start waited for the kernel: moving
+#: a process into a cgroup takes a global lock whose writer waits for an RCU grace period.
+SLOW_JOIN_MS = 3.0
+#: What lifts that wait where it applies (cgroup v2: a process moves with its thread group).
+SLOW_JOIN_FIX = (
+    "mount cgroup2 with favordynmods (Linux 6.0 or newer): "
+    "mount -o remount,favordynmods /sys/fs/cgroup, and the same option where it is mounted at boot"
+)
 
 _PREFIXES: dict[int, str] = {}
 
@@ -195,6 +205,30 @@ class CgroupTree:
             run.cleanup()
             raise
         return run
+
+
+def join_cost_ms(tree: CgroupTree, shell: str, rounds: int = 5) -> float:
+    """What joining a fresh run cgroup adds to a process's start, in ms (median of ``rounds``).
+
+    Timed as a run joins: ``shell`` writes ``0`` to each join file
+    (:meth:`CgroupRun.join_files`) and execs ``true``, against the same shell exec'ing
+    ``true`` alone, in turn. Raises OSError when a cgroup cannot be made.
+    """
+    true = shutil.which("true") or "/bin/true"
+    script = 'for file do echo 0 >"$file" || exit 1; done; exec "$0"'
+    joined: list[float] = []
+    alone: list[float] = []
+    for _ in range(rounds):
+        run = tree.create(None)
+        try:
+            for files, times in (([str(p) for p in run.join_files()], joined), ([], alone)):
+                start = time.perf_counter()
+                subprocess.run([shell, "-c", script, true, *files], check=True, timeout=10)
+                times.append((time.perf_counter() - start) * 1000)
+        finally:
+            run.kill_all(until_gone=True)
+            run.cleanup()
+    return max(0.0, statistics.median(joined) - statistics.median(alone))
 
 
 def _mkdir(path: Path) -> Path:

@@ -406,6 +406,10 @@ class LayeredIsolator(Isolator):
             missing.append({"layer": "cgroup-pids", "reason": "no pids cgroup", "fix": fix})
         return tree, missing
 
+    def cgroup_tree(self) -> cgroups.CgroupTree | None:
+        """Where runs get their cgroups (the server's own, or the delegated one)."""
+        return self._cgroups()[0]
+
     def hidden_paths(self) -> namespaces.Hidden:
         """The credential folders and files a bwrap run gets empty ones in place of.
 
