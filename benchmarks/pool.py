@@ -26,8 +26,7 @@ from typing import Any
 from jupyter_client.manager import start_new_kernel
 
 from gitpilot_jupyter.sandbox.backend import RunRequest
-from gitpilot_jupyter.sandbox.local.backends import GONE_WAIT_SEC, SubprocessSandbox
-from gitpilot_jupyter.sandbox.local.cleanup import remove_tree
+from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox, end_run, remove_run
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator, _descendants
 from gitpilot_jupyter.sandbox.local.pool import (
     PRESTART_ENV,
@@ -358,19 +357,16 @@ async def _handed(slot: Slot, code: str) -> WarmChild:
 
 
 async def _answer(slot: Slot, child: WarmChild) -> None:
-    """What the backend does before a warm run answers: make sure nothing is left (the
-    sandbox's init ended, else kill the cgroup), let go of fds."""
-    if not await child.gone(GONE_WAIT_SEC):
-        slot.launch.kill_all()
+    """What the backend does before a warm run that ended answers: make sure nothing is
+    left (:func:`end_run`), let go of fds."""
+    await end_run(slot.launch, child, ended=True)
     child.close_pipes()
     slot.close_fds()
 
 
 def _remove(slot: Slot) -> None:
-    """What the backend does after the answer: the cgroup, the folder, the namespace."""
-    slot.launch.cleanup()
-    remove_tree(slot.workdir)
-    slot.release_mount_namespace()
+    """What the backend does after the answer (:func:`remove_run`), here in turn."""
+    remove_run(slot.launch, slot.workdir, slot)
 
 
 async def _profile(backend: SubprocessSandbox, runs: int) -> dict[str, list[float]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -91,6 +92,37 @@ def _after_answer(callback: Callable[..., None], *args: object) -> None:
         asyncio.get_running_loop().call_soon(callback, *args)
     except RuntimeError:  # no loop running (a sync caller): now
         callback(*args)
+
+
+async def end_run(launch: Launch, proc: Child, *, ended: bool) -> None:
+    """Make sure nothing of a run is left before it answers.
+
+    Whatever is left (background children, a timed-out tree) dies with it: the
+    temp dir is about to disappear. The launch kills first, while the tree's
+    parent links are still intact. A warm chain that ended on its own (``ended``)
+    may prove there is nothing left instead: its sandbox's init has ended, and a
+    PID namespace's init ends only after everything else in it. Cancelled while it
+    waits for that, it kills all the same.
+    """
+    nothing_left = False
+    try:
+        if ended and isinstance(proc, WarmChild):
+            nothing_left = await proc.gone(GONE_WAIT_SEC)
+    finally:
+        if not nothing_left:
+            launch.kill_all()
+            _kill_group(proc.pid)
+
+
+def remove_run(launch: Launch, workdir: Path, slot: Slot | None = None) -> None:
+    """Remove an ended run's cgroup and folder, and let go of a warm slot's mount
+    namespaces (blocking: the backend calls it in a worker thread after the answer)."""
+    try:
+        launch.cleanup()
+    finally:
+        remove_tree(workdir)
+        if slot is not None:
+            slot.release_mount_namespace()
 
 
 async def _exited(proc: Child) -> None:
@@ -358,15 +390,7 @@ class SubprocessSandbox(SandboxBackend):
         warm run's slot lets go of its mount namespace here too (see :class:`.Slot`).
         """
 
-        def removal() -> None:
-            try:
-                launch.cleanup()
-            finally:
-                remove_tree(workdir)
-                if slot is not None:
-                    slot.release_mount_namespace()
-
-        _after_answer(self.after_runs.submit, removal)
+        _after_answer(self.after_runs.submit, functools.partial(remove_run, launch, workdir, slot))
 
     async def run(self, request: RunRequest, on_output: OutputCallback | None = None) -> RunResult:
         """Run ``request`` in a fresh temp dir; see the module docstring."""
@@ -537,19 +561,7 @@ class SubprocessSandbox(SandboxBackend):
         finally:
             for waiter in waiters:
                 waiter.cancel()
-            # Whatever is left of the run (background children, a timed-out
-            # tree) dies with it: the temp dir is about to disappear. The launch
-            # kills first, while the tree's parent links are still intact. (A warm
-            # chain that ended on its own may prove there is nothing left instead;
-            # cancelled while it waits for that, it kills all the same.)
-            nothing_left = False
-            try:
-                if ended and isinstance(proc, WarmChild):
-                    nothing_left = await proc.gone(GONE_WAIT_SEC)
-            finally:
-                if not nothing_left:
-                    launch.kill_all()
-                    _kill_group(proc.pid)
+            await end_run(launch, proc, ended=ended)
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
