@@ -7,7 +7,9 @@ uid and gid ranges (``/etc/subuid``, ``/etc/subgid``, for newuidmap/newgidmap), 
 its runs can drop those groups, and a cgroup v1 ``memory`` and ``pids`` cgroup of
 its own (``gitpilot-USER`` below this process's cgroup, owned by the user) named by
 ``GITPILOT_SANDBOX_CGROUP``, so its runs get memory and process caps: as an
-administrator would set it up.
+administrator would set it up. A folder of the user's inside the command's venv
+(``var/gitpilot-test-USER``, named by :data:`VISIBLE_ENV`) is for tests that need to
+write in a tree the runs see.
 
 The checkout's ``.venv`` links into an interpreter that may sit under a folder the
 user cannot search (``/root`` is 0700, with pyenv in it). Nothing on the host is
@@ -30,6 +32,10 @@ from pathlib import Path
 
 USER = os.environ.get("GITPILOT_TEST_USER", "gitpilot-ci")
 MARK = "GITPILOT_AS_DOCKER_USER"
+#: Names a folder inside the interpreter's folder (a tree every run sees, read-only) that the
+#: user may write: the checkout's root-owned venv has none, and the tests of hidden folders
+#: replaced on the host make theirs there (tests/containment/test_redteam_pool.py).
+VISIBLE_ENV = "GITPILOT_TEST_VISIBLE_FOLDER"
 
 
 def ensure_user() -> pwd.struct_passwd:
@@ -168,12 +174,16 @@ def main(argv: list[str]) -> int:
     entry = pwd.getpwnam(USER)
     checkout = Path.cwd().resolve()
     python = Path(command[0]).resolve() if "python" in command[0] else Path(sys.executable)
-    base = subprocess.run(
-        [str(command[0]), "-c", "import sys; print(sys.base_prefix)"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    prefix, _, base = (
+        subprocess.run(
+            [str(command[0]), "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        .stdout.strip()
+        .partition("\n")
+    )
     needed = [checkout, python.parent] + ([Path(base).resolve()] if base else [])
     open_up(needed)
     if os.environ.get(TUN_ENV) == "1":
@@ -186,6 +196,11 @@ def main(argv: list[str]) -> int:
         if key not in (MARK, "HOME", "USER", "LOGNAME", "XDG_RUNTIME_DIR")
     }
     env.update(HOME=str(home), USER=USER, LOGNAME=USER, PYTHONDONTWRITEBYTECODE="1")
+    if prefix:
+        visible = Path(prefix) / "var" / f"gitpilot-test-{USER}"
+        visible.mkdir(parents=True, exist_ok=True)
+        os.chown(visible, entry.pw_uid, entry.pw_gid)
+        env[VISIBLE_ENV] = str(visible)
     setpriv = shutil.which("setpriv") or "setpriv"
     drop = [setpriv, f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups", "--"]
     os.execvpe(setpriv, [*drop, *command], env)

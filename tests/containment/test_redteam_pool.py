@@ -68,11 +68,17 @@ async def test_10_code_past_the_file_size_cap_fails_at_once_warm_or_cold(api: Ap
 def secret_folder(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A Jupyter data folder with a world-readable token, in a tree a run sees.
 
-    (The interpreter's folder: credentials outside every visible tree need no cover.)
+    (The interpreter's folder: credentials outside every visible tree need no cover. As
+    an ordinary user, whose venv is root's, scripts/as_docker_user.py names a folder in
+    it the user may write.)
     """
-    if not os.access(sys.prefix, os.W_OK):
-        pytest.skip(f"{sys.prefix} (the interpreter's folder) is not writable by this user")
-    folder = Path(sys.prefix) / f".gitpilot-redteam-{secrets.token_hex(4)}"
+    base = Path(os.environ.get("GITPILOT_TEST_VISIBLE_FOLDER") or sys.prefix)
+    if not os.access(base, os.W_OK):
+        pytest.skip(
+            f"{base} (the interpreter's folder) is not writable by this user "
+            "(scripts/as_docker_user.py gives its user a folder there)"
+        )
+    folder = base / f".gitpilot-redteam-{secrets.token_hex(4)}"
     folder.mkdir(mode=0o755)
     monkeypatch.setenv("JUPYTER_PATH", str(folder))  # read again for every run
     yield folder
