@@ -212,7 +212,8 @@ def join_cost_ms(tree: CgroupTree, shell: str, rounds: int = 5) -> float:
 
     Timed as a run joins: ``shell`` writes ``0`` to each join file
     (:meth:`CgroupRun.join_files`) and execs ``true``, against the same shell exec'ing
-    ``true`` alone, in turn. Raises OSError when a cgroup cannot be made.
+    ``true`` alone, in turn. Raises OSError when a cgroup cannot be made, and
+    CalledProcessError (with the shell's message) when a join fails.
     """
     true = shutil.which("true") or "/bin/true"
     script = 'for file do echo 0 >"$file" || exit 1; done; exec "$0"'
@@ -223,7 +224,12 @@ def join_cost_ms(tree: CgroupTree, shell: str, rounds: int = 5) -> float:
         try:
             for files, times in (([str(p) for p in run.join_files()], joined), ([], alone)):
                 start = time.perf_counter()
-                subprocess.run([shell, "-c", script, true, *files], check=True, timeout=10)
+                subprocess.run(
+                    [shell, "-c", script, true, *files],
+                    capture_output=True,
+                    check=True,
+                    timeout=10,
+                )
                 times.append((time.perf_counter() - start) * 1000)
         finally:
             run.kill_all(until_gone=True)
