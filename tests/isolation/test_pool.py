@@ -7,6 +7,7 @@ bubblewrap slots; the containment suite runs every attack through the pool too.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures.thread
 import gc
 import os
 import re
@@ -367,6 +368,33 @@ def test_closing_leaves_no_process_cgroup_or_folder() -> None:
         assert not slot.workdir.exists()
     if _cgroup_tree()[0] is not None:
         assert cgroup_dirs and not [d for d in cgroup_dirs if d.exists()]
+
+
+def test_a_run_ending_as_the_interpreter_shuts_down_starts_nothing_and_raises_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a run's answer come its refill and removal; once the interpreter is shutting
+    down (a CLI stopped by Ctrl-C) no thread can start: no slot starts, the removal is
+    done at once, and nothing raises in the event loop."""
+    errors: list[dict[str, Any]] = []
+    seen: list[tuple[str, bool, int]] = []
+
+    async def body(backend: SubprocessSandbox) -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: errors.append(ctx))
+        pool = the_pool(backend)
+        await backend.run(request("pass"))
+        await until(lambda: pool.idle() >= 1 and not pool.starting())
+        monkeypatch.setattr(concurrent.futures.thread, "_shutdown", True)
+        try:
+            result = await backend.run(request("print(1)"))
+            await asyncio.sleep(0.2)  # its refill and removal have had their turn
+        finally:
+            monkeypatch.setattr(concurrent.futures.thread, "_shutdown", False)
+        seen.append((result.stdout, result.warm, pool.starting()))
+
+    scenario(body, pooled(max_slots=1))
+    assert seen == [("1\n", True, 0)]
+    assert errors == []
 
 
 def test_pool_off_and_where_it_cannot_work() -> None:

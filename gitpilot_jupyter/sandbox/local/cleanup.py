@@ -198,14 +198,24 @@ class AfterRuns:
         self._lock = threading.Lock()
 
     def submit(self, removal: Callable[[], None]) -> None:
-        """Do ``removal`` (which must not raise) soon, off the caller's thread."""
+        """Do ``removal`` (which must not raise) soon, off the caller's thread; in the
+        caller's, now, once the interpreter is shutting down (it starts no thread then:
+        a run stopped by Ctrl-C ends after that)."""
         with self._lock:
             if self._executor is None:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix="gitpilot-after-runs"
                 )
-            future = self._executor.submit(removal)
-            self._pending.add(future)
+            future: concurrent.futures.Future[None] | None
+            try:
+                future = self._executor.submit(removal)
+            except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
+                future = None
+            if future is not None:
+                self._pending.add(future)
+        if future is None:
+            removal()
+            return
         future.add_done_callback(self._done)
 
     def _done(self, future: concurrent.futures.Future[None]) -> None:

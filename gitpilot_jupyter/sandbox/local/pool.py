@@ -715,7 +715,10 @@ class WarmPool:
         if time.monotonic() - self._failed_at < _RETRY_SEC:
             room = 0  # runs start cold meanwhile; the next take() after it tries again
         for key in self._deficits()[: max(0, room)]:
-            self._start(key, delay)
+            try:
+                self._start(key, delay)
+            except RuntimeError:  # the interpreter is shutting down: no thread starts now
+                return
         if self._tick is None and self._loop is not None and (self._idle or self._spawning):
             with contextlib.suppress(RuntimeError):  # a closed loop: the next take() looks
                 self._tick = self._loop.call_later(_TICK_SEC, self._ticked)
@@ -728,7 +731,8 @@ class WarmPool:
         """Start one slot of ``key`` in a worker thread; it joins the idle ones when ready.
 
         The slot counts as starting from now on, also while its worker waits ``delay``
-        (which :meth:`_wake` cuts short).
+        (which :meth:`_wake` cuts short). Raises RuntimeError once the interpreter is
+        shutting down (no thread starts then), counting nothing.
         """
         if self._executor is None:
             self._executor = ThreadPoolExecutor(
@@ -736,7 +740,12 @@ class WarmPool:
             )
         with self._lock:
             self._starting[key] = self._starting.get(key, 0) + 1
-        future = self._executor.submit(self._spawn_ready, key, delay)
+        try:
+            future = self._executor.submit(self._spawn_ready, key, delay)
+        except RuntimeError:  # the interpreter is shutting down: nothing starts
+            with self._lock:
+                self._starting[key] -= 1
+            raise
         with self._lock:
             self._spawning.add(future)
         future.add_done_callback(self._started)
