@@ -34,3 +34,15 @@ def test_once_the_interpreter_shuts_down_a_removal_is_done_at_once(
     after.submit(lambda: threads.append(threading.current_thread().name))
     assert threads == [threading.current_thread().name]
     after.wait(timeout=10)
+
+
+def test_a_failing_removal_at_shutdown_is_logged_not_raised(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(concurrent.futures.thread, "_shutdown", True)
+
+    def broken() -> None:
+        raise OSError("the cgroup is busy")
+
+    AfterRuns().submit(broken)
+    assert "cleaning up after a run failed" in caplog.text and "the cgroup is busy" in caplog.text

@@ -214,7 +214,10 @@ class AfterRuns:
             if future is not None:
                 self._pending.add(future)
         if future is None:
-            removal()
+            try:
+                removal()
+            except Exception:  # as the worker's failures are: logged, never raised at a caller
+                log.exception("cleaning up after a run failed")
             return
         future.add_done_callback(self._done)
 
