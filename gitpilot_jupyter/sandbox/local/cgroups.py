@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..backend import ResourceLimits
-from .cleanup import start_time
+from .cleanup import owner, owner_gone, start_time
 
 MIB = 1024 * 1024
 _KILL_ROUNDS = 20
@@ -58,26 +58,14 @@ SLOW_JOIN_FIX = (
     "mount -o remount,favordynmods /sys/fs/cgroup, and the same option where it is mounted at boot"
 )
 
-_PREFIXES: dict[int, str] = {}
-
 
 def run_prefix(pid: int | None = None) -> str:
     """The start of the names of the run cgroups process ``pid`` (this one) makes:
-    :data:`RUN_PREFIX`, its pid and its kernel start time, each followed by ``-``.
-
-    The start time tells a later process given the same pid from the one that made
-    them. Raises ProcessLookupError for a process that is gone.
+    :data:`RUN_PREFIX`, its pid and its kernel start time (:func:`.cleanup.owner`),
+    each followed by ``-``. Raises ProcessLookupError for a process that is gone.
     """
-    pid = os.getpid() if pid is None else pid
-    prefix = _PREFIXES.get(pid)
-    if prefix is None:
-        started = start_time(pid)
-        if started is None:
-            raise ProcessLookupError(pid)
-        prefix = f"{RUN_PREFIX}{pid}-{started}-"
-        if pid == os.getpid():
-            _PREFIXES[pid] = prefix  # a process's start time never changes
-    return prefix
+    pid, started = owner(pid)
+    return f"{RUN_PREFIX}{pid}-{started}-"
 
 
 def _owner_gone(name: str) -> bool:
@@ -92,7 +80,7 @@ def _owner_gone(name: str) -> bool:
     pid = int(parts[0])
     if len(parts) == 2:
         return pid != os.getpid() and start_time(pid) is None
-    return start_time(pid) != parts[1]
+    return owner_gone(pid, parts[1])
 
 
 def delegated_path(value: str | None) -> str | None:

@@ -120,8 +120,33 @@ def start_time(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+_OWN_START: dict[int, str] = {}
+
+
+def owner(pid: int | None = None) -> tuple[int, str]:
+    """``(pid, start time)`` of process ``pid`` (this one): what names it for good, in
+    run folders' marks and run cgroups' names. This process's is read once (a start time
+    never changes; a forked child has a pid of its own). Raises ProcessLookupError for
+    a process that is gone.
+    """
+    pid = os.getpid() if pid is None else pid
+    started = _OWN_START.get(pid) or start_time(pid)
+    if started is None:
+        raise ProcessLookupError(pid)
+    if pid == os.getpid():
+        _OWN_START[pid] = started
+    return pid, started
+
+
+def owner_gone(pid: int, started: str) -> bool:
+    """True when the process named by ``(pid, started)`` (see :func:`owner`) no longer
+    runs: its pid is free, or another process's now."""
+    return start_time(pid) != started
+
+
 def _owner_mark() -> str:
-    return f"{os.getpid()} {start_time(os.getpid())}\n"
+    pid, started = owner()
+    return f"{pid} {started}\n"
 
 
 def make_run_dir() -> str:
@@ -142,7 +167,7 @@ def _orphaned(path: str) -> bool:
         return False  # no mark (or not ours to read): leave it
     if not pid_text.isdigit():
         return False
-    return start_time(int(pid_text)) != started
+    return owner_gone(int(pid_text), started)
 
 
 _SWEPT: set[str] = set()
