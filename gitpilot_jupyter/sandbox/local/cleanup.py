@@ -231,20 +231,18 @@ class AfterRuns:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix="gitpilot-after-runs"
                 )
-            future: concurrent.futures.Future[None] | None
-            try:
+            future: concurrent.futures.Future[None] | None = None
+            # "cannot schedule new futures after interpreter shutdown": done here, below.
+            with contextlib.suppress(RuntimeError):
                 future = self._executor.submit(removal)
-            except RuntimeError:  # "cannot schedule new futures after interpreter shutdown"
-                future = None
-            if future is not None:
                 self._pending.add(future)
-        if future is None:
-            try:
-                removal()
-            except Exception:  # as the worker's failures are: logged, never raised at a caller
-                log.exception("cleaning up after a run failed")
+        if future is not None:
+            future.add_done_callback(self._done)
             return
-        future.add_done_callback(self._done)
+        try:
+            removal()
+        except Exception:  # as the worker's failures are: logged, never raised at a caller
+            log.exception("cleaning up after a run failed")
 
     def _done(self, future: concurrent.futures.Future[None]) -> None:
         with self._lock:
