@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gitpilot_jupyter.sandbox.local.backends import NullSandbox
-from gitpilot_jupyter.sandbox.local.layered import CLEANUP_LAYER, _cgroup_tree
+from gitpilot_jupyter.sandbox.local.layered import CLEANUP_LAYER, LayeredIsolator
 from tests.support.system import require_system
 
 from .conftest import MECHANISMS, make_backend, marked_processes, run
@@ -71,9 +71,12 @@ print("left a daemon", flush=True)
 @pytest.mark.parametrize("code", [ESCAPE.format(tail=""), DOUBLE_FORK])
 def test_off_kills_what_its_run_left_behind(code: str, mark: str) -> None:
     """``off`` isolates nothing, but a setsid child or daemon of its run dies with it."""
-    require_system("cgroups", _cgroup_tree()[0] is not None, "no cgroup can be made here")
+    backend = NullSandbox()
+    # Its isolator's look-up, which honours a delegated cgroup (GITPILOT_SANDBOX_CGROUP).
+    has_cgroup = CLEANUP_LAYER in backend.isolator.layers()
+    require_system("cgroups", has_cgroup, "no cgroup can be made here")
     env = {"PATH": os.environ["PATH"], mark: "1"}
-    result = run(NullSandbox(), code, timeout_sec=20, env=env)
+    result = run(backend, code, timeout_sec=20, env=env)
     assert (result.exit_code, result.timed_out) == (0, False), result.stderr
     assert result.isolation == ["tempdir", "env-scrub", CLEANUP_LAYER]
     assert gone(mark), f"left behind: {marked_processes(mark)}"
@@ -151,7 +154,7 @@ def test_a_pid_hopping_process_is_gone_by_a_warm_run_s_answer() -> None:
     than the waiting slot's three processes while the run runs, none at its answer."""
     from .test_pool import pooled, request, scenario, the_pool, until
 
-    tree = _cgroup_tree()[0]
+    tree = LayeredIsolator("bwrap").cgroup_tree()  # a delegated one too, as runs get
     has_pids = tree is not None and tree.pids_parent is not None
     require_system("cgroups", has_pids, "no pids cgroup can be made here")
     seen: list[tuple[bool, int, str, int, int]] = []
