@@ -161,7 +161,8 @@ def ruleset(rules: FsRules, *, deny_tcp: bool, scoped: bool) -> int:
     It handles every file-system right of this ABI; with ``deny_tcp`` (ABI >= 4) TCP
     bind and connect too, with no rule allowing any port; with ``scoped`` (ABI >= 6)
     abstract unix sockets and signals are confined to the walled process's domain.
-    Raises ``OSError`` when Landlock is missing or a rule is refused.
+    Raises ``OSError`` when Landlock is missing or a rule is refused, ``ValueError``
+    for a rule on ``/proc`` or a process's folder in it (see :func:`_process_tree`).
     """
     version = abi()
     if version < 1:
@@ -199,13 +200,27 @@ def ruleset(rules: FsRules, *, deny_tcp: bool, scoped: bool) -> int:
     return fd
 
 
+def _process_tree(path: str, folder: bool) -> bool:
+    """True for ``/proc`` itself or a process's entry in it (``/proc/self`` is the server's)."""
+    real = Path(os.path.realpath(path)).parts
+    if real[:2] != ("/", "proc"):
+        return False
+    return (folder and len(real) == 2) or (len(real) > 2 and real[2].isdigit())
+
+
 def _add_path(syscall: Callable[..., int], fd: int, path: str, rights: int) -> None:
     try:
         target = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except FileNotFoundError:
         return
     try:
-        if not stat.S_ISDIR(os.fstat(target).st_mode):
+        folder = stat.S_ISDIR(os.fstat(target).st_mode)
+        if _process_tree(path, folder):
+            # Landlock's ptrace scope stops /proc/PID/mem, exe, cwd, root, but not
+            # environ, maps or auxv (PTRACE_MODE_READ; seen on 6.18): the server's
+            # environment would be readable. Single /proc files (cpuinfo) are fine.
+            raise ValueError(f"no rule may open /proc or a process in it: {path}")
+        if not folder:
             rights &= _FILE_RIGHTS
         rule = _PathBeneathAttr(allowed_access=rights, parent_fd=target)
         done = syscall(
