@@ -258,11 +258,18 @@ def test_the_server_environment_stays_unreadable(
     assert "processor" in out.stdout  # a single /proc file rule works
 
 
-@pytest.mark.parametrize("path", ["/proc", "/proc/self", "/proc/self/environ", "/proc/1"])
+@pytest.mark.parametrize("path", ["/proc", "/proc/self", "/proc/1", "/proc/self/task"])
 def test_no_rule_opens_proc_or_a_process_in_it(path: str) -> None:
     # Landlock's ptrace scope does not keep /proc/PID/environ (PTRACE_MODE_READ) here.
     with pytest.raises(ValueError, match="/proc"):
         landlock.ruleset(FsRules(read=(path,)), deny_tcp=True, scoped=True)
+
+
+def test_a_file_rule_resolving_into_a_process_folder_is_skipped(tmp_path: Path, run: Path) -> None:
+    link = tmp_path / "environ-link"
+    link.symlink_to(f"/proc/{os.getpid()}/environ")  # as /etc/mtab -> /proc/self/mounts
+    out = walled(make_wall(run, read=[str(link)]), TRY_READ, f"/proc/{os.getpid()}/environ")
+    assert out.stdout.split() == [f"/proc/{os.getpid()}/environ", "PermissionError"]
 
 
 def test_rlimits_are_set_before_the_code_starts(run: Path) -> None:

@@ -162,7 +162,8 @@ def ruleset(rules: FsRules, *, deny_tcp: bool, scoped: bool) -> int:
     bind and connect too, with no rule allowing any port; with ``scoped`` (ABI >= 6)
     abstract unix sockets and signals are confined to the walled process's domain.
     Raises ``OSError`` when Landlock is missing or a rule is refused, ``ValueError``
-    for a rule on ``/proc`` or a process's folder in it (see :func:`_process_tree`).
+    for a folder rule on ``/proc`` or a process's folder in it; a file rule that
+    resolves into a process's folder is skipped (see :func:`_add_path`).
     """
     version = abi()
     if version < 1:
@@ -200,12 +201,10 @@ def ruleset(rules: FsRules, *, deny_tcp: bool, scoped: bool) -> int:
     return fd
 
 
-def _process_tree(path: str, folder: bool) -> bool:
-    """True for ``/proc`` itself or a process's entry in it (``/proc/self`` is the server's)."""
-    real = Path(os.path.realpath(path)).parts
-    if real[:2] != ("/", "proc"):
-        return False
-    return (folder and len(real) == 2) or (len(real) > 2 and real[2].isdigit())
+def _in_process_tree(target: int) -> bool:
+    """True when the opened ``target`` is ``/proc`` or below a process's folder in it."""
+    real = Path(os.readlink(f"/proc/self/fd/{target}")).parts  # one syscall, links resolved
+    return real[:2] == ("/", "proc") and (len(real) == 2 or real[2].isdigit())
 
 
 def _add_path(syscall: Callable[..., int], fd: int, path: str, rights: int) -> None:
@@ -215,11 +214,15 @@ def _add_path(syscall: Callable[..., int], fd: int, path: str, rights: int) -> N
         return
     try:
         folder = stat.S_ISDIR(os.fstat(target).st_mode)
-        if _process_tree(path, folder):
+        if _in_process_tree(target):
             # Landlock's ptrace scope stops /proc/PID/mem, exe, cwd, root, but not
-            # environ, maps or auxv (PTRACE_MODE_READ; seen on 6.18): the server's
-            # environment would be readable. Single /proc files (cpuinfo) are fine.
-            raise ValueError(f"no rule may open /proc or a process in it: {path}")
+            # environ, maps or auxv (PTRACE_MODE_READ; seen on 6.18): a folder rule
+            # there would show the server's environment. A file resolving there
+            # (/etc/mtab -> /proc/self/mounts) is the server's, never the run's:
+            # skipped. Single /proc files (cpuinfo) are fine.
+            if folder:
+                raise ValueError(f"no rule may open /proc or a process in it: {path}")
+            return
         if not folder:
             rights &= _FILE_RIGHTS
         rule = _PathBeneathAttr(allowed_access=rights, parent_fd=target)
