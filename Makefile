@@ -62,8 +62,8 @@ test-browser: $(STAMP) $(LABEXT) ## JupyterLab in a real browser, in its own pyt
 	$(BIN)/python -m pytest tests/browser -m browser
 
 lint: $(STAMP) $(JSDEPS) ## ruff, mypy, codespell, and the lab extension's prettier + eslint (`cd labextension && jlpm lint` fixes)
-	$(BIN)/ruff check gitpilot_jupyter tests docs/conf.py
-	$(BIN)/ruff format --check gitpilot_jupyter tests docs/conf.py
+	$(BIN)/ruff check gitpilot_jupyter tests docs/conf.py docs/_ext
+	$(BIN)/ruff format --check gitpilot_jupyter tests docs/conf.py docs/_ext
 	$(BIN)/mypy
 	$(BIN)/codespell
 	$(BIN)/lint-imports
