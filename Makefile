@@ -18,6 +18,8 @@ JLPM       := PATH="$(abspath $(BIN)):$$PATH" $(abspath $(BIN))/jlpm
 STRAY_INSTALL_JSON := gitpilot_jupyter/labextension/install.json
 # The lab extension's node packages (the build and the TypeScript linters need them).
 JSDEPS     := labextension/node_modules/.yarn-state.yml
+# The test targets end with the slowest tests and their times (docs/dev/testing.md, "Runtime").
+DURATIONS ?= --durations=25
 
 .PHONY: help run test test-core test-js test-browser lab bench debug lint docs clean install
 
@@ -53,17 +55,17 @@ run: $(RUN_STAMP) $(LABEXT) ## start JupyterLab with the sandbox on the getting-
 test: $(STAMP) lint docs test-core test-js test-browser ## lint, type-check and run the whole test suite
 
 test-core: $(STAMP) ## the Python tests without a browser (unit, server, kernel, widgets, docker, ...)
-	$(BIN)/python -m pytest tests -m "not browser"
+	$(BIN)/python -m pytest tests -m "not browser" $(DURATIONS)
 
 test-js: $(LABEXT) ## the lab extension's unit tests (jest)
 	cd labextension && $(JLPM) test
 
 test-browser: $(STAMP) $(LABEXT) ## JupyterLab in a real browser, in its own pytest process
-	$(BIN)/python -m pytest tests/browser -m browser
+	$(BIN)/python -m pytest tests/browser -m browser $(DURATIONS)
 
 lint: $(STAMP) $(JSDEPS) ## ruff, mypy, codespell, and the lab extension's prettier + eslint (`cd labextension && jlpm lint` fixes)
-	$(BIN)/ruff check gitpilot_jupyter tests docs/conf.py
-	$(BIN)/ruff format --check gitpilot_jupyter tests docs/conf.py
+	$(BIN)/ruff check gitpilot_jupyter tests docs/conf.py docs/_ext
+	$(BIN)/ruff format --check gitpilot_jupyter tests docs/conf.py docs/_ext
 	$(BIN)/mypy
 	$(BIN)/codespell
 	$(BIN)/lint-imports

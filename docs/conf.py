@@ -39,6 +39,7 @@ extensions = [
     "sphinxcontrib.openapi",
     "sphinxarg.ext",
     "openapi_schemas",  # docs/_ext: components/schemas of rest-api.yml as tables
+    "settings_table",  # docs/_ext: the fields of settings.json, from SandboxSettings
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}

@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Hashable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -46,7 +46,8 @@ TOKEN_NOTE = (
     "no saved token."
 )
 
-_INT_RANGES = {
+#: The whole-number settings' bounds, both included.
+INT_RANGES = {
     "timeout_sec": (1, MAX_TIMEOUT_SEC),
     "memory_limit_mb": (16, 65536),
     "max_processes": (8, 4096),
@@ -60,17 +61,53 @@ class SandboxSettings:
     """The sandbox settings as stored under the ``"sandbox"`` key (frozen: one object
     is shared by every call while the file and the environment stay the same)."""
 
-    backend: str = DEFAULT_BACKEND
-    matrixlab_url: str = "http://localhost:8765"
-    matrixlab_token: str = ""
-    matrixlab_image: str = ""
-    allow_network: bool = False
-    timeout_sec: int = DEFAULT_TIMEOUT_SEC
-    memory_limit_mb: int = 1024
-    max_processes: int = 256
-    max_file_size_mb: int = 128
-    #: The size cap of a run's writable space (run folder, /tmp, /dev/shm).
-    disk_limit_mb: int = DEFAULT_DISK_MB
+    backend: str = field(
+        default=DEFAULT_BACKEND,
+        metadata={
+            "help": "The backend that runs snippets. `off` is pass-through: **no isolation, "
+            "runs on the host as you, network not blocked**; every `off` plan carries that "
+            "high-severity warning, and switching to it asks first in the CLI, `%sandbox config` "
+            "and the settings panels."
+        },
+    )
+    matrixlab_url: str = field(
+        default="http://localhost:8765",
+        metadata={"help": "The MatrixLab Runner's address: an `http://` or `https://` URL."},
+    )
+    matrixlab_token: str = field(
+        default="",
+        metadata={
+            "help": "The Runner's token. Write-only: never returned by any API, UI or log; "
+            '`""` clears it, and so does a new `matrixlab_url` saved without one.'
+        },
+    )
+    matrixlab_image: str = field(
+        default="", metadata={"help": 'The Runner\'s image; `""` = its per-language default.'}
+    )
+    allow_network: bool = field(
+        default=False, metadata={"help": "Whether a run may reach the network."}
+    )
+    timeout_sec: int = field(
+        default=DEFAULT_TIMEOUT_SEC,
+        metadata={"help": "A run's timeout in seconds, when the caller names none."},
+    )
+    memory_limit_mb: int = field(
+        default=1024, metadata={"help": "The memory limit of a `subprocess` run, in MiB."}
+    )
+    max_processes: int = field(
+        default=256, metadata={"help": "The process limit of a `subprocess` run."}
+    )
+    max_file_size_mb: int = field(
+        default=128,
+        metadata={"help": "The largest file a `subprocess` run may write, in MiB."},
+    )
+    disk_limit_mb: int = field(
+        default=DEFAULT_DISK_MB,
+        metadata={
+            "help": "The size cap of a `subprocess` run's writable space (run folder, `/tmp`, "
+            "`/dev/shm`), in MiB, with 64 inodes per MiB; shown in every plan."
+        },
+    )
 
     def masked(self) -> dict[str, Any]:
         """The settings as any API, UI or log may show them: the token replaced by ``has_token``."""
@@ -128,7 +165,7 @@ def validate_setting(key: str, value: object) -> object:
         if not isinstance(value, bool):
             raise InvalidSetting("allow_network must be true or false")
         return value
-    low, high = _INT_RANGES[key]
+    low, high = INT_RANGES[key]
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidSetting(f"{key} must be an integer between {low} and {high}")
     if not low <= value <= high:

@@ -211,7 +211,7 @@ async def test_each_item_is_audited_as_a_single_run_is(api: Api, jp_serverapp: A
     kinds = [kind for kind, _ in seen]
     # Both items planned; only the runnable one approved and run; the blocked one never runs.
     assert sorted(kinds) == ["approve", "plan", "plan", "run"]
-    by_kind = {kind: data for kind, data in seen}
+    by_kind = dict(seen)
     x = batch["items"][0]
     assert by_kind["approve"]["plan_id"] == by_kind["run"]["plan_id"] == x["plan_id"]
     assert by_kind["run"]["digest"] == x["digest"]
