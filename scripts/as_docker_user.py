@@ -17,6 +17,10 @@ changed for that: the command runs in a private mount namespace where each such
 folder is replaced by a 0755 tmpfs holding binds of just the paths needed.
 
     python scripts/as_docker_user.py -- .venv/bin/python -m pytest tests/containment
+
+With ``--stay-root`` the command keeps root, in the same private mount namespace with the
+interpreter's folders opened up: the shape of a root server whose Python every user may
+enter (the namespace-free engine's runs drop to a uid of their own, which must start it).
 """
 
 from __future__ import annotations
@@ -152,6 +156,7 @@ def open_up(needed: list[Path]) -> None:
 
 def main(argv: list[str]) -> int:
     """Re-exec in a private mount namespace, open the needed paths, drop to the user."""
+    stay_root = "--stay-root" in argv[: argv.index("--")] if "--" in argv else False
     command = argv[argv.index("--") + 1 :] if "--" in argv else argv
     if not command:
         print(__doc__, file=sys.stderr)
@@ -163,7 +168,7 @@ def main(argv: list[str]) -> int:
         entry = ensure_user()
         unshare = shutil.which("unshare") or "unshare"
         env = {**os.environ, MARK: "1", "GITPILOT_TEST_UID": str(entry.pw_uid)}
-        delegated = delegate_cgroup(entry)
+        delegated = None if stay_root else delegate_cgroup(entry)
         if delegated is not None:
             env.setdefault("GITPILOT_SANDBOX_CGROUP", delegated)
         os.execvpe(
@@ -188,6 +193,9 @@ def main(argv: list[str]) -> int:
     open_up(needed)
     if os.environ.get(TUN_ENV) == "1":
         open_tun()
+    if stay_root:
+        env = {key: value for key, value in os.environ.items() if key != MARK}
+        os.execvpe(command[0], command, env)
     home = Path(tempfile.mkdtemp(prefix="gitpilot-user-home-"))
     os.chown(home, entry.pw_uid, entry.pw_gid)
     env = {
