@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from .errors import SandboxError
 from .output import DEFAULT_OUTPUT_CAP
 from .results import RunResult, new_run_id
 
@@ -64,6 +65,13 @@ class SandboxBackend(abc.ABC):
     def isolation(self) -> list[str]:
         """The isolation layers a run on this backend gets now."""
         return []
+
+    def refusal(self, *, allow_network: bool = False) -> SandboxError | None:
+        """Why this backend will not run a snippet here now (None: it will).
+
+        Plans ask before anyone approves, and runs again before they start.
+        """
+        return None
 
     def display_command(self, language: str, file: str | None = None) -> list[str] | None:
         """The command plans and results show when the backend names it (None: the default).

@@ -67,6 +67,18 @@ class BackendNotAllowed(SandboxError):
     status = 403
 
 
+class ContainmentUnavailable(SandboxError):
+    """The subprocess backend cannot contain a run on this host, and the administrator
+    has not accepted uncontained runs: it is refused before anyone approves it.
+
+    ``code`` is ``containment_unavailable`` (no engine walls the snippet off the user's
+    files) or ``network_unavailable`` (network on would share the host's network).
+    """
+
+    code = "containment_unavailable"
+    status = 409
+
+
 class PlanNotFound(SandboxError):
     """Unknown, evicted or already consumed plan."""
 

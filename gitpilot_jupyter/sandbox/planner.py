@@ -17,7 +17,7 @@ from .languages import Interpreters, canonical_language, language_for_path
 from .local.off import OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
 from .plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id
 from .policy import SandboxPolicy, env_names, find_destructive
-from .records import Check
+from .records import Check, PlanWarning
 from .resolver import BackendResolver, limits_of
 from .scan import scan
 from .settings import SettingsStore
@@ -133,6 +133,9 @@ class Planner:
         )
         name, names, timeout, network = spec.backend, spec.env, spec.timeout_sec, spec.network
         runner = self.resolver.backend(name)
+        refused = runner.refusal(allow_network=network)
+        if refused is not None:
+            raise refused  # before anyone is asked to approve what cannot be contained
         command = runner.display_command(lang, file) or self.resolver.command(lang)
         blocked_label = find_destructive(" ".join(command))
         if lang == "bash" and blocked_label is None:
@@ -144,16 +147,22 @@ class Planner:
                 "label": f"timeout {timeout} s within 1..{self._policy().max_timeout_sec}",
                 "ok": True,
             },
-            {"label": network_label(name, network), "ok": not network},
+            self._network_off_check(name)
+            if not network
+            else {"label": network_label(name, network), "ok": False},
         ]
         if name in self.resolver.local:
             found = self.interpreters.resolve(lang) is not None
             checks.insert(1, {"label": f"{command[0]} interpreter installed", "ok": found})
         checks += [{"label": note, "ok": False} for note in runner.limit_notes(spec.limits)]
+        warnings = [OFF_WARNING.copy()] if is_off(name) else []
         if name == "subprocess":
             checks.append(self._disk_check(spec.limits.disk_mb))
             if network:
                 checks.append(self._network_check())
+            more_checks, more_warnings = self._containment_notes(network)
+            checks += more_checks
+            warnings += more_warnings
         if names:
             unset = [n for n in names if n not in os.environ]
             label = "passes the server's " + ", ".join(names)
@@ -172,7 +181,7 @@ class Planner:
             timeout_sec=timeout,
             network=network,
             checks=checks,
-            warnings=([OFF_WARNING.copy()] if is_off(name) else []) + scan(lang, code),
+            warnings=warnings + scan(lang, code),
             blocked=blocked_label is not None,
             blocked_reason=f"destructive pattern {blocked_label!r}" if blocked_label else None,
             requires_approval=self._require_approval(),
@@ -194,6 +203,60 @@ class Planner:
         else:
             label = "writable space not capped on this host (see jupyter sandbox status)"
         return {"label": label, "ok": capped}
+
+    def _network_off_check(self, backend: str) -> Check:
+        """The plan's line on a network-off run: cut off only where the engine verified it."""
+        label = network_label(backend, False)
+        if backend != "subprocess":
+            return {"label": label, "ok": not is_off(backend)}
+        layers = self.resolver.subprocess.isolation()
+        if "netns" in layers or "net-denied" in layers:
+            return {"label": label, "ok": True}
+        return {
+            "label": "network NOT cut off: this host's engine cannot take it away "
+            "(see jupyter sandbox status)",
+            "ok": False,
+        }
+
+    def _containment_notes(self, network: bool) -> tuple[list[Check], list[PlanWarning]]:
+        """What the engine in force cannot keep from this run, shown before approval.
+
+        Runs the administrator accepted uncontained, and memory left uncapped, are
+        high-severity warnings; the engine's other gaps are failed checks.
+        """
+        isolator = self.resolver.subprocess.isolator
+        checks: list[Check] = []
+        warnings: list[PlanWarning] = []
+        refusal = isolator.refusal()
+        if refusal is not None:  # only here when the administrator accepted it
+            warnings.append(
+                {
+                    "severity": "high",
+                    "label": "this host cannot keep the snippet away from your files",
+                    "detail": refusal["reason"],
+                }
+            )
+        elif network and (net := isolator.refusal(allow_network=True)) is not None:
+            warnings.append(
+                {
+                    "severity": "high",
+                    "label": "network on shares the host's network: its loopback, the "
+                    "Jupyter API and its services are reachable",
+                    "detail": net["reason"],
+                }
+            )
+        for gap in isolator.gaps(allow_network=network):
+            if gap["layer"] == "cgroup-memory":
+                warnings.append(
+                    {
+                        "severity": "high",
+                        "label": "memory is not capped for the run as a whole",
+                        "detail": f"{gap['reason']}. To fix: {gap['fix']}",
+                    }
+                )
+            elif gap["layer"] != "disk-cap":  # the disk line says that one
+                checks.append({"label": f"not on this host: {gap['reason']}", "ok": False})
+        return checks, warnings
 
     def _network_check(self) -> Check:
         """The plan's line on a network-on run: its own stack (verified layer) or the host's."""

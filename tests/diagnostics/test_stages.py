@@ -30,7 +30,11 @@ from tests.support.system import require_system
 
 
 class LyingIsolator(Isolator):
-    """Claims a read-only root and a network namespace, enforces neither."""
+    """Claims a read-only root and a network namespace, enforces neither (an accepted
+    uncontained isolator, or it would be refused before the check could catch it)."""
+
+    def __init__(self) -> None:
+        super().__init__(allow_uncontained=True)
 
     def prepare(
         self, argv: list[str], *, workdir: Path, allow_network: bool, limits: ResourceLimits

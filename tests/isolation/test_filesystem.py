@@ -51,6 +51,14 @@ def test_writing_outside_the_temp_dir_fails(mechanism: str, outside: Path) -> No
         system = run(backend, "open('/usr/written-by-snippet', 'w')")
         assert system.exit_code == 1 and "Read-only file system" in system.stderr
         assert not Path("/usr/written-by-snippet").exists()
+    elif mechanism == "landlock":
+        # The host folder is outside the Landlock allowlist; so is writing to /usr.
+        assert "fs-allowlist" in result.isolation and "ro-root" not in result.isolation
+        assert result.exit_code == 1 and "PermissionError" in result.stderr
+        assert not target.exists()
+        system = run(backend, "open('/usr/written-by-snippet', 'w')")
+        assert system.exit_code == 1 and "PermissionError" in system.stderr
+        assert not Path("/usr/written-by-snippet").exists()
     else:
         # Without bubblewrap the host is writable (root here): never claimed.
         assert "ro-root" not in result.isolation
@@ -69,8 +77,16 @@ def test_tmp_is_private_with_bubblewrap(mechanism: str) -> None:
     try:
         code = f"import os\nprint(os.path.exists('/tmp/{name}'))\nopen('/tmp/{name}.new','w')"
         result = run(backend, code)
-        assert result.exit_code == 0, result.stderr
         created = Path("/tmp") / f"{name}.new"
+        if mechanism == "landlock":
+            # No private /tmp (status and the plan say so), and the host's is out of reach.
+            assert "private-tmp" not in result.isolation
+            assert result.exit_code == 1 and "PermissionError" in result.stderr
+            assert not created.exists()
+            probe = run(backend, f"print(open('/tmp/{name}').read())")
+            assert probe.exit_code == 1 and "PermissionError" in probe.stderr
+            return
+        assert result.exit_code == 0, result.stderr
         private = "private-tmp" in result.isolation
         assert private == (mechanism == "bwrap")
         assert result.stdout == f"{not private}\n"
@@ -113,6 +129,11 @@ def test_credential_folders_are_hidden(
         # Nothing of the home folder is in the view, not even what is no credential.
         assert seen[str(home / "notes.txt")] == "FileNotFoundError"
         assert seen[str(home / ".ssh")] == "FileNotFoundError"
+    elif mechanism == "landlock":
+        # The home folder is outside the allowlist: every read is refused.
+        assert "hidden-credentials" in result.isolation
+        for path in paths:
+            assert seen[path] == "PermissionError", path
     else:
         assert seen[str(home / "notes.txt")] == "not a credential"
         assert "hidden-credentials" not in result.isolation

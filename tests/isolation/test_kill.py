@@ -26,6 +26,21 @@ print("escaped", flush=True)
 COMBOS = [(m, True) for m in MECHANISMS] + [(m, False) for m in MECHANISMS]
 
 
+def escape_code(mechanism: str, tail: str) -> str:
+    """The escape for ``mechanism``: the namespace-free engine refuses ``setsid`` (its runs
+    cannot leave their session), so there the child stays in it and must die all the same."""
+    if mechanism == "landlock":
+        return ESCAPE.format(tail=tail).replace(", start_new_session=True", "")
+    return ESCAPE.format(tail=tail)
+
+
+def test_the_namespace_free_engine_refuses_setsid() -> None:
+    backend = make_backend("landlock")
+    result = run(backend, ESCAPE.format(tail=""), timeout_sec=20)
+    assert result.exit_code == 1 and "PermissionError" in result.stderr, result.stderr
+    assert "escaped" not in result.stdout
+
+
 def gone(mark: str, within: float = 5.0) -> bool:
     """True once no process carries ``mark`` (polled, the kill is asynchronous)."""
     deadline = time.monotonic() + within
@@ -40,7 +55,7 @@ def gone(mark: str, within: float = 5.0) -> bool:
 def test_setsid_escapee_is_killed_on_timeout(mechanism: str, cgroups: bool, mark: str) -> None:
     backend = make_backend(mechanism, cgroups=cgroups)
     env = {"PATH": os.environ["PATH"], mark: "1"}
-    result = run(backend, ESCAPE.format(tail="time.sleep(120)"), timeout_sec=2, env=env)
+    result = run(backend, escape_code(mechanism, "time.sleep(120)"), timeout_sec=2, env=env)
     assert result.timed_out and result.exit_code == -1
     assert result.stdout == "escaped\n"  # output before the kill is kept
     assert gone(mark), f"left behind: {marked_processes(mark)}"
@@ -52,7 +67,7 @@ def test_escapee_of_a_finished_snippet_is_killed(mechanism: str, cgroups: bool, 
     # or a cgroup still knows it belongs to the run (not tested with neither).
     backend = make_backend(mechanism, cgroups=cgroups)
     env = {"PATH": os.environ["PATH"], mark: "1"}
-    result = run(backend, ESCAPE.format(tail=""), timeout_sec=20, env=env)
+    result = run(backend, escape_code(mechanism, ""), timeout_sec=20, env=env)
     assert (result.exit_code, result.timed_out) == (0, False)
     assert gone(mark), f"left behind: {marked_processes(mark)}"
 

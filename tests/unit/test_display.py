@@ -62,7 +62,11 @@ def test_cli_plan_shows_escapes_cuts_and_the_digest(tmp_path: Path) -> None:
         capture_output=True,
         timeout=60,
         cwd=tmp_path,
-        env={"PATH": str(BIN), "HOME": str(tmp_path), "GITPILOT_CONFIG_DIR": str(tmp_path)},
+        env={
+            "PATH": f"{BIN}:/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "GITPILOT_CONFIG_DIR": str(tmp_path),
+        },
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout.decode("utf-8")

@@ -104,7 +104,7 @@ def test_background_children_do_not_outlive_a_finished_snippet(
 ) -> None:
     # The bare isolator: the pid file is written on the host (OS isolation would hide
     # it) and the kill tested is the process group's; tests/isolation/ covers the rest.
-    service = SandboxService(settings=service.settings, isolator=Isolator())
+    service = SandboxService(settings=service.settings, isolator=Isolator(allow_uncontained=True))
     pidfile = tmp_path / "bg"
     result = run(service, "bash", f"sleep 300 >/dev/null 2>&1 & echo $! > {pidfile}; echo done")
     assert result.exit_code == 0 and result.stdout == "done\n"

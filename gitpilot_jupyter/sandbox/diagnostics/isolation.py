@@ -22,6 +22,7 @@ from pathlib import Path
 from ..local import cgroups
 from ..local.backends import BASE_LAYERS, SubprocessSandbox
 from ..local.confine import SYSTEM_DIRS, blocked_networks
+from ..local.isolation import HOST_NETWORK_LAYER, UNCONTAINED_LAYER
 from ..local.layered import SHELL, LayeredIsolator
 from ..service import SandboxService
 from .stage import FAIL, PASS, SKIP, Stage
@@ -58,9 +59,22 @@ try:
 except (OSError, IndexError):
     facts["ro-root"] = False
 facts["private-tmp"] = not os.path.exists(args["marker"])
-facts["hidden-credentials"] = all(
-    not os.path.isdir(p) or not os.listdir(p) for p in args["hidden"]
-)
+def reachable(path):
+    # Landlock leaves a path visible to stat but refuses to open it: only what opens counts.
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            open(path, "rb").close()
+        return True
+    except OSError:
+        return False
+def listing(path):
+    try:
+        return set(os.listdir(path))
+    except OSError:
+        return set()
+facts["hidden-credentials"] = all(not listing(p) for p in args["hidden"])
 # The run's cgroups are checked from outside (its own cgroup namespace shows "/").
 try:
     import resource
@@ -73,9 +87,9 @@ facts["userns"] = os.readlink("/proc/self/ns/user") != args["host_ns"]["user"]
 # What an attacker tries: the server's home, host sockets, /sys, an unexpected top folder.
 home = args["home"]
 facts["fs-allowlist"] = (
-    not any(os.path.exists(p) for p in args["forbidden"])
-    and set(os.listdir("/")) <= set(args["top"])
-    and (not os.path.isdir(home) or set(os.listdir(home)) <= set(args["home_kept"]))
+    not any(reachable(p) for p in args["forbidden"])
+    and listing("/") <= set(args["top"])
+    and listing(home) <= set(args["home_kept"])
 )
 wrote = []
 for path in ("/proc/sys/kernel/core_pattern", "/proc/sysrq-trigger"):
@@ -92,6 +106,32 @@ if keyctl is not None:
     # keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0): allowed unless filtered.
     denied = libc.syscall(keyctl, 0, -3, 0) == -1 and ctypes.get_errno() == errno.EPERM
     facts["seccomp"] = denied
+    # PR_GET_NO_NEW_PRIVS (39): 1 once set; nothing can unset it.
+    facts["no-new-privs"] = libc.prctl(39, 0, 0, 0, 0) == 1
+try:
+    socket.socket().close()
+    facts["net-denied"] = False
+except OSError:
+    try:
+        socket.create_connection(("127.0.0.1", args["port"]), timeout=2).close()
+        facts["net-denied"] = False
+    except OSError:
+        facts["net-denied"] = True
+try:
+    os.kill(args["server_pid"], 0)
+    facts["signal-scope"] = False
+except PermissionError:
+    facts["signal-scope"] = True
+except OSError:
+    facts["signal-scope"] = False
+child = os.fork()
+if child == 0:
+    try:
+        os.setsid()
+        os._exit(1)
+    except OSError:
+        os._exit(0)
+facts["session-kill"] = os.waitpid(child, 0)[1] == 0
 cap = args["disk_mb"] * 1024 * 1024
 def capped(path):
     st = os.statvfs(path)
@@ -127,12 +167,14 @@ async def isolation_layers(probe: SandboxService) -> Stage:
     missing = report.get("unavailable", [])
     gaps = "; ".join(f"{u['layer']}: {u['reason']}" for u in missing)
     detail = f"in force: {', '.join(layers)}" + (f"; missing: {gaps}" if gaps else "")
-    choice = report.get("choice", "auto")
-    tools = [u for u in missing if u["layer"] in NAMESPACE_TOOLS]
-    wanted = {"auto": "bwrap", "bwrap": "bwrap", "unshare": "unshare"}.get(choice)
-    broken = [u for u in tools if u["layer"] == wanted]
-    if sys.platform == "linux" and broken:
-        return Stage(name, FAIL, detail, broken[0]["fix"])
+    detail = f"engine {report.get('engine', 'none')}; {detail}"
+    refusal = backend.isolator.refusal()
+    if refusal is not None:
+        accepted = " (accepted by the administrator)" * backend.isolator.allow_uncontained
+        return Stage(name, FAIL, f"{refusal['reason']}{accepted}; {detail}", refusal["fix"])
+    memory = next((g for g in backend.isolator.gaps() if g["layer"] == "cgroup-memory"), None)
+    if memory is not None:
+        return Stage(name, FAIL, f"{memory['reason']}; {detail}", memory["fix"])
     return Stage(name, PASS, detail)
 
 
@@ -185,6 +227,7 @@ async def isolation_check(probe: SandboxService) -> Stage:
                 "home_kept": _kept_in_home(),
                 "disk_mb": probe.settings.effective().settings.disk_limit_mb,
                 "nonce": nonce,
+                "server_pid": os.getpid(),
             }
             _, result = await probe.run_approved_here(
                 language="python",
@@ -207,10 +250,13 @@ async def isolation_check(probe: SandboxService) -> Stage:
     facts: dict[str, bool] = json.loads(result.stdout)
     if creds is not None:
         facts["non-root"] = "0" not in creds["Uid"] + creds["Gid"]
+        facts["own-uid"] = str(os.geteuid()) not in creds["Uid"]
         facts["no-groups"] = not creds["Groups"]
         for layer in ("cgroup-memory", "cgroup-pids"):
             facts[layer] = in_run_cgroup(creds["cgroup"], layer.split("-")[1])
-    claimed = [layer for layer in result.isolation if layer != BASE_LAYERS[1]]
+    # The markers of what a run did without (accepted by the administrator) claim nothing.
+    markers = {BASE_LAYERS[1], UNCONTAINED_LAYER, HOST_NETWORK_LAYER}
+    claimed = [layer for layer in result.isolation if layer not in markers]
     checked = [layer for layer in claimed if layer in facts]
     broken = [layer for layer in checked if not facts[layer]]
     if broken:

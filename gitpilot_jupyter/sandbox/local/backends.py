@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any, ClassVar, Protocol
 
 from ..backend import OutputCallback, RunRequest, SandboxBackend
+from ..errors import ContainmentUnavailable
 from ..languages import Interpreters, canonical_language, snippet_filename
 from ..output import CappedText
 from ..records import PoolReport
@@ -369,6 +370,15 @@ class SubprocessSandbox(SandboxBackend):
     def _default_isolator() -> Isolator:
         return default_isolator()
 
+    def refusal(self, *, allow_network: bool = False) -> ContainmentUnavailable | None:
+        """The refusal of a run this host cannot contain, unless the administrator accepts
+        uncontained runs (the run then says so in its layers)."""
+        gap = self.isolator.refusal(allow_network=allow_network)
+        if gap is None or self.isolator.allow_uncontained:
+            return None
+        code = "network_unavailable" if gap["layer"] == "egress-only" else None
+        return ContainmentUnavailable(f"refused: {gap['reason']}. To fix: {gap['fix']}", code=code)
+
     def isolation(self, *, allow_network: bool = False) -> list[str]:
         """Layers a run gets now: temp dir, env scrub, then the OS layers."""
         return BASE_LAYERS + self.isolator.layers(allow_network=allow_network)
@@ -405,6 +415,9 @@ class SubprocessSandbox(SandboxBackend):
             run_id=request.run_id,
             plan_id=request.plan_id,
         )
+        refused = self.refusal(allow_network=request.allow_network)
+        if refused is not None:
+            raise refused
         interpreter = self.interpreters.resolve(language)
         if interpreter is None:
             missing = getattr(self.interpreters, language)
@@ -604,6 +617,10 @@ class NullSandbox(SubprocessSandbox):
     """
 
     name: ClassVar[str] = "off"
+
+    def refusal(self, *, allow_network: bool = False) -> ContainmentUnavailable | None:
+        """None: ``off`` is pass-through by choice, and its plans say so."""
+        return None
 
     @staticmethod
     def _default_isolator() -> Isolator:

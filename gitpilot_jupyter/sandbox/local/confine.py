@@ -647,8 +647,8 @@ def unavailable(chain: Confinement | None, egress_error: str | None) -> list[dic
         out.append(
             {
                 "layer": "egress-only",
-                "reason": "a network-on run shares the host's network (it can reach the "
-                f"host's loopback, e.g. the Jupyter API, and its services): {egress_error}",
+                "reason": "network-on runs are refused: they would share the host's network "
+                f"(its loopback, the Jupyter API, its services): {egress_error}",
                 "fix": NET_FIX,
             }
         )

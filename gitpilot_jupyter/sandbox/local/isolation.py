@@ -8,16 +8,39 @@ the bare isolator (no OS layer); the layered one
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import os
+import sys
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..backend import ResourceLimits
-from ..records import IsolationReport
+from ..records import IsolationGap, IsolationReport
 
-#: Caps the namespace tool: ``auto`` (bwrap, else unshare), ``bwrap``, ``unshare``, ``none``.
+#: Caps the containment engine: ``auto`` (bwrap, else landlock), ``bwrap``, ``landlock``,
+#: ``unshare`` (namespaces alone, no file-system wall) or ``none``.
 ISOLATION_ENV = "GITPILOT_SANDBOX_ISOLATION"
-ISOLATION_CHOICES = ("auto", "bwrap", "unshare", "none")
+ISOLATION_CHOICES = ("auto", "bwrap", "landlock", "unshare", "none")
+#: The engines that put a wall between a snippet and the user's files: a run on any other
+#: is refused unless the administrator accepts uncontained runs.
+CONTAINED_ENGINES = ("bwrap", "landlock")
+#: The administrator's acceptance of runs this host cannot contain (``1``: accepted).
+ALLOW_UNCONTAINED_ENV = "GITPILOT_SANDBOX_ALLOW_UNCONTAINED"
+#: The layer a run names when it ran without a file-system wall (accepted by the admin),
+#: and the one a network-on run names when it shared the host's network.
+UNCONTAINED_LAYER = "uncontained"
+HOST_NETWORK_LAYER = "host-network"
+UNCONTAINED_FIX = (
+    "use the matrixlab backend (a Docker container per snippet); or, to accept runs that "
+    f"can read your files, an administrator sets {ALLOW_UNCONTAINED_ENV}=1 "
+    "(or c.SandboxApp.allow_uncontained = True)"
+)
+
+
+def allow_uncontained_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """True when :data:`ALLOW_UNCONTAINED_ENV` says ``1`` (or ``true``, ``yes``)."""
+    value = (os.environ if environ is None else environ).get(ALLOW_UNCONTAINED_ENV, "")
+    return value.strip().lower() in ("1", "true", "yes")
 
 
 @dataclass
@@ -43,7 +66,18 @@ class Launch:
 
 
 class Isolator:
-    """No OS isolation: the argv is run as is. Subclasses add layers."""
+    """No OS isolation: the argv is run as is. Subclasses add layers.
+
+    ``allow_uncontained``: the administrator accepts runs without a file-system wall
+    (default from :data:`ALLOW_UNCONTAINED_ENV`); otherwise :meth:`refusal` stops them.
+    """
+
+    engine: str = "none"
+
+    def __init__(self, *, allow_uncontained: bool | None = None) -> None:
+        self.allow_uncontained = (
+            allow_uncontained_from_env() if allow_uncontained is None else allow_uncontained
+        )
 
     def prepare(
         self,
@@ -65,6 +99,28 @@ class Isolator:
         """The layers a run gets now (for status)."""
         return []
 
+    def refusal(self, *, allow_network: bool = False) -> IsolationGap | None:
+        """Why a run cannot be contained here (None: it can), whatever the opt-in says.
+
+        A run with one is refused unless :attr:`allow_uncontained`; with it, it runs and
+        says so (:data:`UNCONTAINED_LAYER`, :data:`HOST_NETWORK_LAYER`).
+        """
+        return {
+            "layer": "containment",
+            "reason": f"no containment engine on {sys.platform}: a snippet would run as "
+            "the server's user, with its files",
+            "fix": UNCONTAINED_FIX,
+        }
+
+    def gaps(self, *, allow_network: bool = False) -> list[IsolationGap]:
+        """What the engine in force cannot keep from a run, for its plan (before approval)."""
+        return []
+
     def report(self) -> IsolationReport:
         """``{"layers": [...], "unavailable": [{"layer", "reason", "fix"}]}`` for status."""
-        return {"layers": self.layers(), "unavailable": []}
+        refusal = self.refusal()
+        return {
+            "layers": self.layers(),
+            "engine": self.engine,
+            "unavailable": [refusal] if refusal is not None else [],
+        }

@@ -353,9 +353,9 @@ def interpreter_rules() -> tuple[str, ...]:
 
 
 def run_walled(
-    wall: Wall, argv: Sequence[str]
+    wall: Wall, argv: Sequence[str], cwd: str | None = None
 ) -> tuple[subprocess.CompletedProcess[str] | None, str]:
-    """Run ``argv`` behind ``wall`` (output captured, empty environment).
+    """Run ``argv`` behind ``wall`` (output captured, empty environment, in ``cwd``).
 
     ``(result, "")``, or ``(None, reason)`` when the wall could not be applied: the
     reason comes back through a pipe, as ``subprocess`` passes on only that
@@ -373,7 +373,13 @@ def run_walled(
     try:
         try:
             result = subprocess.run(
-                list(argv), preexec_fn=apply, capture_output=True, text=True, timeout=60, env={}
+                list(argv),
+                preexec_fn=apply,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={},
+                cwd=cwd,
             )
         except (OSError, subprocess.SubprocessError) as exc:
             os.close(report_w)

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import os
 import pwd
+import resource
 import shlex
 import shutil
 import signal
@@ -30,14 +31,26 @@ from typing import cast
 
 from ..backend import ResourceLimits
 from ..records import IsolationGap, IsolationReport
-from . import cgroups, confine, namespaces
+from . import cgroups, confine, landlock, namespaces, nsfree
+from .bundled import is_bundled
 from .confine import View, jupyter_dirs, needed_paths, plan_view
-from .isolation import ISOLATION_CHOICES, ISOLATION_ENV, Isolator, Launch
+from .isolation import (
+    CONTAINED_ENGINES,
+    HOST_NETWORK_LAYER,
+    ISOLATION_CHOICES,
+    ISOLATION_ENV,
+    UNCONTAINED_FIX,
+    UNCONTAINED_LAYER,
+    Isolator,
+    Launch,
+)
 from .lookup import Lookup
 from .namespaces import Hidden
 from .rlimits import ULIMIT_CANDIDATES, RlimitPlan, capped, plan_rlimits, unavailable_reasons
 
 LINUX = sys.platform == "linux"
+#: What the engine in force is: bubblewrap's or unshare's namespaces, or the namespace-free one.
+Engine = namespaces.Namespaces | nsfree.Engine
 _CGROUP_CACHE: dict[str | None, tuple[cgroups.CgroupTree | None, list[str]]] = {}
 
 
@@ -306,10 +319,62 @@ class LayeredLaunch(Launch):
             self._cgroup = None
 
 
+class WalledLaunch(LayeredLaunch):
+    """A launch of the namespace-free engine: the child joins its cgroup, sets its
+    rlimits, then puts up its :class:`~.landlock.Wall` before it execs.
+
+    The run is its own session, which it cannot leave (``setsid`` is refused to it):
+    the end-of-run kill takes every process of that session, cgroup or not.
+    """
+
+    def __init__(
+        self,
+        argv: list[str],
+        layers: list[str],
+        rlimits: RlimitPlan,
+        cgroup: cgroups.CgroupRun | None,
+        wall: landlock.Wall,
+        run_uid: int | None,
+    ) -> None:
+        super().__init__(argv, layers, rlimits, cgroup, None)
+        self._wall = wall
+        self._run_uid = run_uid
+
+    def _preexec(self) -> None:
+        super()._preexec()
+        self._wall.apply()
+
+    def on_started(self, pid: int) -> None:
+        """Remember the pid; the parent no longer needs the ruleset or the join fds."""
+        super().on_started(pid)
+        self._wall.close()
+
+    def kill_all(self) -> None:
+        """Kill the run's cgroup and every process of its session."""
+        if self._cgroup is not None:
+            self._cgroup.kill_all()
+        if self._pid is not None:
+            nsfree.kill_session(self._pid)
+
+    def cleanup(self) -> None:
+        """Kill leftovers, remove the run cgroup, give the run's uid back."""
+        try:
+            if self._pid is not None:
+                nsfree.kill_session(self._pid)
+            super().cleanup()
+        finally:
+            self._wall.close()
+            if self._run_uid is not None:
+                nsfree.RUN_IDS.give_back(self._run_uid)
+                self._run_uid = None
+
+
 class LayeredIsolator(Isolator):
     """The strongest isolation this machine offers, within what was asked for.
 
-    ``namespaces``: ``auto`` (bwrap, else unshare), ``bwrap``, ``unshare`` or ``none``;
+    ``namespaces`` caps the engine: ``auto`` (bwrap, else the namespace-free
+    ``landlock``, else ``unshare``, which is no wall: its runs are refused unless
+    ``allow_uncontained``), ``bwrap``, ``landlock``, ``unshare`` or ``none``;
     default from ``GITPILOT_SANDBOX_ISOLATION``. ``cgroups`` False uses rlimits only.
     ``cgroup_parent``: a cgroup delegated to the server's user that run cgroups are made
     under (default from ``GITPILOT_SANDBOX_CGROUP``; unset: the server's own).
@@ -324,8 +389,10 @@ class LayeredIsolator(Isolator):
         environ: Mapping[str, str] | None = None,
         home: Path | None = None,
         cgroup_parent: str | None = None,
+        allow_uncontained: bool | None = None,
     ) -> None:
         self.environ = os.environ if environ is None else environ
+        super().__init__(allow_uncontained=allow_uncontained)
         raw = self.environ.get(ISOLATION_ENV, "").strip().lower() if namespaces is None else None
         choice = namespaces if namespaces is not None else raw or "auto"
         self.choice_error: str | None = None
@@ -345,8 +412,8 @@ class LayeredIsolator(Isolator):
 
     # -- what is available -----------------------------------------------------------
 
-    def _namespaces(self) -> tuple[namespaces.Namespaces | None, list[dict[str, str]]]:
-        """The namespace tool to use now, and why stronger ones are not used."""
+    def _engine(self) -> tuple[Engine | None, list[dict[str, str]]]:
+        """The engine to use now, strongest first, and why stronger ones are not used."""
         if not LINUX:
             return None, [
                 {
@@ -358,20 +425,79 @@ class LayeredIsolator(Isolator):
         if self.choice == "none":
             return None, [_disabled("namespaces", "none")]
         missing: list[dict[str, str]] = []
-        if self.choice == "unshare":
-            missing.append(_disabled("bwrap", "unshare"))
-        else:
-            tool, why = namespaces.detect("bwrap")
+        for kind in ("bwrap", "landlock", "unshare"):
+            if self.choice not in ("auto", kind):
+                if kind == "bwrap":
+                    missing.append(_disabled("bwrap", self.choice))
+                continue
+            if kind == "landlock":
+                engine, gap = nsfree.detect()
+                if engine is not None:
+                    return engine, missing
+                assert gap is not None
+                missing.append(_plain(gap))
+                continue
+            tool, why = namespaces.detect(kind)
             if tool is not None:
                 return tool, missing
             assert why is not None
             missing.append(why)
-        if self.choice == "bwrap":
-            return None, missing
-        tool, why = namespaces.detect("unshare")
-        if why is not None:
-            missing.append(why)
-        return tool, missing
+        return None, missing
+
+    def _namespaces(self) -> tuple[namespaces.Namespaces | None, list[dict[str, str]]]:
+        """The namespace tool in force (None: none, or the namespace-free engine)."""
+        engine, missing = self._engine()
+        return (engine if isinstance(engine, namespaces.Namespaces) else None), missing
+
+    @property
+    def engine(self) -> str:  # type: ignore[override]
+        """The engine in force now: ``bwrap``, ``landlock``, ``unshare`` or ``none``."""
+        engine, _ = self._engine()
+        return engine.kind if engine is not None else "none"
+
+    def refusal(self, *, allow_network: bool = False) -> IsolationGap | None:
+        """Why a run (network on: ``allow_network``) cannot be contained here, or None."""
+        engine, missing = self._engine()
+        kind = engine.kind if engine is not None else "none"
+        if kind not in CONTAINED_ENGINES:
+            return _uncontained(kind, missing)
+        if allow_network:
+            if isinstance(engine, nsfree.Engine):
+                return {
+                    "layer": "egress-only",
+                    "reason": "the namespace-free engine (this host allows no namespaces) "
+                    "cannot give a network-on run a network of its own: it would share the "
+                    "host's network, its loopback and the Jupyter API",
+                    "fix": "run without network, or use the matrixlab backend",
+                }
+            if isinstance(engine, namespaces.Namespaces) and engine.egress_error is not None:
+                return {
+                    "layer": "egress-only",
+                    "reason": "a network-on run would share the host's network (its loopback, "
+                    f"the Jupyter API, its services): {engine.egress_error}",
+                    "fix": confine.NET_FIX,
+                }
+        return None
+
+    def gaps(self, *, allow_network: bool = False) -> list[IsolationGap]:
+        """What the engine in force cannot keep from a run, and memory left uncapped."""
+        engine, _ = self._engine()
+        out: list[IsolationGap] = []
+        if isinstance(engine, nsfree.Engine):
+            out += nsfree.gaps(as_root=os.geteuid() == 0)
+        tree, cg_missing = self._cgroups()
+        memory = tree is not None and tree.memory_parent is not None
+        if not memory:
+            why = next((g for g in cg_missing if g["layer"] == "cgroup-memory"), None)
+            out.append(
+                {
+                    "layer": "cgroup-memory",
+                    "reason": "memory is not capped for the run as a whole (no memory cgroup): "
+                    "each process may take up to the limit, so several together exceed it",
+                    "fix": why["fix"] if why is not None else cgroup_fix(),
+                }
+            )
+        return out
 
     def _cgroups(self) -> tuple[cgroups.CgroupTree | None, list[dict[str, str]]]:
         if not LINUX:
@@ -488,8 +614,11 @@ class LayeredIsolator(Isolator):
         allow_network: bool,
         limits: ResourceLimits,
     ) -> Launch:
-        """Wrap ``argv`` in the namespaces, a run cgroup and rlimits available now."""
-        tool, _ = self._namespaces()
+        """Wrap ``argv`` in the engine, a run cgroup and rlimits available now."""
+        engine, _ = self._engine()
+        if isinstance(engine, nsfree.Engine):
+            return self._prepare_walled(engine, argv, workdir, allow_network, limits)
+        tool = engine
         tree, _ = self._cgroups()
         run_uid = None
         if tool is not None and tool.confine is not None and tool.confine.idmap is not None:
@@ -536,7 +665,76 @@ class LayeredIsolator(Isolator):
             raise
         layers += covered
         layers += rlimits.layers
+        layers += self._uncontained_layers(allow_network)
         return LayeredLaunch(list(argv), layers, rlimits, run, tools, staged=first is not None)
+
+    def _uncontained_layers(self, allow_network: bool) -> list[str]:
+        """What a run says of what it ran without (accepted by the administrator)."""
+        out = []
+        if self.refusal() is not None:
+            out.append(UNCONTAINED_LAYER)
+        elif allow_network and self.refusal(allow_network=True) is not None:
+            out.append(HOST_NETWORK_LAYER)
+        return out
+
+    def _prepare_walled(
+        self,
+        engine: nsfree.Engine,
+        argv: list[str],
+        workdir: Path,
+        allow_network: bool,
+        limits: ResourceLimits,
+    ) -> Launch:
+        """A run of the namespace-free engine: the wall, a run cgroup, rlimits, its uid."""
+        tree, _ = self._cgroups()
+        as_root = os.geteuid() == 0
+        run_uid = nsfree.RUN_IDS.take() if as_root else None
+        run: cgroups.CgroupRun | None = None
+        wall: landlock.Wall | None = None
+        try:
+            if tree is not None:
+                cgroups.remove_stale()
+                with contextlib.suppress(OSError):
+                    run = tree.create(limits)
+            covered = tree.layers() if run is not None and tree is not None else []
+            rlimits = plan_rlimits(
+                limits,
+                memory="cgroup-memory" not in covered,
+                processes="cgroup-pids" not in covered,
+                run_uid=run_uid,
+            )
+            if run_uid is not None:
+                nsfree.own_run_folder(workdir, run_uid)
+                if "cgroup-pids" not in covered:
+                    # Its own uid runs nothing else: the process cap is the run's alone.
+                    rlimits.limits.append((resource.RLIMIT_NPROC, limits.max_processes))
+                    rlimits.layers.append("rlimit-nproc")
+            hidden = [*self.hidden_paths()[0], *self.hidden_paths()[1]]
+            rules, kept = nsfree.fs_rules(argv[0], workdir, hidden)
+            open_network = allow_network and self.refusal(allow_network=True) is not None
+            bpf = engine.bpf_inet if allow_network else engine.bpf_off
+            if bpf is None:
+                raise OSError("the seccomp filter for network-on runs could not be built")
+            wall = landlock.Wall(
+                landlock.ruleset(rules, deny_tcp=not allow_network, scoped=True),
+                bpf=bpf,
+                ids=(run_uid, run_uid) if run_uid is not None else None,
+            )
+            layers = nsfree.layers(allow_network=allow_network, as_root=as_root)
+            if not kept:
+                layers.remove("hidden-credentials")  # one holds the interpreter: in view
+            layers += covered + rlimits.layers
+            if open_network:
+                layers.append(HOST_NETWORK_LAYER)
+            return WalledLaunch(list(argv), layers, rlimits, run, wall, run_uid)
+        except BaseException:
+            if wall is not None:
+                wall.close()
+            if run is not None:
+                run.cleanup()
+            if run_uid is not None:
+                nsfree.RUN_IDS.give_back(run_uid)
+            raise
 
     def fingerprint(self, argv: list[str], *, allow_network: bool) -> Hashable | None:
         """The bwrap view of ``argv`` (hidden paths, interpreter folders) and, network on,
@@ -548,6 +746,8 @@ class LayeredIsolator(Isolator):
         tool, _ = self._namespaces()
         if tool is None or tool.kind != "bwrap" or launch_tools() is None:
             return None
+        if self.refusal() is not None:
+            return None  # nothing is started ahead of a run that may be refused
         nets = confine.blocked_networks() if allow_network and tool.egress_error is None else []
         tree, _ = self._cgroups()
         # The view and which folder or file each path is now: one replaced on the host
@@ -558,9 +758,12 @@ class LayeredIsolator(Isolator):
 
     def layers(self, *, allow_network: bool = False) -> list[str]:
         """The layers a run gets now (for status); nothing is created."""
-        tool, _ = self._namespaces()
+        engine, _ = self._engine()
         tree, _ = self._cgroups()
-        out = tool.layers(allow_network=allow_network) if tool is not None else []
+        if isinstance(engine, nsfree.Engine):
+            out = nsfree.layers(allow_network=allow_network, as_root=os.geteuid() == 0)
+        else:
+            out = engine.layers(allow_network=allow_network) if engine is not None else []
         covered = tree.layers() if tree is not None else []
         rlimits = plan_rlimits(
             ResourceLimits(),
@@ -568,11 +771,12 @@ class LayeredIsolator(Isolator):
             processes="cgroup-pids" not in covered,
             count_tasks=False,
         )
-        return out + covered + rlimits.layers
+        return out + covered + rlimits.layers + self._uncontained_layers(allow_network)
 
     def report(self) -> IsolationReport:
         """Layers in force, the mechanism, and each missing layer with its reason and fix."""
-        tool, missing = self._namespaces()
+        engine, missing = self._engine()
+        tool = engine if isinstance(engine, namespaces.Namespaces) else None
         tree, cg_missing = self._cgroups()
         covered = tree.layers() if tree is not None else []
         missing += cg_missing
@@ -581,7 +785,31 @@ class LayeredIsolator(Isolator):
         )
         if tool is not None and tool.kind == "bwrap":
             missing += confine.unavailable(tool.confine, tool.egress_error)
-        if LINUX and os.geteuid() == 0 and (tool is None or tool.kind != "bwrap"):
+            if is_bundled(tool.path):
+                missing.append(
+                    {
+                        "layer": "system-bwrap",
+                        "reason": "no bubblewrap is installed: runs use the bundled build "
+                        f"({tool.path}, pinned by its SHA-256), which gets no security updates "
+                        "from your distribution",
+                        "fix": namespaces.BWRAP_FIX,
+                    }
+                )
+        if isinstance(engine, nsfree.Engine):
+            missing += [_plain(g) for g in nsfree.gaps(as_root=os.geteuid() == 0)]
+        refusal = self.refusal()
+        if refusal is not None:
+            missing.insert(0, _plain(refusal))
+        elif isinstance(engine, nsfree.Engine):
+            network = self.refusal(allow_network=True)
+            if network is not None:
+                missing.append(_plain(network))
+        if (
+            LINUX
+            and os.geteuid() == 0
+            and (tool is None or tool.kind != "bwrap")
+            and not (isinstance(engine, nsfree.Engine))
+        ):
             missing.append(
                 {
                     "layer": "root-containment",
@@ -601,11 +829,56 @@ class LayeredIsolator(Isolator):
             )
         return {
             "layers": self.layers(),
+            "engine": engine.kind if engine is not None else "none",
             "namespaces": tool.kind if tool is not None else "none",
             "cgroups": f"v{tree.version}" if tree is not None else "none",
             "choice": self.choice,
             "unavailable": cast(list[IsolationGap], missing),
         }
+
+
+def _plain(gap: IsolationGap) -> dict[str, str]:
+    return {"layer": gap["layer"], "reason": gap["reason"], "fix": gap["fix"]}
+
+
+def in_container() -> bool:
+    """True when this server runs in a container (Docker, Podman, a Kubernetes pod)."""
+    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
+        return True
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    with contextlib.suppress(OSError):
+        text = Path("/proc/1/cgroup").read_text()
+        return any(word in text for word in ("docker", "kubepods", "containerd", "libpod"))
+    return False
+
+
+#: What lets a container's runs have the bubblewrap engine (its runtime refuses namespaces).
+CONTAINER_FIX = (
+    "this server runs in a container whose runtime refuses new namespaces (its seccomp "
+    "profile) and masks /proc: give the pod a seccomp profile that allows user namespaces "
+    "and securityContext procMount: Unmasked (Kubernetes), or run the container with "
+    "--security-opt seccomp=unconfined --security-opt systempaths=unconfined (Docker)"
+)
+
+
+def _uncontained(kind: str, missing: list[dict[str, str]]) -> IsolationGap:
+    """The refusal of a host with no engine that walls a snippet off the user's files."""
+    why = "; ".join(f"{m['layer']}: {m['reason']}" for m in missing) or "none configured"
+    refused = any("cannot create namespaces" in m["reason"] for m in missing)
+    fixes = [CONTAINER_FIX] if refused and LINUX and in_container() else []
+    fixes += [m["fix"] for m in missing if m.get("fix")][:1]
+    fixes.append(UNCONTAINED_FIX)
+    what = (
+        "unshare gives namespaces but no file-system wall"
+        if kind == "unshare"
+        else "no containment engine works here"
+    )
+    return {
+        "layer": "containment",
+        "reason": f"this host cannot keep a snippet away from your files ({what}: {why})",
+        "fix": "; or ".join(dict.fromkeys(fixes)),
+    }
 
 
 def _disabled(layer: str, choice: str, by: str = "") -> dict[str, str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..backend import DEFAULT_DISK_MB
 from ..executables import which
+from .bundled import bundled_bwrap
 from .confine import (
     CGROUP_NS,
     TOOLS_FIX,
@@ -194,9 +195,15 @@ def detect(kind: str) -> tuple[Namespaces | None, dict[str, str] | None]:
     The probe runs once per executable path; later calls only look the tool up on PATH.
     """
     path = which(kind)
+    bundled_error = None
+    if path is None and kind == "bwrap":
+        path, bundled_error = bundled_bwrap()
     if path is None:
         fix = BWRAP_FIX if kind == "bwrap" else "install util-linux (it provides unshare)"
-        return None, {"layer": kind, "reason": f"{kind} is not installed (not on PATH)", "fix": fix}
+        reason = f"{kind} is not installed (not on PATH)"
+        if bundled_error is not None:
+            reason += f", and the bundled one is not used: {bundled_error}"
+        return None, {"layer": kind, "reason": reason, "fix": fix}
     key = (kind, path)
     if key not in _CACHE:
         candidates = [Namespaces(kind, path)]

@@ -1,0 +1,311 @@
+"""The namespace-free engine: a wall for hosts that allow no new namespaces.
+
+In a JupyterHub pod or a ``docker run`` with the default seccomp profile neither
+bubblewrap nor ``unshare`` can make a namespace, but Landlock, seccomp and
+``no_new_privs`` still work. A run is then walled in by those, all set in the child
+between fork and exec (``preexec_fn``: :meth:`.landlock.Wall.apply`), none of which
+the snippet can undo:
+
+* **Landlock**, a file-system allowlist: the system folders and the interpreter's
+  folders read-only and executable, ``/etc`` but its secrets read-only, a few device
+  files, the run's own folder writable; nothing else (no ``$HOME``, no ``/proc``,
+  no ``/run``, no ``/tmp``, no Jupyter folder). TCP bind and connect are denied
+  (ABI 4), signals and abstract unix sockets are scoped to the run (ABI 6).
+* **seccomp**: the bubblewrap engine's deny list, plus ``socket`` for every family
+  (network off), ``setsid`` (a run cannot leave its session: the end-of-run kill finds
+  every process of it by session id) and namespace flags.
+* **no_new_privs**, the rlimits, a session of its own, and a run cgroup where one is
+  writable. A root server's runs drop to a uid of their own (:func:`run_ids`).
+
+What it cannot give (no pid namespace, no private ``/tmp``, no size cap on the run's
+folder, the server's uid for a server that is not root) is listed by :func:`gaps`,
+which status and every plan show before anyone approves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import os
+import signal
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..records import IsolationGap
+from . import landlock, seccomp
+from .confine import SECRET_DIRS, SECRET_FILES, SYSTEM_DIRS, inside, needed_paths
+
+#: The engine's name in status, ``debug`` and the launch plan.
+ENGINE = "landlock"
+#: Device files a run may read and write (nothing else of ``/dev``).
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+#: The uids a root server's runs drop to, one per run under way (none owns a file).
+RUN_UID_BASE = 2_100_000_000
+RUN_UID_COUNT = 65536
+#: The layers a run of this engine has whatever the host (the probe checks them all).
+BASE_LAYERS = ["landlock", "fs-allowlist", "no-new-privs", "seccomp", "session-kill"]
+FIX = (
+    "install bubblewrap where user namespaces are allowed (Debian/Ubuntu: sudo apt-get "
+    "install bubblewrap); in a container, the namespace-free engine needs Landlock "
+    "(Linux 5.13 or newer, enabled in the kernel's lsm= list) and seccomp"
+)
+
+
+def _ancestors_excluded(path: Path, excluded: Sequence[Path]) -> bool:
+    return any(inside(path, e) for e in excluded)
+
+
+def allowed_under(roots: Iterable[Path], excluded: Sequence[Path]) -> list[Path]:
+    """The paths that give everything below ``roots`` but ``excluded``.
+
+    Landlock only allows (a rule cannot take a subtree back), so a root holding an
+    excluded path is replaced by its entries, recursively, down to the excluded
+    path's folder. ``roots`` and ``excluded`` are absolute and resolved; what does
+    not exist is left out.
+    """
+    out: list[Path] = []
+    todo = sorted(set(roots))
+    while todo:
+        path = todo.pop()
+        if _ancestors_excluded(path, excluded):
+            continue
+        if not any(inside(e, path) for e in excluded):
+            out.append(path)
+            continue
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(path):
+                child = Path(entry.path)
+                if entry.is_symlink():
+                    continue  # its target is allowed (or not) by its own path
+                todo.append(child)
+    return sorted(out)
+
+
+@functools.cache
+def _system_roots() -> tuple[tuple[Path, ...], Path | None]:
+    """The system folders to execute from (resolved; /bin may be a link to /usr/bin),
+    and ``/etc`` (read only)."""
+    etc = Path("/etc").resolve() if os.path.isdir("/etc") else None
+    roots = {Path(d).resolve() for d in SYSTEM_DIRS if d != "/etc" and os.path.isdir(d)}
+    return tuple(sorted(roots)), etc
+
+
+def fs_rules(argv0: str, workdir: Path, hidden: Sequence[Path]) -> tuple[landlock.FsRules, bool]:
+    """The run's file-system allowlist, and whether every hidden path stays out of it.
+
+    ``hidden`` are the user's credential and Jupyter folders and files (resolved, see
+    :meth:`.layered.LayeredIsolator.hidden_paths`): left out of every tree the run
+    sees, as are the system's secrets (:data:`.confine.SECRET_DIRS`, ``SECRET_FILES``).
+    False when one of them holds an interpreter folder, which a run cannot do without.
+    """
+    system, etc = _system_roots()
+    interpreters = [p for p in needed_paths(argv0) if not any(inside(p, s) for s in system)]
+    secrets = [Path(p) for p in (*SECRET_DIRS, *SECRET_FILES) if os.path.lexists(p)]
+    excluded = sorted({*(p.resolve() for p in secrets), *hidden})
+    kept = not any(inside(i, h) for i in interpreters for h in hidden)
+    execute = allowed_under([*system, *interpreters], excluded)
+    read = allowed_under([etc], excluded) if etc is not None else []
+    rules = landlock.FsRules(
+        execute=tuple(map(str, execute)),
+        read=tuple(map(str, read)),
+        write=(str(workdir),),
+        devices=DEVICES,
+    )
+    return rules, kept
+
+
+class _RunIds:
+    """The uids a root server's runs drop to: one free uid per run under way."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._taken: set[int] = set()
+        self._next = itertools.cycle(range(RUN_UID_COUNT))
+
+    def take(self) -> int:
+        with self._lock:
+            for _ in range(RUN_UID_COUNT):
+                uid = RUN_UID_BASE + next(self._next)
+                if uid not in self._taken:
+                    self._taken.add(uid)
+                    return uid
+        raise OSError("every run uid is in use")
+
+    def give_back(self, uid: int) -> None:
+        with self._lock:
+            self._taken.discard(uid)
+
+
+RUN_IDS = _RunIds()
+
+
+def own_run_folder(workdir: Path, uid: int) -> None:
+    """Give the run folder to the run's own uid (a root server's run writes there as it).
+
+    The server made it (0700) and stays able to remove it; the run enters it as its
+    working folder before it drops to ``uid``.
+    """
+    os.chown(workdir, uid, uid)
+
+
+def session_members(sid: int) -> list[int]:
+    """Every process whose session is ``sid`` (a run's, which it cannot leave: setsid
+    is refused to it), read from ``/proc``. The kernel keeps a session's number from
+    being given to a new process while any member lives, so nothing else matches."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rpartition(")")[2].split()
+            if len(fields) > 3 and fields[3] == str(sid):
+                found.append(int(entry))
+    return found
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of session ``sid`` until none is left (a few rounds: one
+    may fork while the list is read)."""
+    for _ in range(20):
+        members = session_members(sid)
+        if not members:
+            return
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def layers(*, allow_network: bool, as_root: bool) -> list[str]:
+    """The layers a run of this engine gets (before cgroups and rlimits)."""
+    out = list(BASE_LAYERS)
+    out.insert(2, "hidden-credentials")
+    if not allow_network:
+        out.append("net-denied")
+    if landlock.abi() >= 6:
+        out.append("signal-scope")
+    out.append("non-root")
+    if as_root:
+        out.append("own-uid")
+    return out
+
+
+def gaps(*, as_root: bool) -> list[IsolationGap]:
+    """What this engine cannot keep from a run, each with its reason and fix."""
+    out: list[IsolationGap] = [
+        {
+            "layer": "pidns",
+            "reason": "no pid namespace: other processes run beside the snippet ("
+            "/proc is out of its view"
+            + (", signals to them are refused" if landlock.abi() >= 6 else "")
+            + ")",
+            "fix": FIX,
+        },
+        {
+            "layer": "private-tmp",
+            "reason": "no private /tmp: /tmp and /dev/shm are out of the snippet's reach "
+            "(TMPDIR points into its own folder)",
+            "fix": FIX,
+        },
+        {
+            "layer": "disk-cap",
+            "reason": "the run's folder is on the host's disk: each file is capped "
+            "(RLIMIT_FSIZE), their total is not",
+            "fix": FIX,
+        },
+    ]
+    if landlock.abi() < 6:
+        out.append(
+            {
+                "layer": "signal-scope",
+                "reason": f"Landlock ABI {landlock.abi()} (below 6) cannot scope signals "
+                "and abstract unix sockets: a snippet may signal the server's processes",
+                "fix": "a kernel with Landlock ABI 6 (Linux 6.12 or newer)",
+            }
+        )
+    if not as_root:
+        out.append(
+            {
+                "layer": "own-uid",
+                "reason": "runs have the server's own uid (no user namespace, and only root "
+                "may give them another): per-user limits are shared with the server",
+                "fix": FIX,
+            }
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A working namespace-free engine: its seccomp filters, by network."""
+
+    bpf_off: bytes
+    bpf_inet: bytes | None
+
+    @property
+    def kind(self) -> str:
+        """The engine's name (``landlock``)."""
+        return ENGINE
+
+
+def _unavailable(reason: str) -> IsolationGap:
+    return {"layer": ENGINE, "reason": reason, "fix": FIX}
+
+
+@functools.cache
+def detect() -> tuple[Engine | None, IsolationGap | None]:
+    """The engine when Landlock and the seccomp filter work here (checked by effect,
+    once per process), else None and why not."""
+    if landlock.abi() < 1:
+        return None, _unavailable("Landlock is not available in this kernel (or is disabled)")
+    bpf, why = seccomp.compiled_namespace_free(allow_inet=False)
+    if bpf is None:
+        return None, {"layer": ENGINE, "reason": str(why), "fix": seccomp.FIX}
+    inet, _ = seccomp.compiled_namespace_free(allow_inet=True)
+    failed = landlock.probe() or _probe_as_runs()
+    if failed is not None:
+        return None, _unavailable(failed)
+    return Engine(bpf, inet), None
+
+
+def _probe_as_runs() -> str | None:
+    """None when this server's interpreter starts behind a full run's wall, as a run's
+    uid (a root server's runs drop to one: an interpreter under a folder only root may
+    enter, such as a pyenv in /root, cannot start there)."""
+    import sys
+    import tempfile
+
+    bpf, why = seccomp.compiled_namespace_free(allow_inet=False)
+    if bpf is None:
+        return str(why)
+    with tempfile.TemporaryDirectory(prefix="gitpilot-landlock-") as top:
+        workdir = Path(top)
+        rules, _ = fs_rules(sys.executable, workdir, [])
+        uid = RUN_UID_BASE + RUN_UID_COUNT - 1 if os.geteuid() == 0 else None
+        if uid is not None:
+            own_run_folder(workdir, uid)
+        wall = landlock.Wall(
+            landlock.ruleset(rules, deny_tcp=True, scoped=True),
+            bpf=bpf,
+            ids=(uid, uid) if uid is not None else None,
+        )
+        try:
+            argv = [sys.executable, "-I", "-c", "open('ok', 'w').write('ok')"]
+            done, reason = landlock.run_walled(wall, argv, cwd=str(workdir))
+        finally:
+            wall.close()
+        who = f" as uid {uid}" if uid is not None else ""
+        if done is None or done.returncode != 0 or not (workdir / "ok").is_file():
+            why = reason if done is None else f"exit {done.returncode}: {done.stderr[-300:]}"
+            return (
+                f"the interpreter {sys.executable} does not start behind the wall{who} "
+                f"({why.strip()})"
+                + ("; a root server's runs need an interpreter every user may enter" * bool(who))
+            )
+    return None
