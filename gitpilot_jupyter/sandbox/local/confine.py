@@ -96,8 +96,10 @@ SUBGID_FILE = "/etc/subgid"
 SUBID_COUNT = 65536
 
 
-#: Interfaces whose subnets hold the host's own services (containers, VMs): blocked too.
-BRIDGE_PREFIXES = ("docker", "br-", "virbr", "podman", "cni", "lxcbr", "veth")
+#: The networks around a host that egress to the world must not reach whatever the host
+#: looks like: private and shared ranges (a LAN, a container's or a pod's host, the other
+#: pods, a Dask scheduler on another machine) and link-local (cloud metadata).
+AROUND_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16")
 NET_FIX = (
     "install slirp4netns (Debian/Ubuntu: sudo apt-get install slirp4netns) and make "
     "/dev/net/tun usable by the server's user (mode 0666, the default)"
@@ -105,9 +107,10 @@ NET_FIX = (
 
 
 def blocked_networks() -> list[str]:
-    """What a network-on run must not reach: link-local (cloud metadata), every address
-    of this host, and the subnets of its bridges (containers, VMs)."""
-    out = {"169.254.0.0/16"}
+    """What a network-on run must not reach: :data:`AROUND_RANGES`, every address of this
+    host, the subnet of every route it has but the default one (bridges and links of any
+    name: containers, VMs), and the default gateway itself."""
+    out = set(AROUND_RANGES)
     with contextlib.suppress(OSError):
         lines = Path("/proc/net/fib_trie").read_text().splitlines()
         for before, line in itertools.pairwise(lines):
@@ -118,14 +121,15 @@ def blocked_networks() -> list[str]:
     with contextlib.suppress(OSError, ValueError):
         for line in Path("/proc/net/route").read_text().splitlines()[1:]:
             fields = line.split()
-            if (
-                len(fields) > 7
-                and fields[0].startswith(BRIDGE_PREFIXES)
-                and fields[1] != "00000000"
-            ):
-                net = ipaddress.IPv4Address(int(fields[1], 16).to_bytes(4, "little"))
-                mask = bin(int(fields[7], 16)).count("1")
+            if len(fields) <= 7 or fields[0] == "lo":
+                continue
+            net = ipaddress.IPv4Address(int(fields[1], 16).to_bytes(4, "little"))
+            mask = bin(int(fields[7], 16)).count("1")
+            if mask:
                 out.add(str(ipaddress.IPv4Network(f"{net}/{mask}", strict=False)))
+            gateway = int(fields[2], 16)
+            if gateway:
+                out.add(f"{ipaddress.IPv4Address(gateway.to_bytes(4, 'little'))}/32")
     return sorted(out)
 
 
