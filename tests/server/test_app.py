@@ -16,7 +16,7 @@ from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.server.app import SandboxApp
 from gitpilot_jupyter.server.base import SERVICE_KEY
 
-from .helpers import Api, server_config
+from .helpers import Api, approved_run, plan_and_approve, server_config
 
 
 class TaggedService(SandboxService):
@@ -139,9 +139,29 @@ def test_every_trait_has_help_text() -> None:
 async def test_isolation_trait_chooses_the_isolator(api: Api) -> None:
     status = (await api("GET", "api/sandbox/status")).body
     assert status["isolation_report"]["choice"] == "none"
+    assert status["isolation_report"]["engine"] == "none"
     assert not {"ro-root", "pidns", "netns"} & set(status["isolation"])
+    # No wall: planning is refused before anyone approves, with the reason and the fix.
     run = await api("POST", "api/sandbox/plan", {"language": "python", "code": "print(1)"})
-    assert run.code == 200
+    assert run.code == 409 and run.body["code"] == "containment_unavailable", run.body
+    assert "cannot keep a snippet away from your files" in run.body["message"]
+    assert "GITPILOT_SANDBOX_ALLOW_UNCONTAINED=1" in run.body["message"]
+
+
+@pytest.mark.parametrize(
+    "jp_server_config", [{"isolation": "none", "allow_uncontained": True}], indirect=True
+)
+async def test_an_administrator_may_accept_uncontained_runs(api: Api) -> None:
+    plan, _ = await plan_and_approve(api, language="python", code="print(1)")
+    assert any(
+        w["severity"] == "high" and "cannot keep the snippet away from your files" in w["label"]
+        for w in plan["warnings"]
+    ), plan["warnings"]
+    network = next(c for c in plan["checks"] if "network" in c["label"])
+    assert network["ok"] is False and "NOT cut off" in network["label"]
+    result = await approved_run(api, "python", "print(1)")
+    assert result.code == 200 and result.body["stdout"] == "1\n", result.body
+    assert "uncontained" in result.body["isolation"]
 
 
 @pytest.mark.parametrize(
