@@ -96,8 +96,7 @@ class Outcome:
                 "warnings": self.plan.get("warnings"),
                 "isolation": self.result.get("isolation"),
                 "output": self.output[-1500:],
-            },
-            indent=1,
+            }
         )
 
 
@@ -139,7 +138,7 @@ class Listeners:
     def connections(self) -> list[str]:
         """Stop listening; each connection seen (``tcp`` / ``unix``)."""
         out, _ = self.process.communicate(timeout=30)
-        return [line for line in out.splitlines()[1:] if line]
+        return [line for line in out.splitlines() if line]
 
 
 @pytest.fixture
@@ -153,6 +152,11 @@ def listeners(shape: Shape) -> Iterator[Listeners]:
     first = process.stdout.readline()
     assert first, "the listener did not start"
     found = Listeners(int(json.loads(first)["port"]), path, process)
+    # Both listen and see a connection of the user's (else an attack's "nothing seen" proves
+    # nothing); the probes' lines are read here, so connections() holds only the attack's.
+    for family, address in (("AF_INET", f"127.0.0.1:{found.port}"), ("AF_UNIX", path)):
+        assert shape.inside("connect", family, address), f"the user cannot reach {address}"
+        assert process.stdout.readline().strip() == ("tcp" if family == "AF_INET" else "unix")
     yield found
     if process.poll() is None:
         process.kill()

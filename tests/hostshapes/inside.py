@@ -7,6 +7,7 @@ container and run with ``docker exec``, so both shapes are driven the same way.
     inside.py plant PATH TEXT          writes TEXT to PATH (0600, parents 0700)
     inside.py exists PATH              prints true/false
     inside.py holds FOLDER TEXT        prints whether a file in FOLDER contains TEXT
+    inside.py connect FAMILY ADDRESS   prints whether AF_INET HOST:PORT or AF_UNIX PATH connects
     inside.py kill TEXT                kills the processes whose command line holds TEXT (a nonce)
     inside.py procs                    prints every process's command line (JSON list of strings)
     inside.py listen SOCKET            a loopback TCP and a unix listener (see :func:`listen`)
@@ -89,6 +90,18 @@ def kill(text: str) -> None:
             continue
 
 
+def connect(family: str, address: str) -> bool:
+    """True when a connection to ``address`` (``HOST:PORT`` or a socket path) succeeds."""
+    try:
+        with socket.socket(getattr(socket, family)) as sock:
+            sock.settimeout(5)
+            host, _, port = address.rpartition(":")
+            sock.connect((host, int(port)) if family == "AF_INET" else address)
+    except OSError:
+        return False
+    return True
+
+
 def listen(unix_path: str) -> None:
     """Listen on 127.0.0.1 (any port) and on ``unix_path``; report each connection.
 
@@ -132,6 +145,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps(os.path.lexists(args[0])))
     elif command == "holds":
         print(json.dumps(holds(args[0], args[1])))
+    elif command == "connect":
+        print(json.dumps(connect(args[0], args[1])))
     elif command == "kill":
         kill(args[0])
     elif command == "procs":
