@@ -23,6 +23,7 @@ from tests.support.system import require_system
 from .shapes import (
     POD_IMAGE,
     POD_IMAGE_ENV,
+    POOL_MODE,
     SHAPE_ENV,
     Shape,
     start_local,
@@ -44,10 +45,10 @@ def shape_name() -> str:
     return name
 
 
-@pytest.fixture(scope="session")
-def shape() -> Iterator[Shape]:
-    """The running server of this shape, with its planted secrets."""
-    name = shape_name()
+@pytest.fixture(scope="session", params=list(POOL_MODE))
+def shape(request: pytest.FixtureRequest) -> Iterator[Shape]:
+    """The running server of this shape, with its planted secrets; one cold, one warm."""
+    name, pool = shape_name(), str(request.param)
     if name == "pod":
         image = os.environ.get(POD_IMAGE_ENV, POD_IMAGE)
         inspect = ["docker", "image", "inspect", image]
@@ -56,14 +57,14 @@ def shape() -> Iterator[Shape]:
             and subprocess.run(inspect, capture_output=True).returncode == 0
         )
         require_system("the pod image", have, f"build it: scripts/build-pod-image.sh ({image})")
-        pod, container = start_pod(image)
+        pod, container = start_pod(image, pool)
         yield pod
         stop_pod(container)
         return
     if name == "pip-only":
         # The harness itself: the project must find no bubblewrap in this shape.
         assert shutil.which("bwrap") is None, "pip-only shape with a bwrap on PATH"
-    local, server, home = start_local(name)
+    local, server, home = start_local(name, pool)
     yield local
     stop_local(server, home)
 
@@ -124,6 +125,10 @@ def attack(shape: Shape, code: str, **extra: Any) -> Outcome:
         return Outcome(True, plan, {})
     assert status == 200, result
     assert result.get("backend") == "subprocess", result
+    if shape.pool == "cold":
+        assert result.get("warm") is False, result
+    # A warm server's runs are checked by test_a_warm_server_hands_out_warm_slots: the attack
+    # itself is judged by its effect, whichever path ran it.
     return Outcome(False, plan, result)
 
 

@@ -27,12 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gitpilot_jupyter.sandbox.local.pool import POOL_ENV
+
 SHAPE_ENV = "GITPILOT_HOST_SHAPE"
 POD_IMAGE_ENV = "GITPILOT_POD_IMAGE"
 POD_IMAGE = "gitpilot-test/pod:latest"
 #: The administrator's opt-in to uncontained runs: never set for the attacks.
 ALLOW_UNCONTAINED_ENV = "GITPILOT_SANDBOX_ALLOW_UNCONTAINED"
 INSIDE = Path(__file__).with_name("inside.py")
+#: Every attack runs on a cold start and on a warm pool slot (forced: no cold path).
+POOL_MODE = {"cold": "off", "warm": "always"}
 SERVER_START_TIMEOUT = 60.0
 
 
@@ -46,6 +50,7 @@ class Shape:
     """A running Jupyter server in one host shape, and how to act as its user there."""
 
     name: str
+    pool: str
     home: str
     server_pid: int
     port: int
@@ -114,7 +119,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_local(name: str) -> tuple[Shape, subprocess.Popen[bytes], Path]:
+def start_local(name: str, pool: str) -> tuple[Shape, subprocess.Popen[bytes], Path]:
     """A Jupyter server with the extension as this user, in a fresh home with secrets."""
     home = Path(tempfile.mkdtemp(prefix="gitpilot-shapes-home-", dir="/var/tmp"))
     token, env_secret, ssh_secret = secrets.token_hex(24), nonce("env"), nonce("ssh")
@@ -134,6 +139,7 @@ def start_local(name: str) -> tuple[Shape, subprocess.Popen[bytes], Path]:
         JUPYTER_TOKEN=token,
         JUPYTERHUB_API_TOKEN=env_secret,
     )
+    env[POOL_ENV] = POOL_MODE[pool]
     port = free_port()
     argv = [sys.executable, "-m", "jupyter_server", f"--port={port}", "--ip=127.0.0.1"]
     argv += ["--port-retries=0", "--no-browser"]
@@ -143,6 +149,7 @@ def start_local(name: str) -> tuple[Shape, subprocess.Popen[bytes], Path]:
         server = subprocess.Popen(argv, cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT)
     shape = Shape(
         name=name,
+        pool=pool,
         home=str(home),
         server_pid=server.pid,
         port=port,
@@ -159,7 +166,7 @@ def start_local(name: str) -> tuple[Shape, subprocess.Popen[bytes], Path]:
     return shape, server, home
 
 
-def start_pod(image: str) -> tuple[Shape, str]:
+def start_pod(image: str, pool: str) -> tuple[Shape, str]:
     """A container of the pod image with its server up, secrets planted; its name."""
     name = nonce("pod")
     token, env_secret, ssh_secret = secrets.token_hex(24), nonce("env"), nonce("ssh")
@@ -169,7 +176,8 @@ def start_pod(image: str) -> tuple[Shape, str]:
         [
             *("docker", "run", "-d", "--rm", "--name", name, "--network", "none"),
             *("--user", "1000:1000", "-e", f"JUPYTER_TOKEN={token}"),
-            *("-e", f"JUPYTERHUB_API_TOKEN={env_secret}", image),
+            *("-e", f"JUPYTERHUB_API_TOKEN={env_secret}", "-e", f"{POOL_ENV}={POOL_MODE[pool]}"),
+            image,
         ],
         capture_output=True,
         text=True,
@@ -182,6 +190,7 @@ def start_pod(image: str) -> tuple[Shape, str]:
     home = "/home/jovyan"
     shape = Shape(
         name="pod",
+        pool=pool,
         home=home,
         server_pid=1,
         port=8888,

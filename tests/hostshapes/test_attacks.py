@@ -185,6 +185,15 @@ def test_the_cli_refuses_or_keeps_the_ssh_key_unread(shape: Shape) -> None:
     assert shape.ssh_secret not in done.stdout + done.stderr, done.stdout[-1500:]
 
 
+def test_a_warm_server_hands_out_warm_slots(shape: Shape) -> None:
+    """A server asked for warm slots runs on one (so the warm attacks took that path)."""
+    if shape.pool != "warm":
+        pytest.skip("the cold server")
+    outcome = attack(shape, "print('hello')")
+    if not outcome.refused:
+        assert outcome.result.get("warm") is True, outcome.describe()
+
+
 ENGINES = ("bwrap", "landlock", "none")
 
 
