@@ -28,7 +28,12 @@ wheel="$(ls "$context"/project/*.whl)"
 
 image_python="$(docker run --rm --network none "$base" python3 -c \
     'import platform; print(platform.python_version())')"
-requires="$(unzip -p "$wheel" '*.dist-info/METADATA' | grep '^Requires-Dist:' | grep -v 'extra ==' | sort)"
+# The wheel's own requirements (read with Python: unzip is not on every machine).
+requires="$("$python" -c 'import sys, zipfile
+wheel = zipfile.ZipFile(sys.argv[1])
+meta = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+lines = wheel.read(meta).decode().splitlines()
+print("\n".join(sorted(l for l in lines if l.startswith("Requires-Dist:") and "extra ==" not in l)))' "$wheel")"
 key="$(printf '%s\n%s\n' "$image_python" "$requires" | sha256sum | cut -c1-16)"
 if [ ! -f "$cache/$key/.complete" ]; then
     rm -rf "${cache:?}/$key"
