@@ -206,6 +206,9 @@ def start_pod(image: str, pool: str) -> tuple[Shape, str]:
         cli_argv=["/opt/venv/bin/jupyter", "sandbox"],
     )
     shape.inside("plant", shape.ssh_key, ssh_secret)
+    # Docker's default seccomp profile is on the server (filter mode 2), as in a pod.
+    status = shape.run(["cat", "/proc/1/status"]).stdout
+    assert "\nSeccomp:\t2" in status, f"the pod's server runs without Docker's seccomp:\n{status}"
 
     def alive() -> bool:
         state = subprocess.run(

@@ -7,6 +7,9 @@ its reason, or ``jupyter sandbox run`` exiting 2). It never succeeds, whatever t
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from .conftest import Listeners, Outcome, attack, refusal, still_running
@@ -182,6 +185,7 @@ def test_the_cli_refuses_or_keeps_the_ssh_key_unread(shape: Shape) -> None:
     if done.returncode == 2:
         assert done.stdout.strip() or done.stderr.strip(), "refused with no reason"
         return
+    assert engine_of(shape) != "none", f"no engine, yet the CLI ran it: {done.returncode}"
     assert shape.ssh_secret not in done.stdout + done.stderr, done.stdout[-1500:]
 
 
@@ -197,15 +201,31 @@ def test_a_warm_server_hands_out_warm_slots(shape: Shape) -> None:
 ENGINES = ("bwrap", "landlock", "none")
 
 
-def test_status_names_an_engine_that_holds_its_claim(shape: Shape) -> None:
-    """Where status names the engine, ``none`` means a subprocess plan is refused."""
+def engine_in(status: dict[str, Any]) -> str | None:
+    """The engine a status names (``isolation.engine``), None while it names none."""
+    for key in ("isolation", "isolation_report"):
+        section = status.get(key)
+        if isinstance(section, dict) and section.get("engine") is not None:
+            return str(section["engine"])
+    return None
+
+
+def engine_of(shape: Shape) -> str | None:
+    """The engine the server's ``GET /api/sandbox/status`` names."""
     code, status = shape.api("GET", "api/sandbox/status")
     assert code == 200, status
-    isolation = status.get("isolation")
-    engine = isolation.get("engine") if isinstance(isolation, dict) else None
+    return engine_in(status)
+
+
+def test_status_names_an_engine_that_holds_its_claim(shape: Shape) -> None:
+    """Where status names the engine, ``none`` means a subprocess plan is refused."""
+    engine = engine_of(shape)
     if engine is None:
         pytest.skip("this status names no engine yet (issue #27)")
-    assert engine in ENGINES, status["isolation"]
+    assert engine in ENGINES, engine
+    done = shape.cli("status", "--json")
+    assert done.returncode == 0, done.stderr
+    assert engine_in(json.loads(done.stdout)) == engine, "the CLI's status names another engine"
     planned_code, planned = shape.api(
         "POST", "api/sandbox/plan", {"language": "python", "code": "print(1)"}
     )
