@@ -64,9 +64,9 @@ def shape(request: pytest.FixtureRequest) -> Iterator[Shape]:
     if name == "pip-only":
         # The harness itself: the project must find no bubblewrap in this shape.
         assert shutil.which("bwrap") is None, "pip-only shape with a bwrap on PATH"
-    local, server, home = start_local(name, pool)
+    local, server = start_local(name, pool)
     yield local
-    stop_local(server, home)
+    stop_local(local, server)
 
 
 @dataclass

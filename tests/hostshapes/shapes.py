@@ -14,11 +14,11 @@ inside it (REST calls to the server on its loopback, planting, the process list)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gitpilot_jupyter.sandbox.local.pool import POOL_ENV
+from tests.support.live_server import START_TIMEOUT_SEC, LiveServer, start_live_server
 
 SHAPE_ENV = "GITPILOT_HOST_SHAPE"
 POD_IMAGE_ENV = "GITPILOT_POD_IMAGE"
@@ -37,7 +38,6 @@ ALLOW_UNCONTAINED_ENV = "GITPILOT_SANDBOX_ALLOW_UNCONTAINED"
 INSIDE = Path(__file__).with_name("inside.py")
 #: Every attack runs on a cold start and on a warm pool slot (forced: no cold path).
 POOL_MODE = {"cold": "off", "warm": "always"}
-SERVER_START_TIMEOUT = 60.0
 
 
 def nonce(kind: str) -> str:
@@ -52,6 +52,7 @@ class Shape:
     name: str
     pool: str
     home: str
+    runtime_dir: str
     server_pid: int
     port: int
     token: str
@@ -62,11 +63,6 @@ class Shape:
     prefix: list[str] = field(default_factory=list)
     env: dict[str, str] | None = None
     cli_argv: list[str] = field(default_factory=list)
-
-    @property
-    def runtime_dir(self) -> str:
-        """The server's Jupyter runtime dir (its ``jpserver-PID.json`` holds the token)."""
-        return f"{self.home}/.local/share/jupyter/runtime"
 
     @property
     def ssh_key(self) -> str:
@@ -112,58 +108,47 @@ class Shape:
         return self.run([*self.cli_argv, *args])
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+#: The administrator's setup a wrapper made for the shape (scripts/as_docker_user.py's
+#: delegated cgroup), passed on to the server, which gets no other GITPILOT_* variable.
+SHAPE_SETUP_ENV = ("GITPILOT_SANDBOX_CGROUP",)
 
 
-def start_local(name: str, pool: str) -> tuple[Shape, subprocess.Popen[bytes], Path]:
+def start_local(name: str, pool: str) -> tuple[Shape, LiveServer]:
     """A Jupyter server with the extension as this user, in a fresh home with secrets."""
     home = Path(tempfile.mkdtemp(prefix="gitpilot-shapes-home-", dir="/var/tmp"))
     token, env_secret, ssh_secret = secrets.token_hex(24), nonce("env"), nonce("ssh")
-    config = home / ".jupyter"
-    config.mkdir()
-    (config / "jupyter_server_config.json").write_text(
-        json.dumps({"ServerApp": {"jpserver_extensions": {"gitpilot_jupyter": True}}})
-    )
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("JUPYTER", "XDG_")) and key != ALLOW_UNCONTAINED_ENV
-    }
+    env = {key: os.environ[key] for key in SHAPE_SETUP_ENV if key in os.environ}
     env.update(
-        HOME=str(home),
-        JUPYTER_CONFIG_DIR=str(config),
-        JUPYTER_TOKEN=token,
-        JUPYTERHUB_API_TOKEN=env_secret,
+        {
+            "HOME": str(home),
+            # As a hub starts a single-user server: its token and the hub's in its environment.
+            "JUPYTER_TOKEN": token,
+            "JUPYTERHUB_API_TOKEN": env_secret,
+            POOL_ENV: POOL_MODE[pool],
+        }
     )
-    env[POOL_ENV] = POOL_MODE[pool]
-    port = free_port()
-    argv = [sys.executable, "-m", "jupyter_server", f"--port={port}", "--ip=127.0.0.1"]
-    argv += ["--port-retries=0", "--no-browser"]
-    if os.geteuid() == 0:
-        argv.append("--allow-root")
-    with (home / "server.log").open("wb") as log:
-        server = subprocess.Popen(argv, cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT)
+    env = {key: value for key, value in env.items() if key != ALLOW_UNCONTAINED_ENV}
+    ssh_key = home / ".ssh" / "id_ed25519"
+    ssh_key.parent.mkdir(mode=0o700)
+    ssh_key.write_text(ssh_secret)
+    ssh_key.chmod(0o600)
+    server = start_live_server(home, env=env, token=token)
     shape = Shape(
         name=name,
         pool=pool,
         home=str(home),
+        runtime_dir=server.env["JUPYTER_RUNTIME_DIR"],
         server_pid=server.pid,
-        port=port,
+        port=int(server.url.rsplit(":", 1)[1]),
         token=token,
         env_secret=env_secret,
         ssh_secret=ssh_secret,
         inside_python=sys.executable,
         inside_script=str(INSIDE),
-        env={**env, "BASE_URL": f"http://127.0.0.1:{port}", "TOKEN": token},
+        env={**server.env, "BASE_URL": server.url, "TOKEN": token},
         cli_argv=[sys.executable, "-m", "gitpilot_jupyter.wiring"],
     )
-    shape.inside("plant", shape.ssh_key, ssh_secret)
-    wait_ready(shape, lambda: server.poll() is None, home / "server.log")
-    return shape, server, home
+    return shape, server
 
 
 def start_pod(image: str, pool: str) -> tuple[Shape, str]:
@@ -192,6 +177,7 @@ def start_pod(image: str, pool: str) -> tuple[Shape, str]:
         name="pod",
         pool=pool,
         home=home,
+        runtime_dir=f"{home}/.local/share/jupyter/runtime",
         server_pid=1,
         port=8888,
         token=token,
@@ -210,36 +196,26 @@ def start_pod(image: str, pool: str) -> tuple[Shape, str]:
     status = shape.run(["cat", "/proc/1/status"]).stdout
     assert "\nSeccomp:\t2" in status, f"the pod's server runs without Docker's seccomp:\n{status}"
 
-    def alive() -> bool:
-        state = subprocess.run(
-            ["docker", "inspect", "-f", "{{.State.Running}}", name],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        return state.stdout.strip() == "true"
-
-    wait_ready(shape, alive, None, logs=["docker", "logs", name])
-    return shape, name
-
-
-def wait_ready(shape: Shape, alive: Any, log: Path | None, logs: list[str] | None = None) -> None:
-    """Until the server answers its sandbox status; fails with its log when it died."""
-    deadline = time.monotonic() + SERVER_START_TIMEOUT
-    while time.monotonic() < deadline:
-        if not alive():
-            break
-        try:
-            code, _ = shape.api("GET", "api/sandbox/status")
-        except AssertionError:
-            code = 0
-        if code == 200:
-            return
+    deadline = time.monotonic() + START_TIMEOUT_SEC
+    while time.monotonic() < deadline and pod_running(name):
+        with contextlib.suppress(AssertionError):  # not listening yet
+            if shape.api("GET", "api/sandbox/status")[0] == 200:
+                return shape, name
         time.sleep(0.3)
-    text = log.read_text() if log is not None and log.exists() else ""
-    if logs is not None:
-        text = subprocess.run(logs, capture_output=True, text=True, check=False).stderr
-    raise AssertionError(f"the Jupyter server in shape {shape.name} did not start:\n{text[-3000:]}")
+    logs = subprocess.run(["docker", "logs", name], capture_output=True, text=True, check=False)
+    stop_pod(name)
+    raise AssertionError(f"the pod's Jupyter server did not start:\n{logs.stderr[-3000:]}")
+
+
+def pod_running(name: str) -> bool:
+    """True while the container runs."""
+    state = subprocess.run(
+        ["docker", "inspect", "-f", "{{.State.Running}}", name],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return state.stdout.strip() == "true"
 
 
 def stop_pod(name: str) -> None:
@@ -247,12 +223,7 @@ def stop_pod(name: str) -> None:
     subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
 
 
-def stop_local(server: subprocess.Popen[bytes], home: Path) -> None:
+def stop_local(shape: Shape, server: LiveServer) -> None:
     """Stop the server and remove its home."""
-    server.terminate()
-    try:
-        server.wait(10)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
-    shutil.rmtree(home, ignore_errors=True)
+    server.stop()
+    shutil.rmtree(shape.home, ignore_errors=True)
