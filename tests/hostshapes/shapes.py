@@ -36,6 +36,8 @@ POD_IMAGE = "gitpilot-test/pod:latest"
 #: The administrator's opt-in to uncontained runs: never set for the attacks.
 ALLOW_UNCONTAINED_ENV = "GITPILOT_SANDBOX_ALLOW_UNCONTAINED"
 INSIDE = Path(__file__).with_name("inside.py")
+#: The pid in the name of the planted runtime file of "another server".
+OTHER_SERVER_PID = 4242
 #: Every attack runs on a cold start and on a warm pool slot (forced: no cold path).
 POOL_MODE = {"cold": "off", "warm": "always"}
 
@@ -58,6 +60,7 @@ class Shape:
     token: str
     env_secret: str
     ssh_secret: str
+    other_token: str
     inside_python: str
     inside_script: str
     prefix: list[str] = field(default_factory=list)
@@ -68,6 +71,17 @@ class Shape:
     def ssh_key(self) -> str:
         """The planted private key."""
         return f"{self.home}/.ssh/id_ed25519"
+
+    @property
+    def other_server_file(self) -> str:
+        """A planted runtime file of another server of the user's, with its token."""
+        return f"{self.runtime_dir}/jpserver-{OTHER_SERVER_PID}.json"
+
+    def plant(self) -> None:
+        """Plant the secrets as the user: the ssh key, another server's token file."""
+        self.inside("plant", self.ssh_key, self.ssh_secret)
+        other = {"pid": OTHER_SERVER_PID, "port": 8889, "token": self.other_token}
+        self.inside("plant", self.other_server_file, json.dumps(other))
 
     def run(self, argv: list[str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` as the user inside the shape."""
@@ -128,10 +142,6 @@ def start_local(name: str, pool: str) -> tuple[Shape, LiveServer]:
         }
     )
     env = {key: value for key, value in env.items() if key != ALLOW_UNCONTAINED_ENV}
-    ssh_key = home / ".ssh" / "id_ed25519"
-    ssh_key.parent.mkdir(mode=0o700)
-    ssh_key.write_text(ssh_secret)
-    ssh_key.chmod(0o600)
     server = start_live_server(home, env=env, token=token)
     shape = Shape(
         name=name,
@@ -143,11 +153,13 @@ def start_local(name: str, pool: str) -> tuple[Shape, LiveServer]:
         token=token,
         env_secret=env_secret,
         ssh_secret=ssh_secret,
+        other_token=secrets.token_hex(24),
         inside_python=sys.executable,
         inside_script=str(INSIDE),
         env={**server.env, "BASE_URL": server.url, "TOKEN": token},
         cli_argv=[sys.executable, "-m", "gitpilot_jupyter.wiring"],
     )
+    shape.plant()
     return shape, server
 
 
@@ -183,6 +195,7 @@ def start_pod(image: str, pool: str) -> tuple[Shape, str]:
         token=token,
         env_secret=env_secret,
         ssh_secret=ssh_secret,
+        other_token=secrets.token_hex(24),
         inside_python="/opt/venv/bin/python",
         inside_script=script,
         prefix=[
@@ -191,7 +204,7 @@ def start_pod(image: str, pool: str) -> tuple[Shape, str]:
         ],
         cli_argv=["/opt/venv/bin/jupyter", "sandbox"],
     )
-    shape.inside("plant", shape.ssh_key, ssh_secret)
+    shape.plant()
     # Docker's default seccomp profile is on the server (filter mode 2), as in a pod.
     status = shape.run(["cat", "/proc/1/status"]).stdout
     assert "\nSeccomp:\t2" in status, f"the pod's server runs without Docker's seccomp:\n{status}"

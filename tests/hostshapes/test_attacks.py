@@ -44,6 +44,7 @@ def test_the_server_token_file_stays_unread(shape: Shape) -> None:
     outcome = attack(shape, READ_FILE.format(paths=[f"{shape.runtime_dir}/*"]))
     if not outcome.refused:
         assert_not_in(shape.token, outcome, "the server's token file")
+        assert_not_in(shape.other_token, outcome, "another server's token file")
 
 
 READ_ENVIRON = """
