@@ -33,8 +33,6 @@ from tests.support.live_server import START_TIMEOUT_SEC, LiveServer, start_live_
 SHAPE_ENV = "GITPILOT_HOST_SHAPE"
 POD_IMAGE_ENV = "GITPILOT_POD_IMAGE"
 POD_IMAGE = "gitpilot-test/pod:latest"
-#: The administrator's opt-in to uncontained runs: never set for the attacks.
-ALLOW_UNCONTAINED_ENV = "GITPILOT_SANDBOX_ALLOW_UNCONTAINED"
 INSIDE = Path(__file__).with_name("inside.py")
 #: The pid in the name of the planted runtime file of "another server".
 OTHER_SERVER_PID = 4242
@@ -123,7 +121,8 @@ class Shape:
 
 
 #: The administrator's setup a wrapper made for the shape (scripts/as_docker_user.py's
-#: delegated cgroup), passed on to the server, which gets no other GITPILOT_* variable.
+#: delegated cgroup), passed on to the server, which gets no other GITPILOT_* variable (so
+#: never GITPILOT_SANDBOX_ALLOW_UNCONTAINED, the opt-in to uncontained runs).
 SHAPE_SETUP_ENV = ("GITPILOT_SANDBOX_CGROUP",)
 
 
@@ -141,7 +140,6 @@ def start_local(name: str, pool: str) -> tuple[Shape, LiveServer]:
             POOL_ENV: POOL_MODE[pool],
         }
     )
-    env = {key: value for key, value in env.items() if key != ALLOW_UNCONTAINED_ENV}
     server = start_live_server(home, env=env, token=token)
     shape = Shape(
         name=name,
