@@ -1,7 +1,7 @@
 """What every way to the sandbox offers: :class:`SandboxClient`.
 
 Two clients implement it: :class:`~.local.LocalClient` (a
-:class:`~gitpilot_jupyter.sandbox.service.SandboxService` in this process) and
+:class:`~gitpilot_jupyter.sandbox.service.service.SandboxService` in this process) and
 :class:`~.rest.RestClient` (the REST API of a Jupyter server, with NDJSON
 streaming). Both give the same plans and envelopes and raise the same typed
 errors (:class:`~gitpilot_jupyter.sandbox.errors.SandboxError` with the core's
@@ -98,7 +98,7 @@ class SandboxClient(abc.ABC):
         """Plan and, where the caller may approve it alone, approve and run it: one call.
 
         The caller's act is the approval (a cell's execution). The core's one rule decides
-        (:meth:`~gitpilot_jupyter.sandbox.service.SandboxService.plan_and_run`): a plan
+        (:meth:`~gitpilot_jupyter.sandbox.service.service.SandboxService.plan_and_run`): a plan
         that needs a person's look (a high warning, unless ``confirmed``) comes back
         unrun (``result`` ``None``), pending for an approval card; a blocked plan raises
         ``plan_blocked``. ``run_id`` names the run so :meth:`cancel` can stop it.

@@ -15,13 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
-from gitpilot_jupyter.sandbox import runs
 from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
 from gitpilot_jupyter.sandbox.errors import BackendFailure, BackendUnreachable
 from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.sandbox.matrixlab.protocol import image_language, runner_error
 from gitpilot_jupyter.sandbox.matrixlab.wrapper import START_ALLOWANCE_SEC
-from gitpilot_jupyter.sandbox.service import SandboxService
+from gitpilot_jupyter.sandbox.service import SandboxService, runs
 from tests.matrixlab.conftest import backend_for, sent_requests
 from tests.support.live_server import free_port
 from tests.support.standin_fixture import StandinRunner, StartStandin

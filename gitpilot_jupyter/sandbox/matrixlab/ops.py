@@ -2,7 +2,7 @@
 
 See ``docs/dev/contract.md`` §7-§8.
 
-A part of :class:`~gitpilot_jupyter.sandbox.service.SandboxService` (held, not
+A part of :class:`~gitpilot_jupyter.sandbox.service.service.SandboxService` (held, not
 inherited): it uses the service's settings, lifecycle config and audit hook, and
 keeps the Docker and Runner code out of the module that plans and runs snippets.
 """

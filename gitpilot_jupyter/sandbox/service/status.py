@@ -1,6 +1,6 @@
 """Status assembly: the live backend, masked settings, health, approval and isolation.
 
-A part of :class:`~gitpilot_jupyter.sandbox.service.SandboxService` (held, not
+A part of :class:`~gitpilot_jupyter.sandbox.service.service.SandboxService` (held, not
 inherited): it builds the typed :class:`~.records.Status` every face renders.
 """
 
@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._version import __version__
-from .errors import BackendNotAllowed, UnknownBackend
-from .languages import CANONICAL_LANGUAGES, Interpreters
-from .local.backends import SubprocessSandbox
-from .plans import PlanStore
-from .records import Status
+from ..._version import __version__
+from ..errors import BackendNotAllowed, UnknownBackend
+from ..languages import CANONICAL_LANGUAGES, Interpreters
+from ..local.backends import SubprocessSandbox
+from ..plans import PlanStore
+from ..records import Status
+from ..settings import SettingsStore
 from .resolver import BackendResolver
-from .settings import SettingsStore
 
 
 class StatusReporter:

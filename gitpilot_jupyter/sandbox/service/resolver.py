@@ -1,6 +1,6 @@
 """Which backend a call runs on: resolution, the administrator's allow-list, the objects.
 
-A part of :class:`~gitpilot_jupyter.sandbox.service.SandboxService` (held, not
+A part of :class:`~gitpilot_jupyter.sandbox.service.service.SandboxService` (held, not
 inherited): explicit > env > file > default, checked against the allowed backends
 every time, and the backend objects (the local ones kept, MatrixLab made per call).
 """
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .backend import ResourceLimits, SandboxBackend
-from .errors import BackendNotAllowed, UnknownBackend
-from .languages import Interpreters
-from .local.backends import NullSandbox, SubprocessSandbox
-from .local.isolation import Isolator
-from .local.pool import PoolConfig
-from .settings import BACKENDS, EffectiveSettings, SandboxSettings, SettingsStore, check_backend
+from ..backend import ResourceLimits, SandboxBackend
+from ..errors import BackendNotAllowed, UnknownBackend
+from ..languages import Interpreters
+from ..local.backends import NullSandbox, SubprocessSandbox
+from ..local.isolation import Isolator
+from ..local.pool import PoolConfig
+from ..settings import BACKENDS, EffectiveSettings, SandboxSettings, SettingsStore, check_backend
 
 
 def limits_of(settings: SandboxSettings) -> ResourceLimits:
@@ -80,7 +80,7 @@ class BackendResolver:
         settings in force now, read only for a backend made per call)."""
         if name in self.local:
             return self.local[name]
-        from .matrixlab.backend import MatrixLabSandbox
+        from ..matrixlab.backend import MatrixLabSandbox
 
         if settings is None:
             settings = self.settings.effective().settings

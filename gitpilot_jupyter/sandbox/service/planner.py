@@ -1,6 +1,6 @@
 """Planning: the one definition of a run (:class:`~.spec.RunSpec`) and the plan that describes it.
 
-A part of :class:`~gitpilot_jupyter.sandbox.service.SandboxService` (held, not
+A part of :class:`~gitpilot_jupyter.sandbox.service.service.SandboxService` (held, not
 inherited). It builds specs and plans; keeping, approving and running them is
 the service's (see :mod:`.workflow` and :mod:`.runs`).
 """
@@ -11,18 +11,18 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .errors import EmptyCode, InvalidRequest
-from .files import read_under_root
-from .languages import Interpreters, canonical_language, language_for_path
-from .local.off import OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
-from .plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id
-from .policy import SandboxPolicy, env_names, find_destructive
-from .records import Check, PlanWarning
+from ..errors import EmptyCode, InvalidRequest
+from ..files import read_under_root
+from ..languages import Interpreters, canonical_language, language_for_path
+from ..local.off import OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
+from ..plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id
+from ..policy import SandboxPolicy, env_names, find_destructive
+from ..records import Check, PlanWarning
+from ..scan import scan
+from ..settings import SettingsStore
+from ..spec import RunSpec
+from ..text import check_text
 from .resolver import BackendResolver, limits_of
-from .scan import scan
-from .settings import SettingsStore
-from .spec import RunSpec
-from .text import check_text
 
 MAX_CODE_CHARS = 1_000_000
 

@@ -1,6 +1,6 @@
 """Running a spec: the audited, stoppable execution and the registry of runs under way.
 
-A part of :class:`~gitpilot_jupyter.sandbox.service.SandboxService` (held, not
+A part of :class:`~gitpilot_jupyter.sandbox.service.service.SandboxService` (held, not
 inherited). :class:`RunExecutor` turns an approved :class:`~.spec.RunSpec` into a
 backend request, runs it while :meth:`RunExecutor.cancel` can stop it, and writes
 the ``run`` audit event whatever happens. While a run of an approved plan is under
@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backend import OutputCallback, RunRequest, SandboxBackend
-from .errors import EmptyCode, InvalidRequest, RunNotFound
-from .files import path_under_root
-from .plans import Approval, PlanStore
-from .policy import SandboxPolicy
+from ..backend import OutputCallback, RunRequest, SandboxBackend
+from ..errors import EmptyCode, InvalidRequest, RunNotFound
+from ..files import path_under_root
+from ..plans import Approval, PlanStore
+from ..policy import SandboxPolicy
+from ..results import RunResult
+from ..settings import SettingsStore
+from ..spec import RunSpec
 from .resolver import BackendResolver
-from .results import RunResult
-from .settings import SettingsStore
-from .spec import RunSpec
 from .workflow import AuditHook
 
 #: A run id a caller may choose (so it can stop the run before the answer comes back).

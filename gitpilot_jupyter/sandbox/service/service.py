@@ -24,27 +24,27 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .backend import OutputCallback, SandboxBackend
-from .claims import AgentPlan, ClaimAnswer, ClaimStore
-from .errors import InvalidRequest, PlanBlocked, SandboxError
-from .languages import Interpreters
-from .local.isolation import Isolator
-from .local.off import check_off_confirmed
-from .local.pool import PoolConfig
-from .matrixlab.config import LifecycleConfig
-from .matrixlab.ops import MatrixLabOperations, ProgressCallback
+from ..backend import OutputCallback, SandboxBackend
+from ..claims import AgentPlan, ClaimAnswer, ClaimStore
+from ..errors import InvalidRequest, PlanBlocked, SandboxError
+from ..languages import Interpreters
+from ..local.isolation import Isolator
+from ..local.off import check_off_confirmed
+from ..local.pool import PoolConfig
+from ..matrixlab.config import LifecycleConfig
+from ..matrixlab.ops import MatrixLabOperations, ProgressCallback
+from ..plans import AGENT_SOURCE, Approval, ExecutionPlan, PlannedRun, PlanStore, RunUnderWay
+from ..policy import SandboxPolicy
+from ..records import Status
+from ..report import blocked_message
+from ..results import RunResult
+from ..settings import EffectiveSettings, SandboxSettings, SettingsStore, check_backend, env_flag
+from ..spec import RunSpec
+from ..text import check_text
 from .planner import MAX_CODE_CHARS, Planner
-from .plans import AGENT_SOURCE, Approval, ExecutionPlan, PlannedRun, PlanStore, RunUnderWay
-from .policy import SandboxPolicy
-from .records import Status
-from .report import blocked_message
 from .resolver import BackendResolver
-from .results import RunResult
 from .runs import RUN_ID_PATTERN, STOP_GRACE_SEC, ActiveRun, RunExecutor, check_run_id
-from .settings import EffectiveSettings, SandboxSettings, SettingsStore, check_backend, env_flag
-from .spec import RunSpec
 from .status import StatusReporter
-from .text import check_text
 from .workflow import AuditHook, PlanWorkflow
 
 __all__ = [

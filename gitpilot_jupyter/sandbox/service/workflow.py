@@ -1,6 +1,6 @@
 """The plan workflow: keeping plans with their owner, pending, approve, reject, agents' claims.
 
-A part of :class:`~gitpilot_jupyter.sandbox.service.SandboxService` (held, not
+A part of :class:`~gitpilot_jupyter.sandbox.service.service.SandboxService` (held, not
 inherited). It is the only user of the plan and claim stores; each decision
 emits its audit event. A plan belongs to the identity that made it: someone
 else's plan is answered as an unknown one.
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .claims import AgentPlan, ClaimAnswer, ClaimStore
-from .errors import NotPlanOwner, PlanNotFound
-from .plans import Approval, ExecutionPlan, PlanStore, RunUnderWay
+from ..claims import AgentPlan, ClaimAnswer, ClaimStore
+from ..errors import NotPlanOwner, PlanNotFound
+from ..plans import Approval, ExecutionPlan, PlanStore, RunUnderWay
 
 #: Receives ``(event_name, data)`` for every plan, approval, run and config change.
 AuditHook = Callable[[str, dict[str, Any]], None]
