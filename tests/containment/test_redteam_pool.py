@@ -1,4 +1,4 @@
-"""Attacks on the warm pool: a snippet that read ``sandbox/local/pool.py``.
+"""Attacks on the warm pool: a snippet that read ``sandbox/local/pool/``.
 
 A slot is a cold run's chain started before its code exists; the code arrives
 through a FIFO that bubblewrap copies into the run folder (``--file``). Each

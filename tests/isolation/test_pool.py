@@ -25,11 +25,11 @@ import pytest
 
 from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
 from gitpilot_jupyter.sandbox.local import cgroups
-from gitpilot_jupyter.sandbox.local import pool as pool_module
 from gitpilot_jupyter.sandbox.local.backends import NullSandbox, SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.cgroups import run_prefix
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator, _cgroup_tree
 from gitpilot_jupyter.sandbox.local.pool import POOL_ENV, PoolConfig, Slot, WarmPool
+from gitpilot_jupyter.sandbox.local.pool import refill as pool_module
 from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.sync import run_sync
 from tests.support.live_server import start_live_server
