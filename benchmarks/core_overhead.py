@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from gitpilot_jupyter.sandbox.local import backends
+from gitpilot_jupyter.sandbox.local import supervise
 from gitpilot_jupyter.sandbox.local.pool import PoolConfig, WarmPool
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
@@ -53,7 +53,7 @@ def measure(workdir: Path, runs: int) -> dict[str, list[float]]:
     settings = folder / "settings.json"
     settings.write_text('{"sandbox": {"timeout_sec": 60}, "ui": {}}', encoding="utf-8")
     child, take = [0.0], [0.0]
-    original_exited, original_take = backends._exited, WarmPool.take
+    original_exited, original_take = supervise._exited, WarmPool.take
 
     def timed_take(pool: WarmPool, key: Any) -> Any:
         started = time.perf_counter()
@@ -62,7 +62,7 @@ def measure(workdir: Path, runs: int) -> dict[str, list[float]]:
         finally:
             take[0] += time.perf_counter() - started
 
-    backends._exited = _timed(original_exited, child)  # type: ignore[assignment]
+    supervise._exited = _timed(original_exited, child)  # type: ignore[assignment]
     WarmPool.take = timed_take  # type: ignore[method-assign]
     service = SandboxService(settings=SettingsStore(folder), pool=PoolConfig(mode="auto"))
     loop = asyncio.new_event_loop()
@@ -97,7 +97,7 @@ def measure(workdir: Path, runs: int) -> dict[str, list[float]]:
     finally:
         loop.run_until_complete(service.aclose())
         loop.close()
-        backends._exited = original_exited  # type: ignore[assignment]
+        supervise._exited = original_exited  # type: ignore[assignment]
         WarmPool.take = original_take  # type: ignore[method-assign]
     return samples
 

@@ -26,7 +26,7 @@ from typing import Any
 from jupyter_client.manager import start_new_kernel
 
 from gitpilot_jupyter.sandbox.backend import RunRequest
-from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox, end_run, remove_run
+from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox, remove_run
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator, _descendants
 from gitpilot_jupyter.sandbox.local.pool import (
     PRESTART_ENV,
@@ -36,6 +36,7 @@ from gitpilot_jupyter.sandbox.local.pool import (
     WarmChild,
     WarmPool,
 )
+from gitpilot_jupyter.sandbox.local.supervise import end_run
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 

@@ -14,71 +14,34 @@ import contextlib
 import functools
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Hashable
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import IO, Any, ClassVar, Protocol
+from typing import ClassVar
 
 from ..backend import OutputCallback, RunRequest, SandboxBackend
 from ..errors import ContainmentUnavailable
 from ..languages import Interpreters, canonical_language, snippet_filename
-from ..output import CappedText
 from ..records import PoolReport
 from ..results import RunResult
 from . import prestart
 from .cleanup import AfterRuns, make_run_dir, remove_orphaned_run_dirs_once, remove_tree
 from .isolation import Isolator, Launch
 from .layered import cgroup_fix, default_isolator
-from .pool import PoolConfig, PoolKey, Slot, WarmChild, WarmPool, write_all
+from .pool import PoolConfig, PoolKey, Slot, WarmChild, WarmPool
+from .supervise import _feed_slot, _feed_stdin, _kill_group, supervise
 
 log = logging.getLogger(__name__)
 
-_READ_SIZE = 65536
-#: How long to wait for the pipes to drain once the run is over. Only a process that
-#: escaped every kill could hold them longer; a busy event loop needs the margin.
-_PIPE_GRACE_SEC = 2.0
-#: How often to look at the exit status while a background process holds the pipes.
-_EXIT_POLL_SEC = 0.1
-#: How long a warm run that ended waits for its sandbox's init to end (it follows the
-#: chain's exit within a fraction of a millisecond) before its cgroup is killed instead.
-GONE_WAIT_SEC = 0.25
 BASE_LAYERS = ["tempdir", "env-scrub"]
 
 
 def run_env(env: dict[str, str], workdir: Path) -> dict[str, str]:
     """The snippet's environment: ``HOME`` and ``TMPDIR`` point into its own run folder."""
     return {**env, "HOME": str(workdir), "TMPDIR": str(workdir)}
-
-
-def _kill_group(pid: int) -> None:
-    """SIGKILL the process group led by ``pid`` (ignoring a group already gone)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-async def _drain(
-    stream: asyncio.StreamReader | None,
-    name: str,
-    sink: CappedText,
-    on_output: OutputCallback | None,
-) -> None:
-    """Read a pipe to its end; keep up to the cap, discard the rest."""
-    if stream is None:
-        return
-    while True:
-        chunk = await stream.read(_READ_SIZE)
-        if not chunk:
-            break
-        text = sink.feed(chunk)
-        if text and on_output is not None:
-            await on_output(name, text)
-    tail = sink.finish()
-    if tail and on_output is not None:
-        await on_output(name, tail)
 
 
 def _after_answer(callback: Callable[..., None], *args: object) -> None:
@@ -95,26 +58,6 @@ def _after_answer(callback: Callable[..., None], *args: object) -> None:
         callback(*args)
 
 
-async def end_run(launch: Launch, proc: Child, *, ended: bool) -> None:
-    """Make sure nothing of a run is left before it answers.
-
-    Whatever is left (background children, a timed-out tree) dies with it: the
-    temp dir is about to disappear. The launch kills first, while the tree's
-    parent links are still intact. A warm chain that ended on its own (``ended``)
-    may prove there is nothing left instead: its sandbox's init has ended, and a
-    PID namespace's init ends only after everything else in it. Cancelled while it
-    waits for that, it kills all the same.
-    """
-    nothing_left = False
-    try:
-        if ended and isinstance(proc, WarmChild):
-            nothing_left = await proc.gone(GONE_WAIT_SEC)
-    finally:
-        if not nothing_left:
-            launch.kill_all()
-            _kill_group(proc.pid)
-
-
 def remove_run(launch: Launch, workdir: Path, slot: Slot | None = None) -> None:
     """Remove an ended run's cgroup and folder, and let go of a warm slot's mount
     namespaces (blocking: the backend calls it in a worker thread after the answer)."""
@@ -124,84 +67,6 @@ def remove_run(launch: Launch, workdir: Path, slot: Slot | None = None) -> None:
         remove_tree(workdir)
         if slot is not None:
             slot.release_mount_namespace()
-
-
-async def _exited(proc: Child) -> None:
-    """Return once the child itself has exited.
-
-    ``proc.wait()`` also waits for the pipes to close, which a background process
-    that kept them open may never do; its exit status is polled beside it. (A warm
-    slot's chain is watched through a pidfd, which the pipes do not hold up.)
-    """
-    if isinstance(proc, WarmChild):
-        await proc.wait()
-        return
-    waiter = asyncio.ensure_future(proc.wait())
-    try:
-        while not waiter.done() and proc.returncode is None:
-            await asyncio.wait({waiter}, timeout=_EXIT_POLL_SEC)
-    finally:
-        waiter.cancel()
-
-
-def _close_pipes(proc: Child) -> None:
-    """Release the pipes' file descriptors now, even when a reader was cancelled.
-
-    asyncio closes them only once every pipe saw EOF; a pipe still held by an
-    escaped process would otherwise keep its fd until garbage collection.
-    """
-    if isinstance(proc, WarmChild):
-        proc.close_pipes()
-        return
-    transport = getattr(proc, "_transport", None)
-    if transport is not None:
-        transport.close()
-
-
-async def _feed_stdin(proc: asyncio.subprocess.Process, data: str) -> None:
-    if proc.stdin is None:
-        return
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        proc.stdin.write(data.encode("utf-8"))
-        await proc.stdin.drain()
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        proc.stdin.close()
-
-
-async def _feed_pipe(pipe: IO[bytes], data: str) -> None:
-    """Write a warm slot's stdin text into its pipe, then close it (EOF for the snippet)."""
-    fd = pipe.fileno()
-    os.set_blocking(fd, False)
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        await write_all(fd, data.encode("utf-8"))
-    with contextlib.suppress(OSError):
-        pipe.close()
-
-
-async def _feed_slot(slot: Slot, rest: bytes, stdin: str | None) -> None:
-    """Hand a warm slot the rest of its code (if any), then its stdin text (if any)."""
-    if rest:
-        await slot.deliver(rest)
-    pipe = slot.popen.stdin
-    if pipe is not None and stdin is not None:
-        await _feed_pipe(pipe, stdin)
-
-
-class Child(Protocol):
-    """What the backend uses of a running chain (an asyncio process, or a warm slot's)."""
-
-    @property
-    def pid(self) -> int: ...
-
-    @property
-    def returncode(self) -> int | None: ...
-
-    stdout: asyncio.StreamReader | None
-    stderr: asyncio.StreamReader | None
-
-    async def wait(self) -> int: ...
-
-    def kill(self) -> None: ...
 
 
 class SubprocessSandbox(SandboxBackend):
@@ -444,7 +309,7 @@ class SubprocessSandbox(SandboxBackend):
                 proc = await self._spawn(request, launch, workdir, result)
                 if proc is not None:
                     feed = _feed_stdin(proc, request.stdin) if request.stdin is not None else None
-                    await self._supervise(request, launch, proc, feed, result, on_output)
+                    await supervise(request, launch, proc, feed, result, on_output)
             finally:
                 self._clean_up_later(launch, workdir)
         finally:
@@ -477,8 +342,8 @@ class SubprocessSandbox(SandboxBackend):
             # waiting on a FIFO nobody reads, and only the run's exit, timeout or stop
             # end that. (Killed before the FIFO closes, no part of the code runs.)
             feed = _feed_slot(slot, slot.send_now(request.code), request.stdin)
-            supervised = True  # from here on _supervise kills the tree however it ends
-            await self._supervise(request, slot.launch, child, feed, result, on_output)
+            supervised = True  # from here on supervise kills the tree however it ends
+            await supervise(request, slot.launch, child, feed, result, on_output)
         finally:
             if not supervised:
                 # Killed before the FIFO closes: a hand-over cut short never runs part of
@@ -538,70 +403,6 @@ class SubprocessSandbox(SandboxBackend):
             return None
         launch.on_started(proc.pid)
         return proc
-
-    async def _supervise(
-        self,
-        request: RunRequest,
-        launch: Launch,
-        proc: Child,
-        feed: Coroutine[Any, Any, None] | None,
-        result: RunResult,
-        on_output: OutputCallback | None,
-    ) -> None:
-        """Drain, time, stop and kill a started run (cold or warm) and fill ``result``."""
-        out = CappedText(request.max_output_bytes)
-        err = CappedText(request.max_output_bytes)
-        readers = [
-            asyncio.ensure_future(_drain(proc.stdout, "stdout", out, on_output)),
-            asyncio.ensure_future(_drain(proc.stderr, "stderr", err, on_output)),
-        ]
-        if feed is not None:
-            readers.append(asyncio.ensure_future(feed))
-        exited = asyncio.ensure_future(_exited(proc))
-        waiters: set[asyncio.Future[Any]] = {exited}
-        if request.stop is not None:
-            waiters.add(asyncio.ensure_future(request.stop.wait()))
-        ended = False
-        try:
-            done, _ = await asyncio.wait(
-                waiters, timeout=request.timeout_sec, return_when=asyncio.FIRST_COMPLETED
-            )
-            ended = exited in done
-            if not ended:
-                # Stopped by someone, or out of time: either way the tree is killed below.
-                result.cancelled = bool(done)
-                result.timed_out = not done
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
-            await end_run(launch, proc, ended=ended)
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                # Not proc.wait(): a detached grandchild holding the pipes would hold it too.
-                await _exited(proc)
-            done, pending = set(readers), set[asyncio.Future[None]]()
-            if not all(task.done() for task in readers):  # (asyncio.wait takes a turn)
-                done, pending = await asyncio.wait(readers, timeout=_PIPE_GRACE_SEC)
-            for task in pending:
-                task.cancel()
-            for task in pending:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            for task in done:
-                task.result()
-            _close_pipes(proc)
-        result.stdout = out.text
-        result.stderr = err.text
-        result.truncated = out.truncated or err.truncated
-        if result.timed_out or result.cancelled:
-            result.exit_code = -1
-        else:
-            code = proc.returncode if proc.returncode is not None else -1
-            # A child killed by a signal reports 128 + signal, as a shell does.
-            result.exit_code = 128 - code if code < 0 else code
-            if launch.memory_exceeded():
-                result.stderr += "\n[sandbox] killed: memory limit exceeded\n"
 
 
 class NullSandbox(SubprocessSandbox):
