@@ -102,7 +102,7 @@ class Isolator:
     def refusal(self, *, allow_network: bool = False) -> IsolationGap | None:
         """Why a run cannot be contained here (None: it can), whatever the opt-in says.
 
-        A run with one is refused unless :attr:`allow_uncontained`; with it, it runs and
+        A run with one is refused unless ``allow_uncontained``; with it, it runs and
         says so (:data:`UNCONTAINED_LAYER`, :data:`HOST_NETWORK_LAYER`).
         """
         return {
