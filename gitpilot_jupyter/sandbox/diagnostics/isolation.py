@@ -75,6 +75,12 @@ def listing(path):
     except OSError:
         return set()
 facts["hidden-credentials"] = all(not listing(p) for p in args["hidden"])
+try:
+    # Only a Landlock domain refuses to list "/", which every user may read.
+    os.listdir("/")
+    facts["landlock"] = False
+except PermissionError:
+    facts["landlock"] = True
 # The run's cgroups are checked from outside (its own cgroup namespace shows "/").
 try:
     import resource

@@ -18,7 +18,6 @@ import contextlib
 import functools
 import os
 import pwd
-import resource
 import shlex
 import shutil
 import signal
@@ -701,14 +700,10 @@ class LayeredIsolator(Isolator):
                 limits,
                 memory="cgroup-memory" not in covered,
                 processes="cgroup-pids" not in covered,
-                run_uid=run_uid,
+                own_uid=run_uid is not None,
             )
             if run_uid is not None:
                 nsfree.own_run_folder(workdir, run_uid)
-                if "cgroup-pids" not in covered:
-                    # Its own uid runs nothing else: the process cap is the run's alone.
-                    rlimits.limits.append((resource.RLIMIT_NPROC, limits.max_processes))
-                    rlimits.layers.append("rlimit-nproc")
             hidden = [*self.hidden_paths()[0], *self.hidden_paths()[1]]
             rules, kept = nsfree.fs_rules(argv[0], workdir, hidden)
             open_network = allow_network and self.refusal(allow_network=True) is not None
@@ -770,6 +765,7 @@ class LayeredIsolator(Isolator):
             memory="cgroup-memory" not in covered,
             processes="cgroup-pids" not in covered,
             count_tasks=False,
+            own_uid=isinstance(engine, nsfree.Engine) and os.geteuid() == 0,
         )
         return out + covered + rlimits.layers + self._uncontained_layers(allow_network)
 
@@ -780,8 +776,10 @@ class LayeredIsolator(Isolator):
         tree, cg_missing = self._cgroups()
         covered = tree.layers() if tree is not None else []
         missing += cg_missing
+        own_uid = isinstance(engine, nsfree.Engine) and os.geteuid() == 0  # NPROC holds then
         missing += unavailable_reasons(
-            memory="cgroup-memory" not in covered, processes="cgroup-pids" not in covered
+            memory="cgroup-memory" not in covered,
+            processes="cgroup-pids" not in covered and not own_uid,
         )
         if tool is not None and tool.kind == "bwrap":
             missing += confine.unavailable(tool.confine, tool.egress_error)

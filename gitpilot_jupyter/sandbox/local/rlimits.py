@@ -165,6 +165,7 @@ def plan_rlimits(
     processes: bool = True,
     count_tasks: bool = True,
     run_uid: int | None = None,
+    own_uid: bool = False,
 ) -> RlimitPlan:
     """The rlimits for one run. ``memory`` / ``processes`` are False when a cgroup covers them.
 
@@ -172,6 +173,8 @@ def plan_rlimits(
     ``run_uid``: the host uid runs have when it is not the server's (the last id of its
     subordinate range); the kernel counts their tasks in the server's user namespaces
     with the user's own, so the tasks of the runs under way are counted too.
+    ``own_uid``: the run has a uid no other process has (a root server's namespace-free
+    run): its ``RLIMIT_NPROC`` is its allowance alone, and holds though the server is root.
     """
     plan = RlimitPlan()
     if sys.platform == "win32":
@@ -180,7 +183,10 @@ def plan_rlimits(
     if memory and linux:
         plan.limits.append((resource.RLIMIT_DATA, limits.memory_mb * MIB))
         plan.layers.append("rlimit-data")
-    if processes and linux and os.geteuid() != 0:
+    if processes and linux and own_uid:
+        plan.limits.append((resource.RLIMIT_NPROC, limits.max_processes))
+        plan.layers.append("rlimit-nproc")
+    elif processes and linux and os.geteuid() != 0:
         uid = os.getuid()
         uids = (uid,) if run_uid is None else (uid, run_uid)
         running = _user_task_count(*uids) if count_tasks else 0
