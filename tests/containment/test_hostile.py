@@ -548,10 +548,13 @@ async def test_status_claims_only_what_this_server_can_give(api: Api) -> None:
         assert "no-groups" not in claimed
         assert "supplementary groups" in missing["no-groups"]["reason"]
         assert "usermod --add-subuids" in missing["no-groups"]["fix"]
-    # A network-on plan says whether the run gets its own stack or shares the host's.
+    # A network-on plan gets its own stack, or is refused (it would share the host's network).
     plan = await api(
         "POST", "api/sandbox/plan", {"language": "python", "code": "1", "allow_network": True}
     )
-    labels = [c["label"] for c in plan.body["plan"]["checks"]]
-    own = "network on: its own stack, the host not reachable" in labels
-    assert own == ("egress-only" not in missing), labels
+    if "egress-only" in missing:
+        assert plan.code == 409 and plan.body["code"] == "network_unavailable", plan.body
+        assert "share the host's network" in plan.body["message"]
+    else:
+        labels = [c["label"] for c in plan.body["plan"]["checks"]]
+        assert "network on: its own stack, the host not reachable" in labels, labels
