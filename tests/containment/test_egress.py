@@ -67,6 +67,8 @@ def test_1_network_on_reaches_the_world_but_not_the_host(
         "world": [world.web_addr, 8080],
         "host loopback": ["127.0.0.1", 8888],
         "host address": [world.host_addr, 5432],
+        # The link's interface is named like no bridge: blocked by its route, not its name.
+        "host gateway": [world.gateway_addr, 5432],
         "cloud metadata": ["169.254.169.254", 80],
     }
     cli = str(Path(sys.executable).with_name("jupyter-sandbox"))
@@ -89,4 +91,5 @@ def test_1_network_on_reaches_the_world_but_not_the_host(
     assert seen["host loopback"].startswith("ConnectionRefusedError"), seen
     # A prohibit route: EACCES (13), at once, not a timeout.
     assert seen["host address"] == "PermissionError: 13", seen
+    assert seen["host gateway"] == "PermissionError: 13", seen
     assert seen["cloud metadata"] == "PermissionError: 13", seen

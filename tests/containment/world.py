@@ -41,6 +41,8 @@ class World:
     net_ns: str
     host_addr: str
     web_addr: str
+    #: The host's default gateway (the "net" namespace's address on the host's link).
+    gateway_addr: str = ""
     #: True in a process started inside ``host_ns`` (by :func:`main`).
     entered: bool = False
 
@@ -53,11 +55,16 @@ def _ip(*args: str) -> None:
 def built_world() -> Iterator[World]:
     """Two namespaces joined by a veth pair; the "host" routes everything to the "net".
 
+    As on a real host, the world's web server is beyond the default gateway (the "net"
+    namespace, the host's router, whose address is on the host's own link): a network-on
+    run must reach it, while the link and the gateway, like the host, stay out of reach.
     Needs root; everything is removed afterwards.
     """
     tag = secrets.token_hex(3)
-    subnet = f"198.18.{secrets.randbelow(200) + 20}"
-    world = World(f"gph-{tag}", f"gpn-{tag}", f"{subnet}.1", f"{subnet}.2")
+    octet = secrets.randbelow(200) + 20
+    subnet = f"198.18.{octet}"
+    gateway = f"{subnet}.2"
+    world = World(f"gph-{tag}", f"gpn-{tag}", f"{subnet}.1", f"198.19.{octet}.10", gateway)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         _ip("netns", "add", world.host_ns)
@@ -67,16 +74,18 @@ def built_world() -> Iterator[World]:
         _ip("link", "set", f"gpn{tag}", "netns", world.net_ns)
         for ns, dev, addr in (
             (world.host_ns, f"gph{tag}", world.host_addr),
-            (world.net_ns, f"gpn{tag}", world.web_addr),
+            (world.net_ns, f"gpn{tag}", gateway),
         ):
             _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
             _ip("-n", ns, "link", "set", dev, "up")
             _ip("-n", ns, "link", "set", "lo", "up")
-        _ip("-n", world.host_ns, "route", "add", "default", "via", world.web_addr)
+        _ip("-n", world.net_ns, "addr", "add", f"{world.web_addr}/32", "dev", "lo")
+        _ip("-n", world.host_ns, "route", "add", "default", "via", gateway)
         for ns, addr, port in (
             (world.net_ns, world.web_addr, "8080"),  # the world
             (world.host_ns, "127.0.0.1", "8888"),  # the Jupyter API, a local database
             (world.host_ns, "0.0.0.0", "5432"),  # a service on the host's own address
+            (world.net_ns, gateway, "5432"),  # the router's admin page, on the host's link
         ):
             procs.append(
                 subprocess.Popen(
