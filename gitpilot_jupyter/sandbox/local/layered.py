@@ -776,6 +776,14 @@ class LayeredIsolator(Isolator):
         tree, cg_missing = self._cgroups()
         covered = tree.layers() if tree is not None else []
         missing += cg_missing
+        refused_here = [g for g in missing if "cannot create namespaces" in g["reason"]]
+        if refused_here and in_container():
+            # The user's sysctl fix cannot help inside: name what blocks and what exists.
+            blockers = container_blockers()
+            for gap in refused_here:
+                if blockers:
+                    gap["reason"] += "; in this container: " + "; ".join(blockers)
+                gap["fix"] = f"{CONTAINER_FIX}; or use the matrixlab backend"
         own_uid = isinstance(engine, nsfree.Engine) and os.geteuid() == 0  # NPROC holds then
         missing += unavailable_reasons(
             memory="cgroup-memory" not in covered,
@@ -849,6 +857,29 @@ def in_container() -> bool:
         text = Path("/proc/1/cgroup").read_text()
         return any(word in text for word in ("docker", "kubepods", "containerd", "libpod"))
     return False
+
+
+def container_blockers() -> list[str]:
+    """What in this container keeps bubblewrap from making its namespaces, as seen here."""
+    found = []
+    with contextlib.suppress(OSError, IndexError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Seccomp:") and line.split()[1] == "2":
+                found.append(
+                    "the server runs under a seccomp filter (the container runtime's profile), "
+                    "which refuses new user namespaces"
+                )
+    with contextlib.suppress(OSError, IndexError):
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        masked = sorted(
+            {f[4] for f in (line.split() for line in lines) if f[4].startswith("/proc/")}
+        )
+        if masked:
+            found.append(
+                f"/proc is masked ({', '.join(masked[:4])}{' ...' * (len(masked) > 4)} are "
+                "covered), and bubblewrap cannot mount a /proc of its own over it"
+            )
+    return found
 
 
 #: What lets a container's runs have the bubblewrap engine (its runtime refuses namespaces).
