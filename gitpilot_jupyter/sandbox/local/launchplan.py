@@ -60,6 +60,9 @@ class Step:
 
     argv: tuple[str, ...]
     what: str
+    #: What the step does in its own process before it execs (the namespace-free
+    #: engine's wall, made between fork and exec), in order.
+    calls: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,7 @@ def render(plan: LaunchPlan) -> str:
     for number, step in enumerate(plan.steps, 1):
         out.append(f"  {number}. {step.what}")
         out += _joined(step.argv)
+        out += [f"     {call}" for call in step.calls]
     out.append(f"  {len(plan.steps) + 1}. the snippet")
     out += _joined(plan.command)
     out += ["", "fds:"]
@@ -209,7 +213,6 @@ def walled_plan(
     """
     uid, gid = ids
     inside = [
-        "(in the child, between fork and exec, in this order)",
         "setsid (its own session: the end of the run kills that whole session)",
         *limits,
         *([f"setgroups([]); setresgid({gid}); setresuid({uid})"] if dropped else []),
@@ -219,7 +222,9 @@ def walled_plan(
     ]
     return LaunchPlan(
         engine="landlock",
-        steps=(Step(tuple(inside), "the server's child walls itself in, then execs"),),
+        steps=(
+            Step((), "the server's child, between fork and exec, in this order", tuple(inside)),
+        ),
         command=tuple(command),
         rules=rules,
         seccomp=seccomp,
