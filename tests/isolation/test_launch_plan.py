@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from gitpilot_jupyter.sandbox.local import launchplan, prestart
+from gitpilot_jupyter.sandbox.local import launchplan, nsfree, prestart
 from gitpilot_jupyter.sandbox.local.confine import Confinement, HostFacts, IdMap, View
+from gitpilot_jupyter.sandbox.local.isolation import ISOLATION_ENV
+from tests.support.system import require_system
 
 GOLDEN = Path(__file__).with_name("golden")
 UPDATE_ENV = "GITPILOT_UPDATE_GOLDEN"
@@ -200,3 +205,48 @@ def test_the_plan_is_the_argv_started(tmp_path: Path) -> None:
     assert started == plan.argv()
     assert "size=64m" in (tmp_path / ".stage.fstab").read_text()
     assert (tmp_path / ".seccomp.bpf").read_bytes() == b"\0" * 8
+
+
+def show_launch(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """``jupyter sandbox debug --show-launch ARGS`` as a user runs it; nothing may be
+    left in its temp dir (no run folder is made)."""
+    cli = str(Path(sys.executable).parent / "jupyter-sandbox")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir(parents=True)
+    full = {**os.environ, "TMPDIR": str(tmp), **(env or {})}
+    proc = subprocess.run(
+        [cli, "debug", "--show-launch", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list(tmp.iterdir()) == []
+    return proc.stdout
+
+
+def test_show_launch_prints_the_bwrap_chain_in_force(
+    tmp_path: Path, sandbox_config_dir: Path
+) -> None:
+    require_system("bwrap", shutil.which("bwrap") is not None, "install bubblewrap")
+    off = show_launch(tmp_path / "off", env={ISOLATION_ENV: "bwrap"})
+    assert off.startswith("engine: bwrap\n"), off
+    assert "--unshare-net" in off and "--seccomp 3" in off
+    assert "--ro-bind /dev/null /etc/shadow\n" in off
+    prefix = Path(sys.prefix).resolve()  # the interpreter's installation is in the view
+    assert any(line.endswith(f" {prefix}") for line in off.splitlines()), off
+    on = show_launch(tmp_path / "on", "--network", env={ISOLATION_ENV: "bwrap"})
+    assert "--unshare-net" not in on
+    assert "network: egress only" in on or "refused here" in on, on
+
+
+def test_show_launch_prints_the_landlock_rules(tmp_path: Path, sandbox_config_dir: Path) -> None:
+    if nsfree.detect()[0] is None:
+        pytest.skip(f"the namespace-free engine is not available here: {nsfree.detect()[1]}")
+    text = show_launch(tmp_path, env={ISOLATION_ENV: "landlock"})
+    assert text.startswith("engine: landlock\n") or "refused here" in text, text
+    assert "landlock_restrict_self" in text and "tcp bind/connect: denied" in text
+    write = text.split("  write:\n", 1)[1].splitlines()[0].strip()
+    assert write.startswith(str(tmp_path / "tmp")), text  # only the run folder

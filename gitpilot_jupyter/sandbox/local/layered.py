@@ -455,6 +455,10 @@ class LayeredIsolator(Isolator):
         engine, _ = self._engine()
         return engine.kind if engine is not None else "none"
 
+    def engine_tool(self) -> Engine | None:
+        """The engine in force now, for :mod:`.showplan` (None: no namespace tool)."""
+        return self._engine()[0]
+
     def refusal(self, *, allow_network: bool = False) -> IsolationGap | None:
         """Why a run (network on: ``allow_network``) cannot be contained here, or None."""
         engine, missing = self._engine()
