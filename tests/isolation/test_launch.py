@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gitpilot_jupyter.sandbox.diagnostics.isolation import in_run_cgroup
-from gitpilot_jupyter.sandbox.local import layered
+from gitpilot_jupyter.sandbox.local import launchplan, layered
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.cgroups import CgroupRun
 from gitpilot_jupyter.sandbox.local.rlimits import MIB, RlimitPlan
@@ -111,11 +111,16 @@ def test_with_bwrap_and_cgroups_a_launch_needs_no_preexec_fn(tmp_path: Path) -> 
         assert launch.preexec_fn is None
         # The staging shell joins the cgroup and sets the limits first, before bwrap starts:
         # no shell of its own before the namespace tool (root has no RLIMIT_NPROC to set).
-        stage = next(a for a in launch.argv if a.startswith("set -e\n"))
-        joins = [line for line in stage.splitlines() if line.startswith("echo 0 >")]
-        assert joins and stage.splitlines()[1 : 1 + len(joins)] == joins, stage
-        assert "ulimit -f" in stage
-        assert launch.argv.index(stage) < launch.argv.index(shutil.which("bwrap") or "bwrap")
+        # Its first options are the server's lines it runs first (see chain/stage.sh).
+        stage = launch.argv.index(launchplan.stage_script()) + 2  # after the script and $0
+        lines = []
+        while launch.argv[stage] == "--run":
+            lines.append(launch.argv[stage + 1])
+            stage += 2
+        joins = [line for line in lines if line.startswith("echo 0 >")]
+        assert joins and lines[: len(joins)] == joins, lines
+        assert any(line.startswith("ulimit -f") for line in lines), lines
+        assert stage < launch.argv.index(shutil.which("bwrap") or "bwrap")
         if os.geteuid() == 0:
             assert launch.argv[0] == shutil.which("unshare")
     finally:

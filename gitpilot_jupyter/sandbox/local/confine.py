@@ -4,7 +4,7 @@ A run is started through this chain (each step ``exec``s the next, so the
 namespace tool is still the server's direct child)::
 
     unshare --mount [--user --map-...]         a private mount namespace for the run
-      sh -c STAGE                               joins the run cgroup and sets the
+      sh -c chain/stage.sh OPTIONS              joins the run cgroup and sets the
                                                 rlimits (``first``, see .layered),
                                                 mounts the run's size-capped tmpfs,
                                                 stages interpreter folders; then
@@ -40,7 +40,6 @@ import ipaddress
 import itertools
 import os
 import pwd
-import shlex
 import shutil
 import subprocess
 import sys
@@ -520,51 +519,39 @@ class Confinement:
         files: list[launchplan.PlanFile] = []
         fds: list[tuple[launchplan.Fd, str]] = []
         uid, gid = facts.sandbox_ids
-        q = shlex.quote
-        # Files bubblewrap reads are opened by this shell first (the seccomp filter, and
-        # what its --file copies into the run folder).
-        opened = []
+        # The staging shell's options (see chain/stage.sh): the server's limit lines
+        # first, then the files it opens for bubblewrap (the seccomp filter, what its
+        # --file copies into the run folder) and a started interpreter.
+        options = [word for line in first for word in ("--run", line)]
         if bpf is not None:
             path = workdir / SECCOMP_FILE
             files.append(launchplan.PlanFile(str(path), bpf, 0o600))
-            opened.append(f"{launchplan.SECCOMP.number}<{q(str(path))}")
+            options += ["--seccomp", str(path)]
             fds.append((launchplan.SECCOMP, str(path)))
         snippet = facts.snippet
-        file_fd, code_fd = launchplan.FILE.number, launchplan.CODE.number
+        file_fd = launchplan.FILE.number
         if snippet is not None:
-            code = q(str(workdir / snippet))
-            if facts.snippet_fifo:
-                # A warm slot's snippet comes later through this FIFO (see .pool): opened
-                # read-write first (the read-only open then never waits for a writer),
-                # and that replaced by the read end alone, which bubblewrap's --file then
-                # reads to its end when the code comes.
-                opened += [f"{file_fd}<>{code}", f"{file_fd}<{code}"]
-            else:
-                opened.append(f"{file_fd}<{code}")
+            # A warm slot's snippet comes later through a FIFO (see .pool).
+            options += [
+                "--snippet-fifo" if facts.snippet_fifo else "--snippet",
+                str(workdir / snippet),
+            ]
             fds.append((launchplan.FILE, str(workdir / snippet)))
         hook, code_fifo = workdir / prestart.HOOK_FILE, workdir / prestart.CODE_FIFO
         started = facts.prestarted
         if started:
             # A python slot whose interpreter starts ahead (see .prestart): its hook is
             # copied into the run's /tmp, and the code comes later through the FIFO on
-            # the code fd, which the interpreter inherits (opened as the snippet's FIFO is).
-            fifo = q(str(code_fifo))
-            opened += [f"{code_fd}<>{fifo}", f"{code_fd}<{fifo}", f"{file_fd}<{q(str(hook))}"]
-            fds += [(launchplan.CODE, str(code_fifo)), (launchplan.FILE, str(hook))]
-            # The run's stdout and stderr move to fds of their own, which the hook moves
-            # back; the chain's own output (see prestart.CHAIN_FIFO), opened while the
-            # run folder is in view, takes the place of 1 now and of 2 at the last step.
-            out, err = launchplan.RUN_STDOUT.number, launchplan.RUN_STDERR.number
-            chain_output = q(str(workdir / prestart.CHAIN_FIFO))
-            opened += [f"{out}>&1", f"{err}>&2", f"1>{chain_output}"]
+            # the code fd, which the interpreter inherits; its stdout and stderr come on
+            # fds of their own, and the chain's own output is prestart.CHAIN_FIFO.
+            chain_output = workdir / prestart.CHAIN_FIFO
+            options += ["--prestart", str(code_fifo), str(hook), str(chain_output)]
             fds += [
+                (launchplan.CODE, str(code_fifo)),
+                (launchplan.FILE, str(hook)),
                 (launchplan.RUN_STDOUT, "the run's stdout pipe"),
                 (launchplan.RUN_STDERR, "the run's stderr pipe"),
             ]
-        lines = ["set -e", *first]
-        if opened:
-            lines.append("exec " + " ".join(opened))
-        writable = ["run", "tmp", "shm"]
         staged = ["ro" + str(p) for p in view.interpreters]
         # One ``mount`` for every mount of the stage (an fstab of this run): the
         # size-capped tmpfs, an empty read-only one to cover hidden folders with, and
@@ -591,64 +578,28 @@ class Confinement:
                 ).encode(),
             )
         )
-        lines.append(f"mount --all --fstab {q(str(fstab))}")
-        # The writable folders are the run's alone (0700), as the run folder on the host.
-        owner = f"-o {uid} -g {gid} " if self.drops else ""
-        install = f"install -d -m 0700 {owner}" + " ".join(q(str(stage / p)) for p in writable)
-        enter = ""
-        wait_for_network: list[str] = []
+        options += ["--fstab", str(fstab), "--stage", str(stage)]
+        if self.drops:
+            options += ["--owner", f"{uid}:{gid}"]  # of the run's writable folders
         network = "none: a network namespace of its own with only a loopback (--unshare-net)"
         if allow_network and egress and self.net_tools is not None:
-            slirp, nsenter, ip = (q(t) for t in self.net_tools)
-            netns, ready, done = (
-                q(str(p)) for p in (stage / "netns", stage / "ready", stage / "done")
-            )
-            up, gone = launchplan.NET_READY.number, launchplan.NET_EXIT.number
-            # (It never holds the run's own output: that ends with the run.)
-            keep = f" {out}>&- {err}>&-" if started else ""
-            lines += [
-                # The run's network namespace, bound to a file of its private tmpfs; the
-                # process that makes it blocks the host's networks there before slirp4netns
-                # gives it a way out (a prohibit route needs no interface).
-                f": >{netns}",
-                f"{q(self.unshare)} --net={netns} {ip} -batch - <<EOF",
-                *(f"route add prohibit {net}" for net in facts.blocked),
-                "EOF",
-                f"mkfifo {ready} {done}",
-                # slirp4netns gives it a stack of its own; it exits once the run's last
-                # process closed the exit FIFO, so nothing of it outlives the run. It
-                # starts while `install` runs: its shell opens the ready FIFO, then the
-                # exit FIFO, each meeting this shell's open of it (same order: no deadlock);
-                # this shell reads "1" from the ready fd after `install`, or EOF if it died.
-                f"{slirp} --configure --disable-host-loopback --enable-sandbox "
-                f"--enable-seccomp --netns-type=path --ready-fd={up} --exit-fd={gone} "
-                f"{netns} tap0 {up}>{ready} {gone}<{done} </dev/null >/dev/null 2>&1{keep} &",
-                f"exec {up}<{ready} {gone}>{done}",
-            ]
+            # Its own network namespace and stack (slirp4netns), the host's networks
+            # blocked there first.
+            slirp, nsenter, ip = self.net_tools
+            options += ["--net", self.unshare, ip, slirp, nsenter]
+            options += [word for net in facts.blocked for word in ("--block", net)]
             fds += [
                 (launchplan.NET_READY, str(stage / "ready")),
                 (launchplan.NET_EXIT, str(stage / "done")),
             ]
-            wait_for_network = [
-                f"read -r up <&{up} || true",
-                f"exec {up}<&-",
-                '[ "$up" = 1 ] || { echo "gitpilot sandbox: user-mode networking '
-                '(slirp4netns) did not start" >&2; exit 125; }',
-            ]
-            enter = f"{nsenter} --net={q(str(moved / 'netns'))} -- "
             network = (
                 "egress only: its own stack through slirp4netns (tap0), host loopback off; "
                 "prohibit routes to " + (", ".join(facts.blocked) or "-")
             )
         elif allow_network:
             network = "the host's network (no --unshare-net)"
-        lines.append(install)
-        lines += wait_for_network
         if moved != stage:
-            lines.append(f"mount --move {q(str(stage))} {q(str(moved))}")
-        if started:
-            lines.append("exec 2>&1")  # bubblewrap's errors: the chain's output too
-        lines.append(f'exec {enter}"$@"')
+            options += ["--move", str(moved)]
         unshare = [self.unshare, "--mount", "--propagation", "private"]
         if self.idmap is not None:
             # newuidmap/newgidmap write the maps: setgroups is allowed, so setpriv can
@@ -660,7 +611,7 @@ class Confinement:
         steps = [
             launchplan.Step(tuple(unshare), "unshare: the run's private mount namespace"),
             launchplan.Step(
-                (self.shell, "-c", "\n".join(lines), "sh"),
+                (self.shell, "-c", launchplan.stage_script(), "sh", *options, "--"),
                 "the staging shell: limits, fds, the stage's mounts, network; then exec",
             ),
         ]

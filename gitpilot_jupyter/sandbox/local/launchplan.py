@@ -12,6 +12,7 @@ reviewer (``jupyter sandbox debug --show-launch``, and the golden tests under
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,16 @@ SECCOMP_WALLED = "the deny list and no AF_INET/AF_INET6/AF_NETLINK/AF_PACKET/AF_
 SECCOMP_WALLED_INET = "the deny list, AF_INET and AF_INET6 allowed (network on)"
 FDS = (SECCOMP, FILE, NET_READY, NET_EXIT, CODE, RUN_STDOUT, RUN_STDERR)
 assert len({fd.number for fd in FDS}) == len(FDS), "one number per fd"
+
+
+#: The staging shell of the bubblewrap chain (checked by shellcheck), run with ``sh -c``.
+STAGE_SCRIPT = Path(__file__).parent / "chain" / "stage.sh"
+
+
+@functools.cache
+def stage_script() -> str:
+    """:data:`STAGE_SCRIPT`'s text, read once."""
+    return STAGE_SCRIPT.read_text()
 
 
 @dataclass(frozen=True)
@@ -143,6 +154,10 @@ def _joined(argv: Sequence[str], indent: str = "     ") -> list[str]:
     lines: list[str] = []
     current: list[str] = []
     for word in argv:
+        if word == stage_script():
+            word = f'"$(cat {STAGE_SCRIPT.parent.name}/{STAGE_SCRIPT.name})"'
+            current.append(word)
+            continue
         if "\n" in word:
             lines.append(indent + " ".join([*current, "'"]))
             lines += [indent + "  " + line for line in word.splitlines()]
