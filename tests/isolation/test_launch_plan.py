@@ -35,6 +35,8 @@ PLACEHOLDERS = {str(RUN): "{RUN}", str(PYTHON): "{PYTHON}", str(HOME): "{HOME}"}
 SERVER_IDS = (1000, 1000)
 RANGE_END = IdMap(165535, 165535)
 NOBODY = (65534, 65534)
+#: A root server's run: an id of its own (nsfree.RUN_IDS).
+RUN_IDS = (2_100_000_007, 2_100_000_007)
 #: Stand-ins for :func:`.layered.stage_steps` and a run cgroup.
 FIRST = (
     "echo 0 >/sys/fs/cgroup/gitpilot/gitpilot-run-0123456789ab/cgroup.procs",
@@ -75,7 +77,7 @@ def bwrap_plan(who: str, network: str, mode: str) -> launchplan.LaunchPlan:
         system=(("/usr", None), ("/bin", "usr/bin"), ("/lib", "usr/lib"), ("/etc", None)),
         resolv=None,
         stage_target="/mnt",
-        sandbox_ids=NOBODY,
+        sandbox_ids=RUN_IDS if who == "root" else NOBODY,
         cgroup_ns=True,
         blocked=BLOCKED if network == "on" else (),
         snippet=None if mode == "prestart" else "inline.py",

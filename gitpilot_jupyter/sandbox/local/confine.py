@@ -413,7 +413,8 @@ class Confinement:
         return self.setpriv is not None
 
     def run_ids(self) -> tuple[int, int]:
-        """The host uid and gid a run has (as the host's ``/proc`` shows them)."""
+        """The host uid and gid a run has (as the host's ``/proc`` shows them); as root,
+        those of a run given no ids of its own (``own_ids`` of :meth:`command`)."""
         if self.idmap is not None:
             return self.idmap.uid, self.idmap.gid
         if self.as_root:
@@ -461,14 +462,20 @@ class Confinement:
         bpf: bytes | None,
         egress: bool = False,
         first: Sequence[str] = (),
+        own_ids: tuple[int, int] | None = None,
     ) -> list[str]:
         """The full argv; prepares ``workdir`` (stage folder, seccomp file, fstab).
 
         The :meth:`plan` of the run with this host's :meth:`facts`, executed
-        (:func:`.launchplan.execute`), as an argv.
+        (:func:`.launchplan.execute`), as an argv. ``own_ids``: the uid and gid this
+        run drops to instead of :func:`sandbox_ids` (a root server gives each run its
+        own, see :meth:`.LayeredIsolator.prepare`).
         """
         with_egress = allow_network and egress and self.net_tools is not None
         facts = self.facts(argv, workdir=workdir, view=view, blocked=with_egress)
+        if own_ids is not None:
+            assert self.as_root, "only a root server's runs drop to ids of their own"
+            facts = dataclasses.replace(facts, sandbox_ids=own_ids)
         plan = self.plan(
             argv,
             workdir=workdir,

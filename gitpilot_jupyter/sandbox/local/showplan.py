@@ -118,6 +118,8 @@ def launch_plan(
         argv, workdir=workdir, view=view, blocked=allow_network and egress and bool(chain.net_tools)
     )
     facts = dataclasses.replace(facts, snippet=argv[-1], snippet_fifo=False, prestarted=False)
+    if chain.as_root:  # each run drops to a uid of its own: the first one here
+        facts = dataclasses.replace(facts, sandbox_ids=(nsfree.RUN_UID_BASE, nsfree.RUN_UID_BASE))
     tools = launch_tools()
     first = stage_steps(chain.shell, rlimits, run) if tools is not None else None
     plan = chain.plan(
