@@ -63,12 +63,13 @@ test-js: $(LABEXT) ## the lab extension's unit tests (jest)
 test-browser: $(STAMP) $(LABEXT) ## JupyterLab in a real browser, in its own pytest process
 	$(BIN)/python -m pytest tests/browser -m browser $(DURATIONS)
 
-lint: $(STAMP) $(JSDEPS) ## ruff, mypy, codespell, and the lab extension's prettier + eslint (`cd labextension && jlpm lint` fixes)
+lint: $(STAMP) $(JSDEPS) ## ruff, mypy, codespell, shellcheck, and the lab extension's prettier + eslint (`cd labextension && jlpm lint` fixes)
 	$(BIN)/ruff check gitpilot_jupyter tests docs/conf.py docs/_ext
 	$(BIN)/ruff format --check gitpilot_jupyter tests docs/conf.py docs/_ext
 	$(BIN)/mypy
 	$(BIN)/codespell
 	$(BIN)/lint-imports
+	shellcheck gitpilot_jupyter/sandbox/local/chain/*.sh scripts/*.sh
 	cd labextension && $(JLPM) lint:check
 
 bench: $(STAMP) ## measure what users feel; writes benchmarks/results/latest.{json,md}

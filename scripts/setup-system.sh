@@ -10,11 +10,12 @@
 #   util-linux   unshare, setpriv (a run drops to nobody), prlimit
 #   uidmap       newuidmap/newgidmap: a non-root server's runs drop their groups (docker!)
 #   nodejs       JavaScript snippets and the lab extension build
+#   (and the shell linter `make lint` checks the launch chain's staging script with)
 # Idempotent: packages already installed are skipped quickly.
 set -euo pipefail
 
 packages=(chromium fonts-dejavu-core docker.io debootstrap bubblewrap iptables libseccomp2 python3-seccomp
-  passt slirp4netns util-linux uidmap iproute2)
+  passt slirp4netns util-linux uidmap iproute2 shellcheck)
 # node may come from elsewhere than Debian's package: only install it when there is none.
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 missing=()

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ..sandbox.diagnostics import failed, render_text, run_diagnostics
+from ..sandbox.diagnostics import failed, launch_text, probe_service, render_text, run_diagnostics
 from ..sandbox.sync import run_sync
 from .commands import make_client
 
@@ -26,11 +26,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also check the MatrixLab Runner (health, Docker, capabilities, a snippet)",
     )
     p.add_argument("--json", action="store_true", help="print the stages as JSON")
+    p.add_argument(
+        "--show-launch",
+        action="store_true",
+        help="print the launch plan (steps, fds, mounts or Landlock rules, seccomp, limits, "
+        "uid, network) the engine in force would use for a python run now; runs nothing",
+    )
+    p.add_argument(
+        "--network",
+        action="store_true",
+        help="with --show-launch: the plan of a network-on run",
+    )
     p.set_defaults(handler=cmd_debug)
 
 
 def cmd_debug(args: argparse.Namespace) -> int:
-    """``jupyter sandbox debug [--matrixlab] [--json]``."""
+    """``jupyter sandbox debug [--matrixlab] [--json] [--show-launch [--network]]``."""
+    if args.show_launch:
+        service = probe_service(make_client().service)
+        sys.stdout.write(launch_text(service, allow_network=args.network))
+        return 0
     stages = run_sync(run_diagnostics(make_client().service, matrixlab=args.matrixlab))
     if args.json:
         doc = {"ok": not failed(stages), "stages": [s.to_dict() for s in stages]}

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from gitpilot_jupyter.sandbox.local import nsfree
 from tests.server.helpers import Api
 
 from .conftest import attack, nonce, runs_drop_groups, status_fields, wait_for_process
@@ -290,6 +291,9 @@ async def test_3_id_games_change_nothing_the_host_sees(api: Api, reaper: list[st
     assert seen["newuidmap"] != 0 and seen["newgidmap"] != 0 and seen["unshare"] != 0, seen
     # From outside: one id mapped, the run's own; no groups, no capabilities, no new privileges.
     uid, gid = tool.confine.run_ids()
+    if tool.confine.as_root:  # each run its own uid (nsfree.RUN_IDS), its gid the same number
+        uid = gid = int(creds["Uid"][0])
+        assert nsfree.RUN_UID_BASE <= uid < nsfree.RUN_UID_BASE + nsfree.RUN_UID_COUNT, creds
     assert maps["uid_map"][1:] == [str(uid), "1"] and maps["gid_map"][1:] == [str(gid), "1"], maps
     assert creds["Uid"] == [str(uid)] * 4 and creds["Gid"] == [str(gid)] * 4, creds
     if runs_drop_groups():

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gitpilot_jupyter.sandbox.diagnostics.isolation import in_run_cgroup
-from gitpilot_jupyter.sandbox.local import layered
+from gitpilot_jupyter.sandbox.local import launchplan, layered
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.cgroups import CgroupRun
 from gitpilot_jupyter.sandbox.local.rlimits import MIB, RlimitPlan
@@ -111,11 +111,16 @@ def test_with_bwrap_and_cgroups_a_launch_needs_no_preexec_fn(tmp_path: Path) -> 
         assert launch.preexec_fn is None
         # The staging shell joins the cgroup and sets the limits first, before bwrap starts:
         # no shell of its own before the namespace tool (root has no RLIMIT_NPROC to set).
-        stage = next(a for a in launch.argv if a.startswith("set -e\n"))
-        joins = [line for line in stage.splitlines() if line.startswith("echo 0 >")]
-        assert joins and stage.splitlines()[1 : 1 + len(joins)] == joins, stage
-        assert "ulimit -f" in stage
-        assert launch.argv.index(stage) < launch.argv.index(shutil.which("bwrap") or "bwrap")
+        # Its first options are the server's lines it runs first (see chain/stage.sh).
+        stage = launch.argv.index(launchplan.stage_script()) + 2  # after the script and $0
+        lines = []
+        while launch.argv[stage] == "--run":
+            lines.append(launch.argv[stage + 1])
+            stage += 2
+        joins = [line for line in lines if line.startswith("echo 0 >")]
+        assert joins and lines[: len(joins)] == joins, lines
+        assert any(line.startswith("ulimit -f") for line in lines), lines
+        assert stage < launch.argv.index(shutil.which("bwrap") or "bwrap")
         if os.geteuid() == 0:
             assert launch.argv[0] == shutil.which("unshare")
     finally:
@@ -208,3 +213,42 @@ def test_prlimit_options_match_the_plan_including_nproc() -> None:
         assert option.endswith(f"={capped}:{capped}")
     assert [o.split("=")[0] for o in options] == ["--nproc", "--data", "--fsize", "--cpu"]
     assert RlimitPlan(limits=[(resource.RLIMIT_CORE, 0)]).prlimit_options() is None
+
+
+def test_as_root_two_runs_at_once_are_two_host_uids(tmp_path: Path) -> None:
+    """Each bwrap run of a root server drops to a uid of its own, seen from the host's
+    /proc, so one run cannot use up the per-uid limits (processes, inotify) of another;
+    the uid is given back when the run is cleaned up."""
+    if os.geteuid() != 0:
+        pytest.skip("a non-root server's runs drop to the last id of its subordinate range")
+    backend = make_backend("bwrap")
+    started = []
+    try:
+        for n in range(2):
+            workdir = tmp_path / f"run{n}"
+            workdir.mkdir()
+            name = f"uid-{uuid.uuid4().hex[:8]}"
+            # (argv[0] is the name the host's /proc finds the snippet by)
+            sleep = [name, "-c", "import time; time.sleep(30)"]
+            code = f"import os, sys; os.execv(sys.executable, {sleep!r})"
+            launch = backend.isolator.prepare(
+                [sys.executable, "-c", code], workdir=workdir, allow_network=False, limits=SMALL
+            )
+            proc = subprocess.Popen(launch.argv, cwd=workdir, preexec_fn=launch.preexec_fn)
+            launch.on_started(proc.pid)
+            started.append((launch, proc, name))
+        uids = []
+        for _, _, name in started:
+            pid = wait_for_process(name)
+            assert pid is not None, "the snippet never showed up"
+            status = Path(f"/proc/{pid}/status").read_text()
+            uid = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
+            uids.append(uid)
+        assert len({u[0] for u in uids}) == 2, uids  # two runs, two host uids
+        for uid in uids:
+            assert len(set(uid)) == 1 and uid[0] not in ("0", "65534"), uids
+    finally:
+        for launch, proc, _ in started:
+            launch.kill_all()
+            proc.wait(timeout=10)
+            launch.cleanup()

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
-from gitpilot_jupyter.sandbox.local import cgroups
+from gitpilot_jupyter.sandbox.local import cgroups, nsfree
 from gitpilot_jupyter.sandbox.local.backends import NullSandbox, SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.cgroups import run_prefix
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator, _cgroup_tree
@@ -92,6 +92,12 @@ def scenario(
     asyncio.run(main())
 
 
+def own_uids_named(text: str) -> str:
+    """``text`` with the uids of a root server's runs (each its own) as ``RUN-UID``."""
+    low, high = nsfree.RUN_UID_BASE, nsfree.RUN_UID_BASE + nsfree.RUN_UID_COUNT
+    return re.sub(r"\b\d{10}\b", lambda m: "RUN-UID" if low <= int(m[0]) < high else m[0], text)
+
+
 SEES = r"""
 import os, sys
 print("uid", os.getuid(), os.getgroups(), "argv", sys.argv, "file", __file__)
@@ -120,9 +126,11 @@ def test_a_warm_run_sees_exactly_what_a_cold_run_sees() -> None:
     # folder and /tmp (but for the run folder's own mount point there, named per run),
     # the pid namespace: all the same, line by line.
     def same(text: str) -> str:
-        return re.sub(r"gitpilot-sandbox-\w+", "gitpilot-sandbox-X", text)
+        return own_uids_named(re.sub(r"gitpilot-sandbox-\w+", "gitpilot-sandbox-X", text))
 
     assert same(warm.stdout) == same(cold.stdout)
+    if os.geteuid() == 0:  # each run (and slot) a host uid of its own
+        assert cold.stdout.split()[1] != warm.stdout.split()[1], (cold.stdout, warm.stdout)
     assert "stdin /dev/null" in warm.stdout and "me True" in warm.stdout
     assert warm.isolation == cold.isolation and "seccomp" in warm.isolation
 

@@ -23,8 +23,8 @@ from gitpilot_jupyter.sandbox.local.pool import PRESTART_ENV, PoolConfig
 from gitpilot_jupyter.sandbox.results import RunResult
 
 from .test_pool import PATH as PATH_ENV
+from .test_pool import own_uids_named, request, scenario, the_pool, until, waiting_slot
 from .test_pool import pooled as _pooled
-from .test_pool import request, scenario, the_pool, until, waiting_slot
 
 
 def pooled(mode: str = "auto", **config: Any) -> SubprocessSandbox:
@@ -108,7 +108,7 @@ CASES: dict[str, tuple[str, str | None]] = {
 
 
 def _same(text: str) -> str:
-    return re.sub(r"gitpilot-sandbox-\w+", "gitpilot-sandbox-X", text)
+    return own_uids_named(re.sub(r"gitpilot-sandbox-\w+", "gitpilot-sandbox-X", text))
 
 
 def _run_all(backend: SubprocessSandbox, *, warm: bool) -> dict[str, RunResult]:

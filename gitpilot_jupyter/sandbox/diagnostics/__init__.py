@@ -19,6 +19,7 @@ from ..local.backends import SubprocessSandbox
 from ..plans import PlanStore
 from ..service import SandboxService
 from .isolation import cgroup_join_stage, egress_check, isolation_check, isolation_layers
+from .launch import launch_text
 from .local import HELLO, approval_stage, hello_stage, settings_stage, stdin_stage, timeout_stage
 from .runner import runner_stages
 from .stage import FAIL, PASS, SKIP, Stage
@@ -29,6 +30,7 @@ __all__ = [
     "SKIP",
     "Stage",
     "failed",
+    "launch_text",
     "probe_service",
     "render_text",
     "run_diagnostics",

@@ -198,7 +198,7 @@ class SubprocessSandbox(SandboxBackend):
             fds.append(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
             fds.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC))
             if started:
-                # The chain's own output (see prestart.OUTPUT_FDS): read end open first,
+                # The chain's own output (see prestart.CHAIN_FIFO): read end open first,
                 # so the staging shell's open of its write end does not wait.
                 chain = workdir / prestart.CHAIN_FIFO
                 os.mkfifo(chain, 0o600)

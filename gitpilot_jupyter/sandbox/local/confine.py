@@ -4,7 +4,7 @@ A run is started through this chain (each step ``exec``s the next, so the
 namespace tool is still the server's direct child)::
 
     unshare --mount [--user --map-...]         a private mount namespace for the run
-      sh -c STAGE                               joins the run cgroup and sets the
+      sh -c chain/stage.sh OPTIONS              joins the run cgroup and sets the
                                                 rlimits (``first``, see .layered),
                                                 mounts the run's size-capped tmpfs,
                                                 stages interpreter folders; then
@@ -40,7 +40,6 @@ import ipaddress
 import itertools
 import os
 import pwd
-import shlex
 import shutil
 import subprocess
 import sys
@@ -48,7 +47,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import prestart, seccomp
+from . import launchplan, prestart, seccomp
+from .launchplan import LaunchPlan
 from .lookup import Lookup
 
 #: System folders a run sees read-only (those that exist; a symlink stays a symlink).
@@ -74,18 +74,11 @@ INODES_PER_MB = 64
 #: Where the run's private, size-capped writable space is mounted, inside the run folder.
 STAGE = "stage"
 SECCOMP_FILE = ".seccomp.bpf"
-#: The fd bwrap reads the compiled seccomp filter from, and the one it copies the snippet from.
-SECCOMP_FD = 3
-SNIPPET_FD = 4
-#: A one-digit fd the chain's shell uses for a moment (dash reads only one-digit fds).
-SPARE_FD = 5
 #: Where the run's stage is mounted in its own mount namespace when the run drops its
 #: uid (folders anyone can enter): the first that holds no interpreter folder to stage.
 STAGE_TARGETS = ("/tmp", "/var/tmp", "/mnt")
 #: The run's mounts of its stage, one fstab line each (see :meth:`Confinement.command`).
 FSTAB_FILE = ".stage.fstab"
-#: The one-digit fd the staging shell reads slirp4netns's "ready" from (network on).
-READY_FD = 9
 #: The read-only, empty tmpfs hidden folders are covered with (one inode: nothing fits).
 EMPTY_OPTIONS = "ro,size=4k,nr_inodes=1,mode=0755,nosuid,nodev,noexec,X-mount.mkdir"
 TOOLS_FIX = "install util-linux (it provides unshare and setpriv)"
@@ -231,9 +224,10 @@ class IdMap:
     uid: int
     gid: int
 
-    def unshare_options(self) -> list[str]:
-        """The ``unshare`` (util-linux 2.38+) options that make that user namespace."""
-        inner_uid, inner_gid = sandbox_ids()
+    def unshare_options(self, inner: tuple[int, int]) -> list[str]:
+        """The ``unshare`` (util-linux 2.38+) options that make that user namespace,
+        with ``inner`` (:func:`sandbox_ids`) the ids the run drops to in it."""
+        inner_uid, inner_gid = inner
         return [
             "--user",
             "--map-user=0",
@@ -366,6 +360,33 @@ def plan_view(
     return view
 
 
+@dataclass(frozen=True)
+class HostFacts:
+    """What a bwrap plan needs of the host, looked up by :meth:`Confinement.facts` (the
+    plan itself reads nothing)."""
+
+    #: Each of :data:`SYSTEM_DIRS` there is: ``(name, None)`` for a folder,
+    #: ``(name, target)`` for a symlink.
+    system: tuple[tuple[str, str | None], ...]
+    #: ``/etc/resolv.conf``'s target when it lies outside ``/etc`` (bound in its place).
+    resolv: str | None
+    #: Where the stage is mounted (one of :data:`STAGE_TARGETS`); None: in the run folder.
+    stage_target: str | None
+    #: The ids a run drops to (:func:`sandbox_ids`).
+    sandbox_ids: tuple[int, int]
+    cgroup_ns: bool
+    #: What a network-on run with egress must not reach (:func:`blocked_networks`).
+    blocked: tuple[str, ...] = ()
+    #: The run's snippet (its name in the run folder), and whether it is a warm
+    #: slot's FIFO it arrives through.
+    snippet: str | None = None
+    snippet_fifo: bool = False
+    #: A started interpreter's hook and code FIFO are in the run folder (:mod:`.prestart`).
+    prestarted: bool = False
+    #: The server's own uid and gid (what a run keeps when it cannot drop).
+    server_ids: tuple[int, int] = (0, 0)
+
+
 @dataclass
 class Confinement:
     """Builds the launch chain of one bwrap run (see the module docstring)."""
@@ -392,12 +413,43 @@ class Confinement:
         return self.setpriv is not None
 
     def run_ids(self) -> tuple[int, int]:
-        """The host uid and gid a run has (as the host's ``/proc`` shows them)."""
+        """The host uid and gid a run has (as the host's ``/proc`` shows them); as root,
+        those of a run given no ids of its own (``own_ids`` of :meth:`command`)."""
         if self.idmap is not None:
             return self.idmap.uid, self.idmap.gid
         if self.as_root:
             return sandbox_ids()
         return os.geteuid(), os.getegid()
+
+    def facts(self, argv: Sequence[str], *, workdir: Path, view: View, blocked: bool) -> HostFacts:
+        """What :meth:`plan` needs of the host for a run of ``argv`` in ``workdir``
+        (``blocked``: the networks an egress run must not reach are looked up too)."""
+        system: list[tuple[str, str | None]] = []
+        for name in SYSTEM_DIRS:
+            if os.path.islink(name):
+                system.append((name, os.readlink(name)))
+            elif os.path.isdir(name):
+                system.append((name, None))
+        resolv = None
+        with contextlib.suppress(OSError):
+            real = Path("/etc/resolv.conf").resolve()
+            if real.is_file() and not inside(real, Path("/etc").resolve()):
+                resolv = str(real)
+        shared = _stage_target(view.interpreters) if self.drops else None
+        snippet = next((a for a in argv[1:] if "/" not in a and _snippet(workdir / a)), None)
+        hook, code_fifo = workdir / prestart.HOOK_FILE, workdir / prestart.CODE_FIFO
+        return HostFacts(
+            system=tuple(system),
+            resolv=resolv,
+            stage_target=str(shared) if shared is not None else None,
+            sandbox_ids=sandbox_ids(),
+            cgroup_ns=CGROUP_NS,
+            blocked=tuple(blocked_networks()) if blocked else (),
+            snippet=snippet,
+            snippet_fifo=snippet is not None and (workdir / snippet).is_fifo(),
+            prestarted=snippet is None and hook.is_file() and code_fifo.is_fifo(),
+            server_ids=(os.geteuid(), os.getegid()),
+        )
 
     def command(
         self,
@@ -410,8 +462,48 @@ class Confinement:
         bpf: bytes | None,
         egress: bool = False,
         first: Sequence[str] = (),
+        own_ids: tuple[int, int] | None = None,
     ) -> list[str]:
-        """The full argv; prepares ``workdir`` (stage folder, seccomp file, owner).
+        """The full argv; prepares ``workdir`` (stage folder, seccomp file, fstab).
+
+        The :meth:`plan` of the run with this host's :meth:`facts`, executed
+        (:func:`.launchplan.execute`), as an argv. ``own_ids``: the uid and gid this
+        run drops to instead of :func:`sandbox_ids` (a root server gives each run its
+        own, see :meth:`.LayeredIsolator.prepare`).
+        """
+        with_egress = allow_network and egress and self.net_tools is not None
+        facts = self.facts(argv, workdir=workdir, view=view, blocked=with_egress)
+        if own_ids is not None:
+            assert self.as_root, "only a root server's runs drop to ids of their own"
+            facts = dataclasses.replace(facts, sandbox_ids=own_ids)
+        plan = self.plan(
+            argv,
+            workdir=workdir,
+            allow_network=allow_network,
+            view=view,
+            disk_mb=disk_mb,
+            bpf=bpf,
+            egress=egress,
+            first=first,
+            facts=facts,
+        )
+        launchplan.execute(plan)
+        return plan.argv()
+
+    def plan(
+        self,
+        argv: Sequence[str],
+        *,
+        workdir: Path,
+        allow_network: bool,
+        view: View,
+        disk_mb: int,
+        bpf: bytes | None,
+        facts: HostFacts,
+        egress: bool = False,
+        first: Sequence[str] = (),
+    ) -> LaunchPlan:
+        """The launch plan of a run of ``argv`` (pure: all it knows of the host is ``facts``).
 
         ``egress`` (with ``allow_network``): the run gets its own network stack through
         slirp4netns, with the host's addresses, bridges and link-local unreachable;
@@ -427,144 +519,131 @@ class Confinement:
         # folders anyway.) That folder is one no interpreter folder to stage lies in
         # (the tmpfs would hide it from its bind). Only if each of them holds one is
         # the stage made in the run folder and moved there (which works as root only).
-        shared = _stage_target(view.interpreters) if self.drops else None
+        shared = Path(facts.stage_target) if facts.stage_target is not None else None
         stage = shared or workdir / STAGE
         moved = Path(STAGE_TARGETS[0]) if self.drops and shared is None else stage
-        if shared is None:
-            stage.mkdir(exist_ok=True)
-        uid, gid = sandbox_ids()
-        q = shlex.quote
-        # Files bubblewrap reads are opened by this shell first (fd 3: the seccomp filter,
-        # fd 4: the snippet, copied into the run folder with --file).
-        opened = []
+        folders = (str(stage),) if shared is None else ()
+        files: list[launchplan.PlanFile] = []
+        fds: list[tuple[launchplan.Fd, str]] = []
+        uid, gid = facts.sandbox_ids
+        # The staging shell's options (see chain/stage.sh): the server's limit lines
+        # first, then the files it opens for bubblewrap (the seccomp filter, what its
+        # --file copies into the run folder) and a started interpreter.
+        options = [word for line in first for word in ("--run", line)]
         if bpf is not None:
             path = workdir / SECCOMP_FILE
-            path.write_bytes(bpf)
-            path.chmod(0o600)
-            opened.append(f"{SECCOMP_FD}<{q(str(path))}")
-        snippet = next((a for a in argv[1:] if "/" not in a and _snippet(workdir / a)), None)
+            files.append(launchplan.PlanFile(str(path), bpf, 0o600))
+            options += ["--seccomp", str(path)]
+            fds.append((launchplan.SECCOMP, str(path)))
+        snippet = facts.snippet
+        file_fd = launchplan.FILE.number
         if snippet is not None:
-            code = q(str(workdir / snippet))
-            if (workdir / snippet).is_fifo():
-                # A warm slot's snippet comes later through this FIFO (see .pool): opened
-                # read-write first, the read end alone never waits for the writer, and
-                # bubblewrap's --file then reads it to its end when the code comes.
-                opened += [f"{SPARE_FD}<>{code}", f"{SNIPPET_FD}<{code}", f"{SPARE_FD}<&-"]
-            else:
-                opened.append(f"{SNIPPET_FD}<{code}")
+            # A warm slot's snippet comes later through a FIFO (see .pool).
+            options += [
+                "--snippet-fifo" if facts.snippet_fifo else "--snippet",
+                str(workdir / snippet),
+            ]
+            fds.append((launchplan.FILE, str(workdir / snippet)))
         hook, code_fifo = workdir / prestart.HOOK_FILE, workdir / prestart.CODE_FIFO
-        started = snippet is None and hook.is_file() and code_fifo.is_fifo()
+        started = facts.prestarted
         if started:
             # A python slot whose interpreter starts ahead (see .prestart): its hook is
             # copied into the run's /tmp, and the code comes later through the FIFO on
-            # CODE_FD, which the interpreter inherits (opened as the snippet's FIFO is).
-            fifo = q(str(code_fifo))
-            opened += [
-                f"{SPARE_FD}<>{fifo}",
-                f"{prestart.CODE_FD}<{fifo}",
-                f"{SPARE_FD}<&-",
-                f"{SNIPPET_FD}<{q(str(hook))}",
-                # The chain's own output (see prestart.OUTPUT_FDS), opened while the run
-                # folder is in view; it takes the place of 1 and 2 at the last step.
-                f"{prestart.OUTPUT_FDS[0]}>{q(str(workdir / prestart.CHAIN_FIFO))}",
+            # the code fd, which the interpreter inherits; its stdout and stderr come on
+            # fds of their own, and the chain's own output is prestart.CHAIN_FIFO.
+            chain_output = workdir / prestart.CHAIN_FIFO
+            options += ["--prestart", str(code_fifo), str(hook), str(chain_output)]
+            fds += [
+                (launchplan.CODE, str(code_fifo)),
+                (launchplan.FILE, str(hook)),
+                (launchplan.RUN_STDOUT, "the run's stdout pipe"),
+                (launchplan.RUN_STDERR, "the run's stderr pipe"),
             ]
-        lines = ["set -e", *first]
-        if opened:
-            lines.append("exec " + " ".join(opened))
-        writable = ["run", "tmp", "shm"]
         staged = ["ro" + str(p) for p in view.interpreters]
         # One ``mount`` for every mount of the stage (an fstab of this run): the
         # size-capped tmpfs, an empty read-only one to cover hidden folders with, and
         # the interpreter folders, each mount point made by mount itself.
         table = [
-            (
-                "gitpilot-run",
-                stage,
+            launchplan.Mount(
                 "tmpfs",
+                "gitpilot-run",
+                str(stage),
                 f"size={disk_mb}m,nr_inodes={disk_mb * INODES_PER_MB},mode=0755,nosuid,nodev",
             ),
-            ("gitpilot-empty", stage / "empty", "tmpfs", EMPTY_OPTIONS),
+            launchplan.Mount("tmpfs", "gitpilot-empty", str(stage / "empty"), EMPTY_OPTIONS),
             *(
-                (str(source), stage / target, "none", "bind,X-mount.mkdir")
+                launchplan.Mount("none", str(source), str(stage / target), "bind,X-mount.mkdir")
                 for source, target in zip(view.interpreters, staged, strict=True)
             ),
         ]
         fstab = workdir / FSTAB_FILE
-        fstab.write_text(
-            "".join(f"{_fstab(str(a))} {_fstab(str(b))} {c} {d} 0 0\n" for a, b, c, d in table)
-        )
-        lines.append(f"mount --all --fstab {q(str(fstab))}")
-        # The writable folders are the run's alone (0700), as the run folder on the host.
-        owner = f"-o {uid} -g {gid} " if self.drops else ""
-        install = f"install -d -m 0700 {owner}" + " ".join(q(str(stage / p)) for p in writable)
-        enter = ""
-        wait_for_network: list[str] = []
-        if allow_network and egress and self.net_tools is not None:
-            slirp, nsenter, ip = (q(t) for t in self.net_tools)
-            netns, ready, done = (
-                q(str(p)) for p in (stage / "netns", stage / "ready", stage / "done")
+        files.append(
+            launchplan.PlanFile(
+                str(fstab),
+                "".join(
+                    f"{_fstab(m.source)} {_fstab(m.target)} {m.op} {m.options} 0 0\n" for m in table
+                ).encode(),
             )
-            lines += [
-                # The run's network namespace, bound to a file of its private tmpfs; the
-                # process that makes it blocks the host's networks there before slirp4netns
-                # gives it a way out (a prohibit route needs no interface).
-                f": >{netns}",
-                f"{q(self.unshare)} --net={netns} {ip} -batch - <<EOF",
-                *(f"route add prohibit {net}" for net in blocked_networks()),
-                "EOF",
-                f"mkfifo {ready} {done}",
-                # slirp4netns gives it a stack of its own; it exits once the run's last
-                # process closed fd 6 (its exit fd), so nothing of it outlives the run.
-                # It starts while `install` runs: its shell opens the ready FIFO, then the
-                # exit FIFO, each meeting this shell's open of it (same order: no deadlock);
-                # this shell reads "1" from fd 9 after `install`, or EOF if it died.
-                f"{slirp} --configure --disable-host-loopback --enable-sandbox "
-                f"--enable-seccomp --netns-type=path --ready-fd=5 --exit-fd=6 {netns} tap0 "
-                f"5>{ready} 6<{done} </dev/null >/dev/null 2>&1 &",
-                f"exec {READY_FD}<{ready} 6>{done}",
+        )
+        options += ["--fstab", str(fstab), "--stage", str(stage)]
+        if self.drops:
+            options += ["--owner", f"{uid}:{gid}"]  # of the run's writable folders
+        network = "none: a network namespace of its own with only a loopback (--unshare-net)"
+        if allow_network and egress and self.net_tools is not None:
+            # Its own network namespace and stack (slirp4netns), the host's networks
+            # blocked there first.
+            slirp, nsenter, ip = self.net_tools
+            options += ["--net", self.unshare, ip, slirp, nsenter]
+            options += [word for net in facts.blocked for word in ("--block", net)]
+            fds += [
+                (launchplan.NET_READY, str(stage / "ready")),
+                (launchplan.NET_EXIT, str(stage / "done")),
             ]
-            wait_for_network = [
-                f"read -r up <&{READY_FD} || true",
-                f"exec {READY_FD}<&-",
-                '[ "$up" = 1 ] || { echo "gitpilot sandbox: user-mode networking '
-                '(slirp4netns) did not start" >&2; exit 125; }',
-            ]
-            enter = f"{nsenter} --net={q(str(moved / 'netns'))} -- "
-        lines.append(install)
-        lines += wait_for_network
+            network = (
+                "egress only: its own stack through slirp4netns (tap0), host loopback off; "
+                "prohibit routes to " + (", ".join(facts.blocked) or "-")
+            )
+        elif allow_network:
+            network = "the host's network (no --unshare-net)"
         if moved != stage:
-            lines.append(f"mount --move {q(str(stage))} {q(str(moved))}")
-        if started:
-            # The run's stdout and stderr move to fds of their own, which the hook moves
-            # back; bubblewrap gets the chain's pipe (opened above on the first of them).
-            out, err = prestart.OUTPUT_FDS
-            lines.append(f"exec {err}>&2 2>&{out} {out}>&1 1>&2")
-        lines.append(f'exec {enter}"$@"')
-        prefix = [self.unshare, "--mount", "--propagation", "private"]
+            options += ["--move", str(moved)]
+        unshare = [self.unshare, "--mount", "--propagation", "private"]
         if self.idmap is not None:
             # newuidmap/newgidmap write the maps: setgroups is allowed, so setpriv can
             # clear the groups below.
-            prefix += self.idmap.unshare_options()
+            unshare += self.idmap.unshare_options(facts.sandbox_ids)
         elif not self.as_root:
-            prefix += ["--user", "--map-root-user"]
-        prefix += ["--", self.shell, "-c", "\n".join(lines), "sh"]
+            unshare += ["--user", "--map-root-user"]
+        unshare.append("--")
+        steps = [
+            launchplan.Step(tuple(unshare), "unshare: the run's private mount namespace"),
+            launchplan.Step(
+                (self.shell, "-c", launchplan.stage_script(), "sh", *options, "--"),
+                "the staging shell: limits, fds, the stage's mounts, network; then exec",
+            ),
+        ]
         if self.setpriv is not None:
-            prefix += [
-                self.setpriv,
-                f"--reuid={uid}",
-                f"--regid={gid}",
-                "--clear-groups",
-                "--bounding-set=-all",
-                "--inh-caps=-all",
-                "--",
-            ]
+            steps.append(
+                launchplan.Step(
+                    (
+                        self.setpriv,
+                        f"--reuid={uid}",
+                        f"--regid={gid}",
+                        "--clear-groups",
+                        "--bounding-set=-all",
+                        "--inh-caps=-all",
+                        "--",
+                    ),
+                    "setpriv: drop to the run's uid, no groups, no capabilities",
+                )
+            )
         cmd = [self.bwrap, "--unshare-user"]
         if not self.drops:
             # bwrap runs as root of the first user namespace: map the run to an
             # ordinary uid in its own (nested) one, with no capabilities.
             cmd += ["--uid", str(uid), "--gid", str(gid)]
         cmd += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-        if CGROUP_NS:
+        if facts.cgroup_ns:
             # Its own cgroup namespace, rooted at the run cgroup it already joined: its
             # /proc/self/cgroup shows "/", not the host's path (debug checks from outside).
             cmd.append("--unshare-cgroup-try")
@@ -572,39 +651,71 @@ class Confinement:
             cmd.append("--unshare-net")  # (network on with egress: the slirp4netns one)
         cmd += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         if bpf is not None:
-            cmd += ["--seccomp", str(SECCOMP_FD)]
-        for name in SYSTEM_DIRS:
-            if os.path.islink(name):
-                cmd += ["--symlink", os.readlink(name), name]
-            elif os.path.isdir(name):
-                cmd += ["--ro-bind", name, name]
-        resolv = Path("/etc/resolv.conf")
-        with contextlib.suppress(OSError):
-            real = resolv.resolve()
-            if real.is_file() and not inside(real, Path("/etc").resolve()):
-                cmd += ["--ro-bind", str(real), str(resolv)]
+            cmd += ["--seccomp", str(launchplan.SECCOMP.number)]
+        binds: list[tuple[str, str, str]] = []
+        for name, link in facts.system:
+            binds.append(
+                ("--symlink", link, name) if link is not None else ("--ro-bind", name, name)
+            )
+        if facts.resolv is not None:
+            binds.append(("--ro-bind", facts.resolv, "/etc/resolv.conf"))
         # The run's own /tmp first: an interpreter folder under /tmp is bound back into it.
-        cmd += ["--bind", str(moved / "tmp"), "/tmp"]
+        binds.append(("--bind", str(moved / "tmp"), "/tmp"))
         for source, target in zip(view.interpreters, staged, strict=True):
-            cmd += ["--ro-bind", str(moved / target), str(source)]
+            binds.append(("--ro-bind", str(moved / target), str(source)))
         empty = str(moved / "empty")
-        for folder in view.cover_dirs:
-            cmd += ["--ro-bind", empty, str(folder)]
-        for file in view.cover_files:
-            cmd += ["--ro-bind", "/dev/null", str(file)]
-        cmd += ["--dev", "/dev", "--proc", "/proc"]
-        cmd += ["--bind", str(moved / "shm"), "/dev/shm"]
-        cmd += ["--dir", "/var", "--symlink", "../tmp", "/var/tmp"]
-        cmd += ["--bind", str(moved / "run"), str(workdir)]
+        binds += [("--ro-bind", empty, str(folder)) for folder in view.cover_dirs]
+        binds += [("--ro-bind", "/dev/null", str(file)) for file in view.cover_files]
+        binds += [("--dev", "", "/dev"), ("--proc", "", "/proc")]
+        binds.append(("--bind", str(moved / "shm"), "/dev/shm"))
+        binds += [("--dir", "", "/var"), ("--symlink", "../tmp", "/var/tmp")]
+        binds.append(("--bind", str(moved / "run"), str(workdir)))
+        for op, origin, where in binds:
+            cmd += [op, origin, where] if origin else [op, where]
         cmd += ["--chdir", str(workdir), "--remount-ro", "/", "--remount-ro", "/dev"]
         if snippet is not None:
             # The last step of bubblewrap's setup (the run folder is its own mount, still
             # writable): a warm slot waits here, every other step done, for its code.
-            cmd += ["--file", str(SNIPPET_FD), str(workdir / snippet)]
+            cmd += ["--file", str(file_fd), str(workdir / snippet)]
+            binds.append(("--file", f"fd {file_fd}", str(workdir / snippet)))
         elif started:
             target = f"{prestart.HOOK_DIR}/{prestart.HOOK_MODULE}.py"
-            cmd += ["--dir", prestart.HOOK_DIR, "--file", str(SNIPPET_FD), target]
-        return [*prefix, *cmd, "--", *argv]
+            cmd += ["--dir", prestart.HOOK_DIR, "--file", str(file_fd), target]
+            binds += [("--dir", "", prestart.HOOK_DIR), ("--file", f"fd {file_fd}", target)]
+        cmd.append("--")
+        steps.append(
+            launchplan.Step(
+                tuple(cmd),
+                "bwrap: new user, pid, ipc, uts, cgroup (and net) namespaces, a read-only root",
+            )
+        )
+        mounts = [
+            *table,
+            *(launchplan.Mount(op, origin, where) for op, origin, where in binds),
+            launchplan.Mount("--remount-ro", "", "/"),
+            launchplan.Mount("--remount-ro", "", "/dev"),
+        ]
+        if self.drops:
+            ids, groups = (
+                (uid, gid) if self.idmap is None else (self.idmap.uid, self.idmap.gid),
+                "none",
+            )
+        else:
+            ids, groups = facts.server_ids, f"the server's (kept: {self.groups_gap})"
+        return LaunchPlan(
+            engine="bwrap",
+            steps=tuple(steps),
+            command=tuple(argv),
+            fds=tuple(fds),
+            mounts=tuple(mounts),
+            seccomp=launchplan.SECCOMP_BWRAP if bpf is not None else None,
+            limits=tuple(first),
+            ids=ids,
+            groups=groups,
+            network=network,
+            folders=folders,
+            files=tuple(files),
+        )
 
 
 def confinement(bwrap: str) -> tuple[Confinement | None, str | None]:

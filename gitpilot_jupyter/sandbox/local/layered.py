@@ -273,6 +273,7 @@ class LayeredLaunch(Launch):
         tools: tuple[str, str] | None = None,
         *,
         staged: bool = False,
+        own_uid: int | None = None,
     ) -> None:
         prefix = exec_prefix(tools, rlimits, cgroup) if tools is not None and not staged else None
         if staged:
@@ -284,6 +285,8 @@ class LayeredLaunch(Launch):
         self._rlimits = rlimits
         self._cgroup = cgroup
         self._pid: int | None = None
+        #: The uid of its own a root server's bwrap run has (given back at cleanup).
+        self._own_uid = own_uid
 
     def _preexec(self) -> None:
         # Runs in the child between fork and exec: join first, so all it starts is inside.
@@ -311,11 +314,16 @@ class LayeredLaunch(Launch):
         return self._cgroup is not None and self._cgroup.oom_killed()
 
     def cleanup(self) -> None:
-        """Kill leftovers and remove the run cgroup."""
-        if self._cgroup is not None:
-            self._cgroup.kill_all(until_gone=True)
-            self._cgroup.cleanup()
-            self._cgroup = None
+        """Kill leftovers, remove the run cgroup, give the run's own uid back."""
+        try:
+            if self._cgroup is not None:
+                self._cgroup.kill_all(until_gone=True)
+                self._cgroup.cleanup()
+                self._cgroup = None
+        finally:
+            if self._own_uid is not None:
+                nsfree.RUN_IDS.give_back(self._own_uid)
+                self._own_uid = None
 
 
 class WalledLaunch(LayeredLaunch):
@@ -453,6 +461,10 @@ class LayeredIsolator(Isolator):
         """The engine in force now: ``bwrap``, ``landlock``, ``unshare`` or ``none``."""
         engine, _ = self._engine()
         return engine.kind if engine is not None else "none"
+
+    def engine_tool(self) -> Engine | None:
+        """The engine in force now, for :mod:`.showplan` (None: no namespace tool)."""
+        return self._engine()[0]
 
     def refusal(self, *, allow_network: bool = False) -> IsolationGap | None:
         """Why a run (network on: ``allow_network``) cannot be contained here, or None."""
@@ -622,6 +634,10 @@ class LayeredIsolator(Isolator):
         run_uid = None
         if tool is not None and tool.confine is not None and tool.confine.idmap is not None:
             run_uid = tool.confine.idmap.uid  # (RLIMIT_NPROC counts its tasks too)
+        # As root, each bwrap run (and slot) is a host uid of its own: no run can use up
+        # the per-uid limits (processes, inotify) of another.
+        own = tool is not None and tool.confine is not None and tool.confine.as_root
+        own_uid = nsfree.RUN_IDS.take() if own else None
         run: cgroups.CgroupRun | None = None
         if tree is not None:
             cgroups.remove_stale()
@@ -629,6 +645,10 @@ class LayeredIsolator(Isolator):
                 run = tree.create(limits)
             except OSError:
                 run = None  # fall back to rlimits for this run, and say so by the layers
+            except BaseException:
+                if own_uid is not None:
+                    nsfree.RUN_IDS.give_back(own_uid)
+                raise
         covered = tree.layers() if run is not None and tree is not None else []
         rlimits = plan_rlimits(
             limits,
@@ -657,15 +677,20 @@ class LayeredIsolator(Isolator):
                     disk_mb=limits.disk_mb,
                     view=view,
                     first=first or (),
+                    own_ids=(own_uid, own_uid) if own_uid is not None else None,
                 )
         except BaseException:
             if run is not None:
                 run.cleanup()
+            if own_uid is not None:
+                nsfree.RUN_IDS.give_back(own_uid)
             raise
         layers += covered
         layers += rlimits.layers
         layers += self._uncontained_layers(allow_network)
-        return LayeredLaunch(list(argv), layers, rlimits, run, tools, staged=first is not None)
+        return LayeredLaunch(
+            list(argv), layers, rlimits, run, tools, staged=first is not None, own_uid=own_uid
+        )
 
     def _uncontained_layers(self, allow_network: bool) -> list[str]:
         """What a run says of what it ran without (accepted by the administrator)."""

@@ -138,6 +138,7 @@ class Namespaces:
         disk_mb: int = DEFAULT_DISK_MB,
         view: View | None = None,
         first: Sequence[str] = (),
+        own_ids: tuple[int, int] | None = None,
     ) -> list[str]:
         """``argv`` wrapped to run in the namespaces, with ``workdir`` as its cwd.
 
@@ -145,7 +146,8 @@ class Namespaces:
         ``disk_mb`` caps the run's writable space (bwrap only); ``view`` is the
         :func:`plan_view` of ``argv`` and ``hidden`` when the caller has it already;
         ``first``: shell lines the bwrap chain's staging shell runs before anything
-        else (see :meth:`Confinement.command`; bwrap only).
+        else (see :meth:`Confinement.command`; bwrap only); ``own_ids``: the ids a root
+        server's run drops to (bwrap only).
         """
         if self.kind == "bwrap":
             assert self.confine is not None
@@ -158,6 +160,7 @@ class Namespaces:
                 bpf=seccomp_filter()[0],
                 egress=self.egress_error is None,
                 first=first,
+                own_ids=own_ids,
             )
         assert not first, "only the bwrap chain has a staging shell"
         cmd = [self.path]

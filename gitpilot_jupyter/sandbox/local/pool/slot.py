@@ -40,7 +40,7 @@ class Slot:
     #: True: the interpreter is started too, waiting in its hook (:mod:`.prestart`).
     prestarted: bool = False
     #: The read end of the chain's own stdout and stderr (a pre-started slot's: see
-    #: :data:`.prestart.OUTPUT_FDS`; -1: none).
+    #: :data:`.prestart.CHAIN_FIFO`; -1: none).
     chain_output: int = -1
     #: A pidfd on bubblewrap's init, PID 1 of the sandbox (-1: none). The kernel ends
     #: that process only once every other process of its PID namespace is gone, so
