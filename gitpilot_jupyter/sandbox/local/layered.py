@@ -740,9 +740,22 @@ class LayeredIsolator(Isolator):
         """The bwrap view of ``argv`` (hidden paths, interpreter folders) and, network on,
         the blocked networks, as :meth:`prepare` would make them now.
 
-        None (no warm slots) without the bwrap chain, or where the launch needs a
-        ``preexec_fn`` (a thread may not start those).
+        On the namespace-free engine: what its wall is made of now
+        (:func:`.nsfree.wall_fingerprint`: the hidden paths, the interpreter's folders,
+        the rules), and whether runs get a cgroup.
+
+        None (no warm slots) for ``unshare`` and ``none``, or where the bwrap launch
+        needs a ``preexec_fn`` (the wall's ``preexec_fn`` has no lock or import to fear
+        from a worker thread: see :class:`.landlock.Wall`).
         """
+        engine, _ = self._engine()
+        if isinstance(engine, nsfree.Engine):
+            if self.refusal() is not None:
+                return None
+            dirs, files = self.hidden_paths()
+            tree, _ = self._cgroups()
+            wall = nsfree.wall_fingerprint(argv[0], [*dirs, *files])
+            return (nsfree.ENGINE, wall, allow_network, tree is not None, os.geteuid())
         tool, _ = self._namespaces()
         if tool is None or tool.kind != "bwrap" or launch_tools() is None:
             return None

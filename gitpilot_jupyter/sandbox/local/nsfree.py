@@ -30,12 +30,12 @@ import itertools
 import os
 import signal
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..records import IsolationGap
-from . import landlock, seccomp
+from . import landlock, prestart, seccomp
 from .confine import SECRET_DIRS, SECRET_FILES, SYSTEM_DIRS, inside, needed_paths
 
 #: The engine's name in status, ``debug`` and the launch plan.
@@ -115,6 +115,63 @@ def fs_rules(argv0: str, workdir: Path, hidden: Sequence[Path]) -> tuple[landloc
         devices=DEVICES,
     )
     return rules, kept
+
+
+def wall_fingerprint(argv0: str, hidden: Sequence[Path]) -> Hashable:
+    """What a run's wall of ``argv0`` would be made of now, whatever its run folder:
+    the hidden paths, the rules' paths (hidden ones and secrets left out, the
+    interpreter's folders in) and which folder or file each is (a rule holds the one
+    it opened: one replaced since, an atomic save, is not the one a slot's wall allows)."""
+    rules, kept = fs_rules(argv0, Path("/"), hidden)
+    seen: list[tuple[int, int] | None] = []
+    for path in (*rules.execute, *rules.read):
+        try:
+            info = os.stat(path)
+        except OSError:
+            seen.append(None)
+        else:
+            seen.append((info.st_dev, info.st_ino))
+    return (tuple(map(str, hidden)), rules.execute, rules.read, kept, landlock.abi(), tuple(seen))
+
+
+#: A slot's prestart hook folder, in its run folder (this engine has no private /tmp).
+PRESTART_DIR = ".gitpilot-prestart"
+
+
+def slot_argv(argv: Sequence[str], *, prestarted: bool, env: Mapping[str, str]) -> list[str]:
+    """A warm slot's command: a shell that waits for the code, then execs ``argv``.
+
+    ``argv`` is the cold run's (interpreter, snippet file), ``env`` its environment.
+    Pre-started (:mod:`.prestart`), the shell opens the code FIFO on
+    :data:`.prestart.CODE_FD` (then removes its name) and the run's stdout and stderr
+    on :data:`.prestart.OUTPUT_FDS`, and execs the interpreter, which waits in its
+    hook. Otherwise the snippet file is the FIFO: ``cat`` copies the code out of it to
+    its end and the copy is renamed over the FIFO before the interpreter starts on it,
+    as bubblewrap's ``--file`` does. The run sees what a cold run sees: the shell's
+    ``PWD`` goes unless ``env`` had one. All of it runs behind the run's wall (the
+    shell, ``cat``, ``rm`` and ``mv`` are system programs).
+    """
+    steps = [] if "PWD" in env else ["unset PWD"]
+    if prestarted:
+        out, err = prestart.OUTPUT_FDS
+        steps += [
+            f"exec {prestart.CODE_FD}<{prestart.CODE_FIFO} {out}>&1 {err}>&2",
+            f"rm -f {prestart.CODE_FIFO}",
+        ]
+    else:
+        steps += ['cat <"$2" >.code.part', 'mv -f .code.part "$2"']
+    return ["/bin/sh", "-c", " && ".join([*steps, 'exec "$@"']), "sh", *argv]
+
+
+def own_slot_files(workdir: Path) -> None:
+    """Give a slot's files (its FIFO, the prestart hook) to the run folder's owner: a
+    root server's slot waits as the run's uid, which must open them."""
+    owner = os.stat(workdir).st_uid
+    if owner == os.geteuid():
+        return
+    for top, dirs, files in os.walk(workdir):
+        for name in (*dirs, *files):
+            os.chown(os.path.join(top, name), owner, owner, follow_symlinks=False)
 
 
 class _RunIds:
