@@ -24,7 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -335,10 +335,13 @@ class WalledLaunch(LayeredLaunch):
         cgroup: cgroups.CgroupRun | None,
         wall: landlock.Wall,
         run_uid: int | None,
+        ahead: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(argv, layers, rlimits, cgroup, None)
         self._wall = wall
         self._run_uid = run_uid
+        #: Builds the next run's ruleset once this run is over (:data:`.nsfree.SPARES`).
+        self._ahead = ahead
 
     def _preexec(self) -> None:
         super()._preexec()
@@ -367,6 +370,9 @@ class WalledLaunch(LayeredLaunch):
             if self._run_uid is not None:
                 nsfree.RUN_IDS.give_back(self._run_uid)
                 self._run_uid = None
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None:
+                ahead()
 
 
 class LayeredIsolator(Isolator):
@@ -709,14 +715,14 @@ class LayeredIsolator(Isolator):
                     # Its own uid runs nothing else: the process cap is the run's alone.
                     rlimits.limits.append((resource.RLIMIT_NPROC, limits.max_processes))
                     rlimits.layers.append("rlimit-nproc")
-            hidden = [*self.hidden_paths()[0], *self.hidden_paths()[1]]
-            rules, kept = nsfree.fs_rules(argv[0], workdir, hidden)
+            dirs, files = self.hidden_paths()
+            rules, kept = nsfree.fs_rules(argv[0], workdir, [*dirs, *files])
             open_network = allow_network and self.refusal(allow_network=True) is not None
             bpf = engine.bpf_inet if allow_network else engine.bpf_off
             if bpf is None:
                 raise OSError("the seccomp filter for network-on runs could not be built")
             wall = landlock.Wall(
-                landlock.ruleset(rules, deny_tcp=not allow_network, scoped=True),
+                nsfree.SPARES.ruleset(rules, deny_tcp=not allow_network, scoped=True),
                 bpf=bpf,
                 ids=(run_uid, run_uid) if run_uid is not None else None,
             )
@@ -726,7 +732,10 @@ class LayeredIsolator(Isolator):
             layers += covered + rlimits.layers
             if open_network:
                 layers.append(HOST_NETWORK_LAYER)
-            return WalledLaunch(list(argv), layers, rlimits, run, wall, run_uid)
+            ahead = functools.partial(
+                nsfree.SPARES.make_ahead, rules, deny_tcp=not allow_network, scoped=True
+            )
+            return WalledLaunch(list(argv), layers, rlimits, run, wall, run_uid, ahead)
         except BaseException:
             if wall is not None:
                 wall.close()

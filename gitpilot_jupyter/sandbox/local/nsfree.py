@@ -58,16 +58,37 @@ def _ancestors_excluded(path: Path, excluded: Sequence[Path]) -> bool:
     return any(inside(path, e) for e in excluded)
 
 
+#: What :func:`allowed_under` found, by (roots, excluded): the paths, and each folder it
+#: listed with what that folder was (device, inode, mtime: an entry made, removed or
+#: renamed in it changes its mtime).
+_ALLOWED: dict[object, tuple[list[Path], tuple[tuple[str, object], ...]]] = {}
+_ALLOWED_KEPT = 16
+
+
+def _folder_state(path: str) -> object:
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_mtime_ns)
+
+
 def allowed_under(roots: Iterable[Path], excluded: Sequence[Path]) -> list[Path]:
     """The paths that give everything below ``roots`` but ``excluded``.
 
     Landlock only allows (a rule cannot take a subtree back), so a root holding an
     excluded path is replaced by its entries, recursively, down to the excluded
     path's folder. ``roots`` and ``excluded`` are absolute and resolved; what does
-    not exist is left out.
+    not exist is left out. Kept while every folder it listed is the same (one
+    ``stat`` each: ``/etc`` and the few below it that hold a secret).
     """
+    key = (tuple(sorted(set(roots))), tuple(excluded))
+    kept = _ALLOWED.get(key)  # one read: worker threads call this too
+    if kept is not None and all(_folder_state(p) == state for p, state in kept[1]):
+        return list(kept[0])
     out: list[Path] = []
-    todo = sorted(set(roots))
+    listed: list[tuple[str, object]] = []
+    todo = list(key[0])
     while todo:
         path = todo.pop()
         if _ancestors_excluded(path, excluded):
@@ -75,13 +96,18 @@ def allowed_under(roots: Iterable[Path], excluded: Sequence[Path]) -> list[Path]
         if not any(inside(e, path) for e in excluded):
             out.append(path)
             continue
+        listed.append((str(path), _folder_state(str(path))))
         with contextlib.suppress(OSError):
             for entry in os.scandir(path):
                 child = Path(entry.path)
                 if entry.is_symlink():
                     continue  # its target is allowed (or not) by its own path
                 todo.append(child)
-    return sorted(out)
+    out.sort()
+    if len(_ALLOWED) >= _ALLOWED_KEPT:
+        _ALLOWED.clear()
+    _ALLOWED[key] = (out, tuple(listed))
+    return list(out)
 
 
 @functools.cache
@@ -117,21 +143,33 @@ def fs_rules(argv0: str, workdir: Path, hidden: Sequence[Path]) -> tuple[landloc
     return rules, kept
 
 
-def wall_fingerprint(argv0: str, hidden: Sequence[Path]) -> Hashable:
-    """What a run's wall of ``argv0`` would be made of now, whatever its run folder:
-    the hidden paths, the rules' paths (hidden ones and secrets left out, the
-    interpreter's folders in) and which folder or file each is (a rule holds the one
-    it opened: one replaced since, an atomic save, is not the one a slot's wall allows)."""
-    rules, kept = fs_rules(argv0, Path("/"), hidden)
-    seen: list[tuple[int, int] | None] = []
-    for path in (*rules.execute, *rules.read):
+def _identity(rules: landlock.FsRules) -> tuple[object, ...]:
+    """Which folder or file each path of ``rules`` is now (device, inode; None: gone)."""
+    seen: list[object] = []
+    for path in (*rules.execute, *rules.read, *rules.devices):
         try:
             info = os.stat(path)
         except OSError:
             seen.append(None)
         else:
             seen.append((info.st_dev, info.st_ino))
-    return (tuple(map(str, hidden)), rules.execute, rules.read, kept, landlock.abi(), tuple(seen))
+    return tuple(seen)
+
+
+def wall_fingerprint(argv0: str, hidden: Sequence[Path]) -> Hashable:
+    """What a run's wall of ``argv0`` would be made of now, whatever its run folder:
+    the hidden paths, the rules' paths (hidden ones and secrets left out, the
+    interpreter's folders in) and which folder or file each is (a rule holds the one
+    it opened: one replaced since, an atomic save, is not the one a slot's wall allows)."""
+    rules, kept = fs_rules(argv0, Path("/"), hidden)
+    return (
+        tuple(map(str, hidden)),
+        rules.execute,
+        rules.read,
+        kept,
+        landlock.abi(),
+        _identity(rules),
+    )
 
 
 #: A slot's prestart hook folder, in its run folder (this engine has no private /tmp).
@@ -172,6 +210,85 @@ def own_slot_files(workdir: Path) -> None:
     for top, dirs, files in os.walk(workdir):
         for name in (*dirs, *files):
             os.chown(os.path.join(top, name), owner, owner, follow_symlinks=False)
+
+
+class _Spares:
+    """Per wall, one ruleset with every rule of a run but its folder, built ahead.
+
+    Building a run's ruleset is one ``open``, ``fstat``, ``readlink`` and
+    ``landlock_add_rule`` per path (~150 with ``/etc`` split around its secrets:
+    ~2-3 ms of Python per run). A run takes the spare of its wall, adds its own
+    folder (one rule) and uses it once; its cleanup, after its answer (in the
+    backend's worker thread), builds the next (:meth:`make_ahead`): nothing of it
+    competes with a run's start for the GIL or a core. A spare is used only while
+    every path of it is still the folder or file it opened (one ``stat`` each), as a
+    ruleset built now would be; otherwise the run builds its own.
+    """
+
+    #: Walls (interpreter, network) a spare is kept for; more: the oldest is closed.
+    KEPT = 8
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ready: dict[object, tuple[int, tuple[object, ...]]] = {}
+
+    @staticmethod
+    def _key(rules: landlock.FsRules, deny_tcp: bool, scoped: bool) -> _SpareKey:
+        base = landlock.FsRules(execute=rules.execute, read=rules.read, devices=rules.devices)
+        return (base, deny_tcp, scoped)
+
+    def ruleset(self, rules: landlock.FsRules, *, deny_tcp: bool, scoped: bool) -> int:
+        """A ruleset fd allowing ``rules`` (as :func:`.landlock.ruleset`), from a spare
+        when one is current."""
+        key = self._key(rules, deny_tcp, scoped)
+        with self._lock:
+            spare = self._ready.pop(key, None)
+        if spare is not None and _identity(key[0]) != spare[1]:
+            os.close(spare[0])
+            spare = None
+        if spare is None:
+            return landlock.ruleset(rules, deny_tcp=deny_tcp, scoped=scoped)
+        try:
+            landlock.add_rules(spare[0], landlock.FsRules(write=rules.write))
+        except BaseException:
+            os.close(spare[0])
+            raise
+        return spare[0]
+
+    def make_ahead(self, rules: landlock.FsRules, *, deny_tcp: bool, scoped: bool) -> None:
+        """Build the spare of ``rules``' wall unless one is ready (blocking: a worker's)."""
+        key = self._key(rules, deny_tcp, scoped)
+        with self._lock:
+            if key in self._ready:
+                return
+        base, _, _ = key
+        try:
+            seen = _identity(base)
+            fd = landlock.ruleset(base, deny_tcp=deny_tcp, scoped=scoped)
+        except (OSError, ValueError):
+            return  # the run that needs it builds its own (and says why)
+        with self._lock:
+            if key in self._ready:  # another run's cleanup was first
+                os.close(fd)
+                return
+            if len(self._ready) >= self.KEPT:
+                os.close(self._ready.pop(next(iter(self._ready)))[0])
+            self._ready[key] = (fd, seen)
+
+    def close(self) -> None:
+        """Close every spare (tests; a server's spares live as long as it does)."""
+        with self._lock:
+            ready, self._ready = self._ready, {}
+        for fd, _ in ready.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+_SpareKey = tuple[landlock.FsRules, bool, bool]
+
+
+#: The spare rulesets of this process's runs.
+SPARES = _Spares()
 
 
 class _RunIds:
