@@ -328,18 +328,29 @@ def own_run_folder(workdir: Path, uid: int) -> None:
 def session_members(sid: int) -> list[int]:
     """Every process whose session is ``sid`` (a run's, which it cannot leave: setsid
     is refused to it), read from ``/proc``. The kernel keeps a session's number from
-    being given to a new process while any member lives, so nothing else matches."""
+    being given to a new process while any member lives, so nothing else matches.
+
+    Bare ``open``/``read`` of each ``stat`` (it runs before every answer of this
+    engine, on the event loop: pathlib's text read took five times as long).
+    """
     found = []
+    want = str(sid).encode()
     with contextlib.suppress(OSError):
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
             try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
+                fd = os.open(f"/proc/{entry}/stat", os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
                 continue
-            fields = stat.rpartition(")")[2].split()
-            if len(fields) > 3 and fields[3] == str(sid):
+            try:
+                stat = os.read(fd, 1024)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            fields = stat.rpartition(b")")[2].split()
+            if len(fields) > 3 and fields[3] == want:
                 found.append(int(entry))
     return found
 
