@@ -29,6 +29,7 @@ BENCHMARKS = (
     "batch",
     "pool",
     "core_overhead",
+    "engines",
 )
 
 

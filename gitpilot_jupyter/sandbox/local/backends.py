@@ -27,7 +27,7 @@ from ..errors import ContainmentUnavailable
 from ..languages import Interpreters, canonical_language, snippet_filename
 from ..records import PoolReport
 from ..results import RunResult
-from . import prestart
+from . import nsfree, prestart
 from .cleanup import AfterRuns, make_run_dir, remove_orphaned_run_dirs_once, remove_tree
 from .isolation import Isolator, Launch
 from .layered import cgroup_fix, default_isolator
@@ -126,9 +126,11 @@ class SubprocessSandbox(SandboxBackend):
         python = self.interpreters.resolve("python") or sys.executable
         if self.isolator.fingerprint([python, "inline.py"], allow_network=False) is None:
             return "only the bubblewrap launch chain can be started ahead"
-        if "rlimit-nproc" in self.isolator.layers():
+        if "rlimit-nproc" in self.isolator.layers() and self.isolator.engine != nsfree.ENGINE:
             # The kernel counts RLIMIT_NPROC over every process of the server's user
             # namespaces: waiting slots would take the runs' allowance (and their own).
+            # (The namespace-free engine has none: a root server's slots have a uid each,
+            # and a user's slot counts what runs when it starts, as a cold run does.)
             return (
                 "runs' process cap is RLIMIT_NPROC, which counts waiting slots and runs "
                 f"together (no pids cgroup): {cgroup_fix()}"
@@ -189,7 +191,15 @@ class SubprocessSandbox(SandboxBackend):
             env = run_env(dict(key.env), workdir)
             fifo = workdir / filename
             started = self.pool_config.prestart and prestart.applies(key.language)
-            if started:
+            walled = self.isolator.engine == nsfree.ENGINE
+            if started and walled:
+                # No private /tmp: the hook waits in a folder of the run's own.
+                hook = workdir / nsfree.PRESTART_DIR
+                hook.mkdir(mode=0o700)
+                (hook / f"{prestart.HOOK_MODULE}.py").write_text(prestart.hook_source(filename))
+                fifo = workdir / prestart.CODE_FIFO
+                env = prestart.hook_env(env, str(hook))
+            elif started:
                 # The interpreter starts too and waits in its hook (see .prestart).
                 (workdir / prestart.HOOK_FILE).write_text(prestart.hook_source(filename))
                 fifo = workdir / prestart.CODE_FIFO
@@ -197,7 +207,7 @@ class SubprocessSandbox(SandboxBackend):
             os.mkfifo(fifo, 0o600)
             fds.append(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
             fds.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC))
-            if started:
+            if started and not walled:
                 # The chain's own output (see prestart.CHAIN_FIFO): read end open first,
                 # so the staging shell's open of its write end does not wait.
                 chain = workdir / prestart.CHAIN_FIFO
@@ -208,6 +218,10 @@ class SubprocessSandbox(SandboxBackend):
             launch = self.isolator.prepare(
                 argv, workdir=workdir, allow_network=key.allow_network, limits=key.limits
             )
+            if walled:
+                # The wall is up before the slot waits (it is the launch's preexec_fn).
+                nsfree.own_slot_files(workdir)
+                launch.argv = nsfree.slot_argv(launch.argv, prestarted=started, env=env)
             try:
                 popen = subprocess.Popen(
                     launch.argv,
@@ -228,8 +242,11 @@ class SubprocessSandbox(SandboxBackend):
                 os.close(fd)
             remove_tree(workdir)
             raise
-        chain_output = fds[2] if started else -1
-        return Slot(key, workdir, launch, popen, fds[1], fds[0], fingerprint, started, chain_output)
+        chain_output = fds[2] if started and not walled else -1
+        slot = Slot(key, workdir, launch, popen, fds[1], fds[0], fingerprint, started, chain_output)
+        if walled:
+            slot.waits_at = 0 if started else 1  # no chain: the interpreter (or cat) waits
+        return slot
 
     @staticmethod
     def _default_isolator() -> Isolator:

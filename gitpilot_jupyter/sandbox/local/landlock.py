@@ -186,19 +186,30 @@ def ruleset(rules: FsRules, *, deny_tcp: bool, scoped: bool) -> int:
         raise _error("landlock_create_ruleset")
     try:
         os.set_inheritable(fd, False)  # the kernel sets O_CLOEXEC already; say it here too
-        groups = (
-            (rules.execute, _EXECUTE_RIGHTS),
-            (rules.read, _READ_RIGHTS),
-            (rules.devices, _DEVICE_RIGHTS),
-            (rules.write, handled),
-        )
-        for paths, rights in groups:
-            for path in paths:
-                _add_path(syscall, fd, path, rights & handled)
+        add_rules(fd, rules)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def add_rules(fd: int, rules: FsRules) -> None:
+    """Add ``rules`` to the ruleset ``fd`` (of :func:`ruleset`, not yet applied).
+
+    A ruleset applied to a process is copied into its domain: rules added to the fd
+    later do not reach that process.
+    """
+    handled = handled_fs(abi())
+    syscall = _syscall()
+    groups = (
+        (rules.execute, _EXECUTE_RIGHTS),
+        (rules.read, _READ_RIGHTS),
+        (rules.devices, _DEVICE_RIGHTS),
+        (rules.write, handled),
+    )
+    for paths, rights in groups:
+        for path in paths:
+            _add_path(syscall, fd, path, rights & handled)
 
 
 def _in_process_tree(target: int) -> bool:

@@ -23,7 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -342,10 +342,13 @@ class WalledLaunch(LayeredLaunch):
         cgroup: cgroups.CgroupRun | None,
         wall: landlock.Wall,
         run_uid: int | None,
+        ahead: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(argv, layers, rlimits, cgroup, None)
         self._wall = wall
         self._run_uid = run_uid
+        #: Builds the next run's ruleset once this run is over (:data:`.nsfree.SPARES`).
+        self._ahead = ahead
 
     def _preexec(self) -> None:
         super()._preexec()
@@ -374,6 +377,9 @@ class WalledLaunch(LayeredLaunch):
             if self._run_uid is not None:
                 nsfree.RUN_IDS.give_back(self._run_uid)
                 self._run_uid = None
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None:
+                ahead()
 
 
 class LayeredIsolator(Isolator):
@@ -729,14 +735,14 @@ class LayeredIsolator(Isolator):
             )
             if run_uid is not None:
                 nsfree.own_run_folder(workdir, run_uid)
-            hidden = [*self.hidden_paths()[0], *self.hidden_paths()[1]]
-            rules, kept = nsfree.fs_rules(argv[0], workdir, hidden)
+            dirs, files = self.hidden_paths()
+            rules, kept = nsfree.fs_rules(argv[0], workdir, [*dirs, *files])
             open_network = allow_network and self.refusal(allow_network=True) is not None
             bpf = engine.bpf_inet if allow_network else engine.bpf_off
             if bpf is None:
                 raise OSError("the seccomp filter for network-on runs could not be built")
             wall = landlock.Wall(
-                landlock.ruleset(rules, deny_tcp=not allow_network, scoped=True),
+                nsfree.SPARES.ruleset(rules, deny_tcp=not allow_network, scoped=True),
                 bpf=bpf,
                 ids=(run_uid, run_uid) if run_uid is not None else None,
             )
@@ -746,7 +752,10 @@ class LayeredIsolator(Isolator):
             layers += covered + rlimits.layers
             if open_network:
                 layers.append(HOST_NETWORK_LAYER)
-            return WalledLaunch(list(argv), layers, rlimits, run, wall, run_uid)
+            ahead = functools.partial(
+                nsfree.SPARES.make_ahead, rules, deny_tcp=not allow_network, scoped=True
+            )
+            return WalledLaunch(list(argv), layers, rlimits, run, wall, run_uid, ahead)
         except BaseException:
             if wall is not None:
                 wall.close()
@@ -760,9 +769,22 @@ class LayeredIsolator(Isolator):
         """The bwrap view of ``argv`` (hidden paths, interpreter folders) and, network on,
         the blocked networks, as :meth:`prepare` would make them now.
 
-        None (no warm slots) without the bwrap chain, or where the launch needs a
-        ``preexec_fn`` (a thread may not start those).
+        On the namespace-free engine: what its wall is made of now
+        (:func:`.nsfree.wall_fingerprint`: the hidden paths, the interpreter's folders,
+        the rules), and whether runs get a cgroup.
+
+        None (no warm slots) for ``unshare`` and ``none``, or where the bwrap launch
+        needs a ``preexec_fn`` (the wall's ``preexec_fn`` has no lock or import to fear
+        from a worker thread: see :class:`.landlock.Wall`).
         """
+        engine, _ = self._engine()
+        if isinstance(engine, nsfree.Engine):
+            if self.refusal() is not None:
+                return None
+            dirs, files = self.hidden_paths()
+            tree, _ = self._cgroups()
+            wall = nsfree.wall_fingerprint(argv[0], [*dirs, *files])
+            return (nsfree.ENGINE, wall, allow_network, tree is not None, os.geteuid())
         tool, _ = self._namespaces()
         if tool is None or tool.kind != "bwrap" or launch_tools() is None:
             return None

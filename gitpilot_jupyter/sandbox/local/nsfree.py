@@ -30,12 +30,12 @@ import itertools
 import os
 import signal
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..records import IsolationGap
-from . import landlock, seccomp
+from . import landlock, prestart, seccomp
 from .confine import SECRET_DIRS, SECRET_FILES, SYSTEM_DIRS, inside, needed_paths
 
 #: The engine's name in status, ``debug`` and the launch plan.
@@ -58,16 +58,37 @@ def _ancestors_excluded(path: Path, excluded: Sequence[Path]) -> bool:
     return any(inside(path, e) for e in excluded)
 
 
+#: What :func:`allowed_under` found, by (roots, excluded): the paths, and each folder it
+#: listed with what that folder was (device, inode, mtime: an entry made, removed or
+#: renamed in it changes its mtime).
+_ALLOWED: dict[object, tuple[list[Path], tuple[tuple[str, object], ...]]] = {}
+_ALLOWED_KEPT = 16
+
+
+def _folder_state(path: str) -> object:
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_mtime_ns)
+
+
 def allowed_under(roots: Iterable[Path], excluded: Sequence[Path]) -> list[Path]:
     """The paths that give everything below ``roots`` but ``excluded``.
 
     Landlock only allows (a rule cannot take a subtree back), so a root holding an
     excluded path is replaced by its entries, recursively, down to the excluded
     path's folder. ``roots`` and ``excluded`` are absolute and resolved; what does
-    not exist is left out.
+    not exist is left out. Kept while every folder it listed is the same (one
+    ``stat`` each: ``/etc`` and the few below it that hold a secret).
     """
+    key = (tuple(sorted(set(roots))), tuple(excluded))
+    kept = _ALLOWED.get(key)  # one read: worker threads call this too
+    if kept is not None and all(_folder_state(p) == state for p, state in kept[1]):
+        return list(kept[0])
     out: list[Path] = []
-    todo = sorted(set(roots))
+    listed: list[tuple[str, object]] = []
+    todo = list(key[0])
     while todo:
         path = todo.pop()
         if _ancestors_excluded(path, excluded):
@@ -75,13 +96,18 @@ def allowed_under(roots: Iterable[Path], excluded: Sequence[Path]) -> list[Path]
         if not any(inside(e, path) for e in excluded):
             out.append(path)
             continue
+        listed.append((str(path), _folder_state(str(path))))
         with contextlib.suppress(OSError):
             for entry in os.scandir(path):
                 child = Path(entry.path)
                 if entry.is_symlink():
                     continue  # its target is allowed (or not) by its own path
                 todo.append(child)
-    return sorted(out)
+    out.sort()
+    if len(_ALLOWED) >= _ALLOWED_KEPT:
+        _ALLOWED.clear()
+    _ALLOWED[key] = (out, tuple(listed))
+    return list(out)
 
 
 @functools.cache
@@ -115,6 +141,154 @@ def fs_rules(argv0: str, workdir: Path, hidden: Sequence[Path]) -> tuple[landloc
         devices=DEVICES,
     )
     return rules, kept
+
+
+def _identity(rules: landlock.FsRules) -> tuple[object, ...]:
+    """Which folder or file each path of ``rules`` is now (device, inode; None: gone)."""
+    seen: list[object] = []
+    for path in (*rules.execute, *rules.read, *rules.devices):
+        try:
+            info = os.stat(path)
+        except OSError:
+            seen.append(None)
+        else:
+            seen.append((info.st_dev, info.st_ino))
+    return tuple(seen)
+
+
+def wall_fingerprint(argv0: str, hidden: Sequence[Path]) -> Hashable:
+    """What a run's wall of ``argv0`` would be made of now, whatever its run folder:
+    the hidden paths, the rules' paths (hidden ones and secrets left out, the
+    interpreter's folders in) and which folder or file each is (a rule holds the one
+    it opened: one replaced since, an atomic save, is not the one a slot's wall allows)."""
+    rules, kept = fs_rules(argv0, Path("/"), hidden)
+    return (
+        tuple(map(str, hidden)),
+        rules.execute,
+        rules.read,
+        kept,
+        landlock.abi(),
+        _identity(rules),
+    )
+
+
+#: A slot's prestart hook folder, in its run folder (this engine has no private /tmp).
+PRESTART_DIR = ".gitpilot-prestart"
+
+
+def slot_argv(argv: Sequence[str], *, prestarted: bool, env: Mapping[str, str]) -> list[str]:
+    """A warm slot's command: a shell that waits for the code, then execs ``argv``.
+
+    ``argv`` is the cold run's (interpreter, snippet file), ``env`` its environment.
+    Pre-started (:mod:`.prestart`), the shell opens the code FIFO on
+    :data:`.prestart.CODE_FD` (then removes its name) and the run's stdout and stderr
+    on :data:`.prestart.OUTPUT_FDS`, and execs the interpreter, which waits in its
+    hook. Otherwise the snippet file is the FIFO: ``cat`` copies the code out of it to
+    its end and the copy is renamed over the FIFO before the interpreter starts on it,
+    as bubblewrap's ``--file`` does. The run sees what a cold run sees: the shell's
+    ``PWD`` goes unless ``env`` had one. All of it runs behind the run's wall (the
+    shell, ``cat``, ``rm`` and ``mv`` are system programs).
+    """
+    steps = [] if "PWD" in env else ["unset PWD"]
+    if prestarted:
+        out, err = prestart.OUTPUT_FDS
+        steps += [
+            f"exec {prestart.CODE_FD}<{prestart.CODE_FIFO} {out}>&1 {err}>&2",
+            f"rm -f {prestart.CODE_FIFO}",
+        ]
+    else:
+        steps += ['cat <"$2" >.code.part', 'mv -f .code.part "$2"']
+    return ["/bin/sh", "-c", " && ".join([*steps, 'exec "$@"']), "sh", *argv]
+
+
+def own_slot_files(workdir: Path) -> None:
+    """Give a slot's files (its FIFO, the prestart hook) to the run folder's owner: a
+    root server's slot waits as the run's uid, which must open them."""
+    owner = os.stat(workdir).st_uid
+    if owner == os.geteuid():
+        return
+    for top, dirs, files in os.walk(workdir):
+        for name in (*dirs, *files):
+            os.chown(os.path.join(top, name), owner, owner, follow_symlinks=False)
+
+
+class _Spares:
+    """Per wall, one ruleset with every rule of a run but its folder, built ahead.
+
+    Building a run's ruleset is one ``open``, ``fstat``, ``readlink`` and
+    ``landlock_add_rule`` per path (~150 with ``/etc`` split around its secrets:
+    ~2-3 ms of Python per run). A run takes the spare of its wall, adds its own
+    folder (one rule) and uses it once; its cleanup, after its answer (in the
+    backend's worker thread), builds the next (:meth:`make_ahead`): nothing of it
+    competes with a run's start for the GIL or a core. A spare is used only while
+    every path of it is still the folder or file it opened (one ``stat`` each), as a
+    ruleset built now would be; otherwise the run builds its own.
+    """
+
+    #: Walls (interpreter, network) a spare is kept for; more: the oldest is closed.
+    KEPT = 8
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ready: dict[object, tuple[int, tuple[object, ...]]] = {}
+
+    @staticmethod
+    def _key(rules: landlock.FsRules, deny_tcp: bool, scoped: bool) -> _SpareKey:
+        base = landlock.FsRules(execute=rules.execute, read=rules.read, devices=rules.devices)
+        return (base, deny_tcp, scoped)
+
+    def ruleset(self, rules: landlock.FsRules, *, deny_tcp: bool, scoped: bool) -> int:
+        """A ruleset fd allowing ``rules`` (as :func:`.landlock.ruleset`), from a spare
+        when one is current."""
+        key = self._key(rules, deny_tcp, scoped)
+        with self._lock:
+            spare = self._ready.pop(key, None)
+        if spare is not None and _identity(key[0]) != spare[1]:
+            os.close(spare[0])
+            spare = None
+        if spare is None:
+            return landlock.ruleset(rules, deny_tcp=deny_tcp, scoped=scoped)
+        try:
+            landlock.add_rules(spare[0], landlock.FsRules(write=rules.write))
+        except BaseException:
+            os.close(spare[0])
+            raise
+        return spare[0]
+
+    def make_ahead(self, rules: landlock.FsRules, *, deny_tcp: bool, scoped: bool) -> None:
+        """Build the spare of ``rules``' wall unless one is ready (blocking: a worker's)."""
+        key = self._key(rules, deny_tcp, scoped)
+        with self._lock:
+            if key in self._ready:
+                return
+        base, _, _ = key
+        try:
+            seen = _identity(base)
+            fd = landlock.ruleset(base, deny_tcp=deny_tcp, scoped=scoped)
+        except (OSError, ValueError):
+            return  # the run that needs it builds its own (and says why)
+        with self._lock:
+            if key in self._ready:  # another run's cleanup was first
+                os.close(fd)
+                return
+            if len(self._ready) >= self.KEPT:
+                os.close(self._ready.pop(next(iter(self._ready)))[0])
+            self._ready[key] = (fd, seen)
+
+    def close(self) -> None:
+        """Close every spare (tests; a server's spares live as long as it does)."""
+        with self._lock:
+            ready, self._ready = self._ready, {}
+        for fd, _ in ready.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+_SpareKey = tuple[landlock.FsRules, bool, bool]
+
+
+#: The spare rulesets of this process's runs.
+SPARES = _Spares()
 
 
 class _RunIds:
@@ -154,18 +328,29 @@ def own_run_folder(workdir: Path, uid: int) -> None:
 def session_members(sid: int) -> list[int]:
     """Every process whose session is ``sid`` (a run's, which it cannot leave: setsid
     is refused to it), read from ``/proc``. The kernel keeps a session's number from
-    being given to a new process while any member lives, so nothing else matches."""
+    being given to a new process while any member lives, so nothing else matches.
+
+    Bare ``open``/``read`` of each ``stat`` (it runs before every answer of this
+    engine, on the event loop: pathlib's text read took five times as long).
+    """
     found = []
+    want = str(sid).encode()
     with contextlib.suppress(OSError):
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
             try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
+                fd = os.open(f"/proc/{entry}/stat", os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
                 continue
-            fields = stat.rpartition(")")[2].split()
-            if len(fields) > 3 and fields[3] == str(sid):
+            try:
+                stat = os.read(fd, 1024)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            fields = stat.rpartition(b")")[2].split()
+            if len(fields) > 3 and fields[3] == want:
                 found.append(int(entry))
     return found
 

@@ -94,8 +94,8 @@ def applies(language: str) -> bool:
     return language == "python"
 
 
-def hook_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with the hook's folder first on ``PYTHONPATH`` (the hook takes it off)."""
+def hook_env(env: Mapping[str, str], folder: str = HOOK_DIR) -> dict[str, str]:
+    """``env`` with the hook's ``folder`` first on ``PYTHONPATH`` (the hook takes it off)."""
     if "PYTHONPATH" in env:
-        return {**env, "PYTHONPATH": HOOK_DIR + os.pathsep + env["PYTHONPATH"]}
-    return {**env, "PYTHONPATH": HOOK_DIR}
+        return {**env, "PYTHONPATH": folder + os.pathsep + env["PYTHONPATH"]}
+    return {**env, "PYTHONPATH": folder}

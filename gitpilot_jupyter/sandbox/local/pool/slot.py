@@ -46,6 +46,9 @@ class Slot:
     #: that process only once every other process of its PID namespace is gone, so
     #: its exit says that nothing of the run is left (see :meth:`WarmChild.gone`).
     sandbox_init: int = -1
+    #: How many levels below the slot's process the one waiting for the code is (None:
+    #: bubblewrap's chain, 2 pre-started, else 1; 0: the process itself).
+    waits_at: int | None = None
     born: float = field(default_factory=time.monotonic)
     ready: bool = False
     #: Fds on the chain's mount namespaces, held from the host: the staging one
@@ -104,7 +107,8 @@ class Slot:
         while time.monotonic() < deadline:
             if not self.alive():
                 return False
-            if _child_reads_pipe(pid, 2 if self.prestarted else 1):
+            depth = self.waits_at if self.waits_at is not None else 1 + self.prestarted
+            if _child_reads_pipe(pid, depth):
                 self.ready = True
                 init = _sandbox_init(pid)
                 if init is not None:
@@ -181,7 +185,12 @@ class Slot:
 
 
 def _child_reads_pipe(pid: int, depth: int = 1) -> bool:
-    """True when a process ``depth`` levels below ``pid`` sleeps in a pipe read."""
+    """True when a process ``depth`` levels below ``pid`` (0: ``pid``) sleeps in a pipe read."""
+    if depth == 0:
+        try:
+            return "pipe_read" in Path(f"/proc/{pid}/wchan").read_text()
+        except OSError:
+            return False
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
