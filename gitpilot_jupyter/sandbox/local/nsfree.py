@@ -36,6 +36,7 @@ from pathlib import Path
 
 from ..records import IsolationGap
 from . import landlock, prestart, seccomp
+from .launchplan import CODE, RUN_STDERR, RUN_STDOUT
 from .confine import SECRET_DIRS, SECRET_FILES, SYSTEM_DIRS, inside, needed_paths
 
 #: The engine's name in status, ``debug`` and the launch plan.
@@ -181,8 +182,9 @@ def slot_argv(argv: Sequence[str], *, prestarted: bool, env: Mapping[str, str]) 
 
     ``argv`` is the cold run's (interpreter, snippet file), ``env`` its environment.
     Pre-started (:mod:`.prestart`), the shell opens the code FIFO on
-    :data:`.prestart.CODE_FD` (then removes its name) and the run's stdout and stderr
-    on :data:`.prestart.OUTPUT_FDS`, and execs the interpreter, which waits in its
+    :data:`.launchplan.CODE` (then removes its name) and the run's stdout and stderr
+    on :data:`.launchplan.RUN_STDOUT` and ``RUN_STDERR``, and execs the interpreter,
+    which waits in its
     hook. Otherwise the snippet file is the FIFO: ``cat`` copies the code out of it to
     its end and the copy is renamed over the FIFO before the interpreter starts on it,
     as bubblewrap's ``--file`` does. The run sees what a cold run sees: the shell's
@@ -191,9 +193,9 @@ def slot_argv(argv: Sequence[str], *, prestarted: bool, env: Mapping[str, str]) 
     """
     steps = [] if "PWD" in env else ["unset PWD"]
     if prestarted:
-        out, err = prestart.OUTPUT_FDS
+        code, out, err = (fd.number for fd in (CODE, RUN_STDOUT, RUN_STDERR))
         steps += [
-            f"exec {prestart.CODE_FD}<{prestart.CODE_FIFO} {out}>&1 {err}>&2",
+            f"exec {code}<{prestart.CODE_FIFO} {out}>&1 {err}>&2",
             f"rm -f {prestart.CODE_FIFO}",
         ]
     else:
