@@ -18,6 +18,11 @@ from tests.support.system import require_system
 from .lab import Lab, start_lab
 from .ui import ARTIFACTS
 
+# What a user waits for (a tab to open, a kernel to start) takes longer than Playwright's
+# 5 s on a loaded 2-core machine (CI's): every expectation may wait this long; one that
+# holds answers at once, so a passing run is no slower.
+expect.set_options(timeout=30_000)
+
 CHROMIUM = Path("/usr/bin/chromium")
 DEFAULT_RUNNER = "http://localhost:8765"
 CHROMIUM_ARGS = [

@@ -13,7 +13,7 @@ from typing import Any
 
 from gitpilot_jupyter.sandbox.local.bundled import BUNDLED_ENV
 from tests.support.standin_fixture import StandinRunner
-from tests.support.system import require_system
+from tests.support.system import path_without, require_system
 
 DEBUG = [str(Path(sys.executable).parent / "jupyter-sandbox"), "debug"]
 
@@ -59,15 +59,9 @@ def test_debug_passes_here_and_changes_nothing(sandbox_config_dir: Path) -> None
 
 
 def path_without_bwrap(tmp_path: Path) -> str:
-    """A PATH with the tools a run needs, but no bwrap."""
+    """A PATH with every program of this one but bwrap."""
     require_system("unshare", shutil.which("unshare") is not None, "util-linux")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in ("unshare", "true", "bash", "sh", "env", "node"):
-        found = shutil.which(tool)
-        if found:
-            (bin_dir / tool).symlink_to(found)
-    return str(bin_dir)
+    return path_without("bwrap", tmp_path / "bin")
 
 
 def test_status_explains_a_missing_bwrap(tmp_path: Path) -> None:

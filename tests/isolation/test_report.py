@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -18,18 +17,14 @@ from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
+from tests.support.system import path_without
 
 from .conftest import MECHANISMS, make_backend, require_mechanism, run
 
 
 def path_without_bwrap(folder: Path) -> str:
-    """A PATH holding the tools a run needs, but no bwrap."""
-    folder.mkdir()
-    for tool in ("unshare", "true", "bash", "sh", "env", "node"):
-        found = shutil.which(tool)
-        if found:
-            (folder / tool).symlink_to(found)
-    return str(folder)
+    """A PATH with every program of this one but bwrap."""
+    return path_without("bwrap", folder)
 
 
 def test_status_layers_match_what_a_run_gets(sandbox_config_dir: Path) -> None:
