@@ -21,6 +21,7 @@ from ..client.resolve import make_client
 from ..sandbox.claims import AgentPlan
 from ..sandbox.errors import InvalidSetting, SandboxError
 from ..sandbox.plans import MAX_PENDING_PLANS
+from ..sandbox.request import RunOptions
 from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
 from ..sandbox.sync import run_sync
@@ -173,13 +174,10 @@ class AgentSandbox:
             return AgentReply("denied", render.render_denied(self.mode_source))
         try:
             client = await self.client()
-            ticket = await client.plan_for_agent(
-                language=language,
-                code=code,
-                timeout_sec=timeout_sec,
-                auto_approve=self.mode == "auto",
-                env=env,
+            options = RunOptions(
+                language=language, code=code, timeout_sec=timeout_sec, env=env or ()
             )
+            ticket = await client.plan_for_agent(options, auto_approve=self.mode == "auto")
         except SandboxError as exc:
             return _error(exc)
         plan = ticket.plan.to_dict()

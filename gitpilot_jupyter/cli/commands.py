@@ -23,6 +23,7 @@ from ..sandbox.local.off import off_confirmation
 from ..sandbox.local.pool import PoolConfig
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.report import stopped_message
+from ..sandbox.request import RunOptions
 from ..sandbox.results import RunResult, new_run_id
 from ..sandbox.settings import FIELD_NAMES, parse_assignments
 from ..sandbox.sync import run_sync
@@ -172,7 +173,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _snippet(args: argparse.Namespace) -> dict[str, Any]:
+def _snippet(args: argparse.Namespace) -> RunOptions:
     """Language, code and file from ``LANGUAGE (-c CODE | FILE)``."""
     language, file = args.language, args.file
     if args.code is None and file is None and language and Path(language).suffix:
@@ -194,20 +195,20 @@ def _snippet(args: argparse.Namespace) -> dict[str, Any]:
         stdin = sys.stdin.read()
     elif args.stdin_file:
         stdin = Path(args.stdin_file).read_text(encoding="utf-8")
-    return {
-        "language": language,
-        "code": code,
-        "stdin": stdin,
-        "timeout_sec": args.timeout,
-        "backend": args.backend,
-        "allow_network": args.network,
-        "env": args.env,
-    }
+    return RunOptions(
+        language=language,
+        code=code,
+        stdin=stdin,
+        timeout_sec=args.timeout,
+        backend=args.backend,
+        allow_network=args.network,
+        env=args.env or (),
+    )
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """``jupyter sandbox plan``: the plan only."""
-    plan = run_sync(make_client().plan(source="api", **_snippet(args)))
+    plan = run_sync(make_client().plan(_snippet(args)))
     if args.json:
         _print_json(plan.to_dict())
     else:
@@ -261,7 +262,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``jupyter sandbox run``: plan, confirm, approve, run."""
     client = make_client()
     snippet = _snippet(args)
-    plan = run_sync(client.plan(source="api", **snippet))
+    plan = run_sync(client.plan(snippet))
     if not args.json:
         print_plan(plan, stream=sys.stderr)
     if plan.blocked:

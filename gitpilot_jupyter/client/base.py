@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from ..sandbox.backend import OutputCallback
@@ -24,6 +24,7 @@ from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.matrixlab.ops import LIFECYCLE_ACTIONS, ProgressCallback
 from ..sandbox.plans import ExecutionPlan, PlannedRun
 from ..sandbox.records import Status
+from ..sandbox.request import RunOptions
 from ..sandbox.results import RunResult
 
 __all__ = ["LIFECYCLE_ACTIONS", "ProgressCallback", "SandboxClient"]
@@ -46,19 +47,8 @@ class SandboxClient(abc.ABC):
         return False
 
     @abc.abstractmethod
-    async def plan(
-        self,
-        *,
-        language: str,
-        code: str,
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        source: str = "cell",
-        env: Sequence[str] | None = None,
-    ) -> ExecutionPlan:
-        """Plan a snippet in this client's session (``env``: server variables to pass through)."""
+    async def plan(self, options: RunOptions) -> ExecutionPlan:
+        """Plan a snippet in this client's session (``options.env``: server variables)."""
 
     @abc.abstractmethod
     async def approve(
@@ -76,21 +66,16 @@ class SandboxClient(abc.ABC):
     ) -> RunResult:
         """Run the approved plan ``token`` stands for, streaming its output to ``on_output``.
 
+        The same call as :meth:`~gitpilot_jupyter.sandbox.service.service.SandboxService.run`.
+
         ``run_id`` names the run so :meth:`cancel` can stop it before it ends.
         """
 
     @abc.abstractmethod
     async def plan_and_run(
         self,
+        options: RunOptions,
         *,
-        language: str,
-        code: str,
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        source: str = "cell",
-        env: Sequence[str] | None = None,
         confirmed: bool = False,
         on_output: OutputCallback | None = None,
         run_id: str | None = None,
@@ -117,15 +102,7 @@ class SandboxClient(abc.ABC):
         """Drop a pending plan unapproved: it never runs and a waiting planner learns so."""
 
     @abc.abstractmethod
-    async def plan_for_agent(
-        self,
-        *,
-        language: str,
-        code: str,
-        timeout_sec: int | None,
-        auto_approve: bool,
-        env: Sequence[str] | None = None,
-    ) -> AgentPlan:
+    async def plan_for_agent(self, options: RunOptions, *, auto_approve: bool) -> AgentPlan:
         """An agent's plan: its own token (``auto_approve``) or a claim secret (``ask``)."""
 
     @abc.abstractmethod
@@ -168,7 +145,7 @@ class SandboxClient(abc.ABC):
         ``progress`` receives install's pull events where the path can deliver them.
         """
 
-    async def run_approved(
+    async def approve_and_run(
         self,
         plan: ExecutionPlan,
         *,

@@ -9,7 +9,7 @@ happen; a server that answers plain JSON works too.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import httpx
@@ -19,6 +19,7 @@ from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.errors import InvalidRequest, SandboxError
 from ..sandbox.plans import ExecutionPlan, PlannedRun
 from ..sandbox.records import Status
+from ..sandbox.request import RunOptions
 from ..sandbox.results import RunResult
 from ..sandbox.settings import MAX_TIMEOUT_SEC
 from .base import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
@@ -62,77 +63,25 @@ class RestClient(SandboxClient):
     async def _call(self, method: str, route: str, body: Any = None) -> Any:
         return await call_api(self.server, method, route, body, timeout=self.timeout)
 
-    def _plan_body(
-        self,
-        language: str,
-        code: str,
-        source: str,
-        **optional: Any,
-    ) -> dict[str, Any]:
-        """What a plan request carries: the snippet, this session, the options given."""
-        body: dict[str, Any] = {
-            "language": language,
-            "code": code,
-            "source": source,
-            "session_id": self.session_id,
-        }
-        if optional.get("env"):
-            optional["env"] = list(optional["env"])
-        body.update({k: v for k, v in optional.items() if v is not None and v != []})
+    def _plan_body(self, options: RunOptions, **more: Any) -> dict[str, Any]:
+        """What a plan request carries: the options given, this session, ``more`` set."""
+        body = {**options.to_body(), "session_id": self.session_id}
+        body.update({k: v for k, v in more.items() if v is not None})
         return body
 
-    async def plan(
-        self,
-        *,
-        language: str,
-        code: str,
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        source: str = "cell",
-        env: Sequence[str] | None = None,
-    ) -> ExecutionPlan:
-        body = self._plan_body(
-            language,
-            code,
-            source,
-            timeout_sec=timeout_sec,
-            stdin=stdin,
-            backend=backend,
-            allow_network=allow_network,
-            env=env,
-        )
-        answer = await self._call("POST", "plan", body)
+    async def plan(self, options: RunOptions) -> ExecutionPlan:
+        answer = await self._call("POST", "plan", self._plan_body(options))
         return ExecutionPlan.from_dict(answer["plan"])
 
     async def plan_and_run(
         self,
+        options: RunOptions,
         *,
-        language: str,
-        code: str,
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        source: str = "cell",
-        env: Sequence[str] | None = None,
         confirmed: bool = False,
         on_output: OutputCallback | None = None,
         run_id: str | None = None,
     ) -> PlannedRun:
-        body = self._plan_body(
-            language,
-            code,
-            source,
-            timeout_sec=timeout_sec,
-            stdin=stdin,
-            backend=backend,
-            allow_network=allow_network,
-            env=env,
-            confirm=confirmed or None,
-            run_id=run_id,
-        )
+        body = self._plan_body(options, confirm=confirmed or None, run_id=run_id)
         answer, streamed = await self._stream_output("plan-and-run", body, on_output)
         planned = PlannedRun.from_dict(answer)
         if planned.result is not None and not streamed:
@@ -243,25 +192,9 @@ class RestClient(SandboxClient):
     async def reject(self, plan_id: str) -> None:
         await self._call("POST", "reject", {"plan_id": plan_id})
 
-    async def plan_for_agent(
-        self,
-        *,
-        language: str,
-        code: str,
-        timeout_sec: int | None,
-        auto_approve: bool,
-        env: Sequence[str] | None = None,
-    ) -> AgentPlan:
-        body: dict[str, Any] = {
-            "language": language,
-            "code": code,
-            "approve": auto_approve,
-            "session_id": self.session_id,
-        }
-        if timeout_sec is not None:
-            body["timeout_sec"] = timeout_sec
-        if env:
-            body["env"] = list(env)
+    async def plan_for_agent(self, options: RunOptions, *, auto_approve: bool) -> AgentPlan:
+        body = {**options.to_body(), "approve": auto_approve, "session_id": self.session_id}
+        body.pop("source", None)  # the agent route sets it
         data = await self._call("POST", "agent/plan", body)
         plan = ExecutionPlan.from_dict(data["plan"])
         return AgentPlan(plan, data.get("claim"), data.get("approval_token"))
