@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..sandbox.backend import OutputCallback
+from ..sandbox.batch import BatchItem, BatchPlan
+from ..sandbox.batch.runner import BatchWatch
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.matrixlab.ops import LIFECYCLE_ACTIONS, ProgressCallback
 from ..sandbox.plans import ExecutionPlan, PlannedRun
 from ..sandbox.records import Status
-from ..sandbox.request import RunOptions
+from ..sandbox.request import NO_OPTIONS, RunOptions
 from ..sandbox.results import RunResult
 
 __all__ = ["LIFECYCLE_ACTIONS", "ProgressCallback", "SandboxClient"]
@@ -143,6 +146,38 @@ class SandboxClient(abc.ABC):
         """``status`` (inspection) or ``install`` / ``start`` / ``stop`` of the Runner.
 
         ``progress`` receives install's pull events where the path can deliver them.
+        """
+
+    @abc.abstractmethod
+    async def plan_batch(
+        self,
+        items: Sequence[BatchItem],
+        options: RunOptions = NO_OPTIONS,
+        *,
+        deadline_sec: int | None = None,
+    ) -> BatchPlan:
+        """Plan every item (each as a single run with ``options``); keep the batch pending."""
+
+    @abc.abstractmethod
+    async def approve_batch(self, batch_id: str) -> dict[str, Any]:
+        """One single-use token for the whole manifest: ``{approval_token, batch_id, ...}``."""
+
+    @abc.abstractmethod
+    async def run_batch(
+        self,
+        batch: BatchPlan,
+        token: str | None,
+        *,
+        watch: BatchWatch,
+        out: str | Path | None = None,
+        workers: int | None = None,
+        cluster: str | None = None,
+    ) -> dict[str, Any]:
+        """Run the approved ``batch`` where this client runs; answer its report.
+
+        Each finished item's record goes to ``watch`` as it comes; ``out`` is the
+        results file (JSONL) written on this machine; ``cluster`` (Dask) is for the
+        in-process path only (a server runs batches where its administrator says).
         """
 
     async def approve_and_run(

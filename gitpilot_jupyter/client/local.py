@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import contextlib
+import functools
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..sandbox.backend import OutputCallback
+from ..sandbox.batch import BatchItem, BatchPlan, BatchService
+from ..sandbox.batch.runner import BatchWatch
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.local.pool import PoolConfig
 from ..sandbox.plans import ExecutionPlan, PlannedRun
 from ..sandbox.records import Status
-from ..sandbox.request import Caller, RunOptions
+from ..sandbox.request import NO_OPTIONS, Caller, RunOptions
 from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
 from .base import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
@@ -80,6 +85,64 @@ class LocalClient(SandboxClient):
         return await self.service.plan_and_run(
             options, self.caller, confirmed=confirmed, on_output=on_output, run_id=run_id
         )
+
+    @functools.cached_property
+    def batches(self) -> BatchService:
+        """Batches on this client's service (its policy and audit)."""
+        return BatchService(self.service)
+
+    async def plan_batch(
+        self,
+        items: Sequence[BatchItem],
+        options: RunOptions = NO_OPTIONS,
+        *,
+        deadline_sec: int | None = None,
+    ) -> BatchPlan:
+        return self.batches.plan(
+            items,
+            timeout_sec=options.timeout_sec,
+            backend=options.backend,
+            allow_network=options.allow_network,
+            deadline_sec=deadline_sec,
+            session_id=self.session_id,
+            env=options.env,
+            user=self.user,
+        )
+
+    async def approve_batch(self, batch_id: str) -> dict[str, Any]:
+        return self.batches.approve(batch_id, session_id=self.session_id, user=self.user)
+
+    async def run_batch(
+        self,
+        batch: BatchPlan,
+        token: str | None,
+        *,
+        watch: BatchWatch,
+        out: str | Path | None = None,
+        workers: int | None = None,
+        cluster: str | None = None,
+    ) -> dict[str, Any]:
+        claimed = self.batches.claim(
+            batch.batch_id, token, session_id=self.session_id, user=self.user
+        )
+        run = self.batches.start(
+            claimed,
+            out=out,
+            workers=workers,
+            cluster=cluster,
+            on_progress=watch.progress,
+            user=self.user,
+        )
+        try:
+            async with contextlib.aclosing(run.results()) as records:
+                async for record in records:
+                    watch.records.append(record)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            run.stopped = "cancelled"
+            raise
+        finally:
+            watch.report = run.report()
+        return watch.report
 
     async def cancel(self, run_id: str) -> None:
         self.service.cancel(run_id)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Caller", "RunOptions"]
+__all__ = ["NO_OPTIONS", "Caller", "RunOptions"]
 
 
 @dataclass(frozen=True)
@@ -73,3 +73,7 @@ class Caller:
         """The caller of a request: the server's user, the body's session."""
         session = body.get("session_id")
         return cls(user=user, session_id=str(session) if session is not None else None)
+
+
+#: The options of a caller that gives none (each default applies).
+NO_OPTIONS = RunOptions()

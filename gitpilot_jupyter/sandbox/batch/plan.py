@@ -117,6 +117,19 @@ class BatchPlan:
             data["items"] = [{"id": i, **p.to_dict()} for i, p in self.items.items()]
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BatchPlan:
+        """Rebuild a batch plan received as JSON (its items included)."""
+        items = {str(item["id"]): ExecutionPlan.from_dict(item) for item in data.get("items", [])}
+        return cls(
+            batch_id=data["batch_id"],
+            items=items,
+            deadline_sec=data["deadline_sec"],
+            digest=data["digest"],
+            requires_approval=data["requires_approval"],
+            created_at=data["created_at"],
+        )
+
 
 def check_deadline(deadline_sec: object) -> int:
     """The batch deadline in seconds: the default when None, else 1..MAX_DEADLINE_SEC."""
