@@ -29,6 +29,7 @@ from ..sandbox.settings import FIELD_NAMES, parse_assignments
 from ..sandbox.sync import run_sync
 from .render import print_plan, print_plan_code, print_result_footer, print_status
 
+#: Exit status of a snippet that timed out, as ``timeout(1)`` reports it.
 EXIT_TIMEOUT = 124
 #: A run stopped by Ctrl-C exits as a shell's interrupted command does (128 + SIGINT).
 EXIT_STOPPED = 130

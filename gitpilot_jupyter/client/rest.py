@@ -22,12 +22,13 @@ from ..sandbox.batch.plan import MAX_BATCHES
 from ..sandbox.batch.runner import BatchWatch, cancelled_report
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.errors import InvalidRequest, SandboxError
+from ..sandbox.matrixlab.ops import check_lifecycle_action
 from ..sandbox.plans import ExecutionPlan, PlannedRun
 from ..sandbox.records import Status
 from ..sandbox.request import NO_OPTIONS, RunOptions
 from ..sandbox.results import RunResult
 from ..sandbox.settings import MAX_TIMEOUT_SEC
-from .base import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
+from .base import ProgressCallback, SandboxClient
 from .server import (
     API,
     INSTALL_READ_TIMEOUT_SEC,
@@ -330,11 +331,7 @@ class RestClient(SandboxClient):
     async def lifecycle(
         self, action: str, progress: ProgressCallback | None = None
     ) -> dict[str, Any]:
-        if action not in LIFECYCLE_ACTIONS:
-            raise InvalidRequest(
-                f"unknown lifecycle action {action!r}; expected one of {list(LIFECYCLE_ACTIONS)}"
-            )
-        if action == "status":
+        if check_lifecycle_action(action) == "status":
             return dict(await self._call("GET", "matrixlab/lifecycle"))
 
         async def line(event: dict[str, Any]) -> None:

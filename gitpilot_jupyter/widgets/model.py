@@ -16,11 +16,11 @@ from traitlets import Bool, Dict, HasTraits, Int, Unicode
 from ..client.local import SandboxClient
 from ..sandbox.errors import SandboxError
 from ..sandbox.local.off import off_confirmation
+from ..sandbox.matrixlab.config import LIFECYCLE_FLAG
 from ..sandbox.sync import run_sync
 
 T = TypeVar("T")
 
-LIFECYCLE_FLAG = "GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE"
 #: Settings the panel edits; only those the user changed are saved.
 EDITABLE = ("backend", "matrixlab_url", "matrixlab_image", "allow_network", "timeout_sec")
 

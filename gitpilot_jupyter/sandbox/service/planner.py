@@ -16,7 +16,7 @@ from ..files import read_under_root
 from ..languages import Interpreters, canonical_language, language_for_path
 from ..local.off import OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
 from ..plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id
-from ..policy import SandboxPolicy, env_names, find_destructive
+from ..policy import SandboxPolicy, destructive_label, env_names
 from ..records import Check, PlanWarning
 from ..request import RunOptions
 from ..scan import scan
@@ -119,9 +119,7 @@ class Planner:
         if refused is not None:
             raise refused  # before anyone is asked to approve what cannot be contained
         command = runner.display_command(lang, file) or self.resolver.command(lang)
-        blocked_label = find_destructive(" ".join(command))
-        if lang == "bash" and blocked_label is None:
-            blocked_label = find_destructive(code)
+        blocked_label = destructive_label(lang, code, command)
         checks: list[Check] = [
             {"label": f"language {lang} is supported", "ok": True},
             {"label": "no destructive pattern", "ok": blocked_label is None},
