@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from .._version import __version__
 from ..sandbox.display import code_preview
+from ..sandbox.plans import ExecutionPlan
 from .render import describe_plan
 from .tools import AgentReply, AgentSandbox
 
@@ -64,7 +65,7 @@ async def _ask_in_client(agent: AgentSandbox, reply: AgentReply, ctx: Context) -
     message = "\n".join(
         [
             f"An agent asks to run this {plan['language']} code in the sandbox:",
-            *describe_plan(plan),
+            *describe_plan(ExecutionPlan.from_dict(plan)),
             *preview.lines,
             *(f"! {note}" for note in preview.notes),
             f"digest {plan.get('digest')}",

@@ -9,10 +9,9 @@ head and its tail (where tracebacks end) and says how many bytes were left out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from ..sandbox.output import utf8_boundary
+from ..sandbox.plans import ExecutionPlan
+from ..sandbox.records import Status
 from ..sandbox.results import RunResult
 
 #: Bytes of each stream a model sees by default (head + tail); the sandbox itself keeps 512 KB.
@@ -99,23 +98,21 @@ def render_result(
     return "\n".join(lines) + "\n"
 
 
-def describe_plan(plan: Mapping[str, Any]) -> list[str]:
+def describe_plan(plan: ExecutionPlan) -> list[str]:
     """The lines that tell a model (and the human it relays to) what the plan would run."""
-    network = "on" if plan.get("network") else "off"
+    network = "on" if plan.network else "off"
     lines = [
-        f"Plan: {plan.get('goal', '')} · backend {plan.get('backend')} · "
-        f"timeout {plan.get('timeout_sec')} s · network {network}",
+        f"Plan: {plan.goal} · backend {plan.backend} · "
+        f"timeout {plan.timeout_sec} s · network {network}",
     ]
-    for warning in plan.get("warnings") or []:
-        lines.append(
-            f"Warning ({warning.get('severity')}): {warning.get('label')}: {warning.get('detail')}"
-        )
+    for warning in plan.warnings:
+        lines.append(f"Warning ({warning['severity']}): {warning['label']}: {warning['detail']}")
     return lines
 
 
-def render_pending(plan: Mapping[str, Any], *, where: str, in_process: bool) -> str:
+def render_pending(plan: ExecutionPlan, *, where: str, in_process: bool) -> str:
     """A plan that waits for a human, where to approve it, and how to wait for it."""
-    plan_id = plan["plan_id"]
+    plan_id = plan.plan_id
     lines = [f"Approval needed: plan {plan_id} is waiting for a human. Nothing has run yet."]
     lines += describe_plan(plan)
     if in_process:
@@ -138,14 +135,14 @@ def render_pending(plan: Mapping[str, Any], *, where: str, in_process: bool) -> 
     return "\n".join(lines) + "\n"
 
 
-def render_blocked(plan: Mapping[str, Any], *, command: str | None = None) -> str:
+def render_blocked(plan: ExecutionPlan, *, command: str | None = None) -> str:
     """A plan the policy refuses: it can never be approved."""
-    shown = command or " ".join(plan.get("command") or [])
+    shown = command or " ".join(plan.command)
     return (
-        f"Refused by policy: {plan.get('blocked_reason') or 'blocked'}. Nothing was run.\n"
+        f"Refused by policy: {plan.blocked_reason or 'blocked'}. Nothing was run.\n"
         f"Command: {shown}\n"
         "This plan can never be approved; do not retry it. Change the command.\n"
-        f"plan_id: {plan.get('plan_id')}\n"
+        f"plan_id: {plan.plan_id}\n"
     )
 
 
@@ -177,7 +174,7 @@ def render_error(code: str, message: str) -> str:
     return f"Error ({code}): {message}. Nothing was run.\n"
 
 
-def render_status(status: Mapping[str, Any], *, mode: str, where: str) -> str:
+def render_status(status: Status, *, mode: str, where: str) -> str:
     """``sandbox_status`` for a model: backend, health, approval mode, isolation."""
     settings = status.get("settings") or {}
     languages = status.get("languages") or {}

@@ -20,7 +20,8 @@ from ..client.local import LocalClient
 from ..client.resolve import make_client
 from ..sandbox.claims import AgentPlan
 from ..sandbox.errors import InvalidSetting, SandboxError
-from ..sandbox.plans import MAX_PENDING_PLANS
+from ..sandbox.plans import MAX_PENDING_PLANS, ExecutionPlan
+from ..sandbox.request import RunOptions
 from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
 from ..sandbox.sync import run_sync
@@ -173,18 +174,16 @@ class AgentSandbox:
             return AgentReply("denied", render.render_denied(self.mode_source))
         try:
             client = await self.client()
-            ticket = await client.plan_for_agent(
-                language=language,
-                code=code,
-                timeout_sec=timeout_sec,
-                auto_approve=self.mode == "auto",
-                env=env,
+            options = RunOptions(
+                language=language, code=code, timeout_sec=timeout_sec, env=env or ()
             )
+            ticket = await client.plan_for_agent(options, auto_approve=self.mode == "auto")
         except SandboxError as exc:
             return _error(exc)
-        plan = ticket.plan.to_dict()
-        if ticket.plan.blocked:
-            return AgentReply("refused", render.render_blocked(plan, command=shown), plan=plan)
+        plan = ticket.plan
+        if plan.blocked:
+            text = render.render_blocked(plan, command=shown)
+            return AgentReply("refused", text, plan=plan.to_dict())
         if self.mode == "auto":
             return await self._run(client, plan, ticket.approval_token, shown)
         self._tickets[ticket.plan.plan_id] = (ticket, shown)
@@ -194,23 +193,23 @@ class AgentSandbox:
             return await self.async_wait_for_approval(ticket.plan.plan_id, self.approval_wait_sec)
         return self._pending(client, plan)
 
-    def _pending(self, client: SandboxClient, plan: dict[str, Any]) -> AgentReply:
+    def _pending(self, client: SandboxClient, plan: ExecutionPlan) -> AgentReply:
         text = render.render_pending(plan, where=client.where, in_process=client.in_process)
-        return AgentReply("approval_pending", text, plan=plan)
+        return AgentReply("approval_pending", text, plan=plan.to_dict())
 
     async def _run(
-        self, client: SandboxClient, plan: dict[str, Any], token: str | None, shown: str | None
+        self, client: SandboxClient, plan: ExecutionPlan, token: str | None, shown: str | None
     ) -> AgentReply:
         try:
             result = await client.run(token or "")
         except SandboxError as exc:
             reply = _error(exc)
-            reply.plan = plan
+            reply.plan = plan.to_dict()
             return reply
         text = render.render_result(
-            result, command=shown, timeout_sec=plan["timeout_sec"], limit=self.max_output_bytes
+            result, command=shown, timeout_sec=plan.timeout_sec, limit=self.max_output_bytes
         )
-        return AgentReply("completed", text, plan=plan, result=result)
+        return AgentReply("completed", text, plan=plan.to_dict(), result=result)
 
     async def async_wait_for_approval(
         self, plan_id: str, wait_sec: float | None = None
@@ -227,7 +226,7 @@ class AgentSandbox:
             )
         ticket, shown = entry
         client = await self.client()
-        plan = ticket.plan.to_dict()
+        plan = ticket.plan
         wait = self.approval_wait_sec if wait_sec is None else wait_sec
         wait = min(max(0.0, float(wait)), MAX_APPROVAL_WAIT_SEC)
         deadline = time.monotonic() + wait
@@ -240,14 +239,14 @@ class AgentSandbox:
                     return _error(exc)
                 del self._tickets[plan_id]
                 text = render.render_not_approved(plan_id, "it was rejected, or evicted")
-                return AgentReply("not_approved", text, plan=plan, error_code=exc.code)
+                return AgentReply("not_approved", text, plan=plan.to_dict(), error_code=exc.code)
             if answer.state == "approved":
                 del self._tickets[plan_id]
                 return await self._run(client, plan, answer.approval_token, shown)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 text = render.render_still_pending(plan_id, wait)
-                return AgentReply("approval_pending", text, plan=plan)
+                return AgentReply("approval_pending", text, plan=plan.to_dict())
             # Poll gently: a person takes seconds, the server should not see a busy loop.
             await asyncio.sleep(min(delay, remaining))
             delay = min(delay * 2, 1.0)

@@ -24,8 +24,6 @@ from . import agents, batch, commands, debug, matrixlab
 
 #: Exit status for a refused or invalid request (as argparse uses for usage errors).
 EXIT_USAGE = 2
-#: Exit status of a snippet that timed out, as ``timeout(1)`` reports it.
-EXIT_TIMEOUT = 124
 #: Exit status when stdout's reader went away, as a shell reports a SIGPIPE death.
 EXIT_SIGPIPE = 128 + 13
 

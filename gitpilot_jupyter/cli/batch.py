@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
 from typing import Any
 
-from ..sandbox.batch import BatchPlan, BatchProgress, BatchService, load_source
+from ..client import resolve
+from ..client.base import SandboxClient
+from ..client.batches import BatchWatch, approve_and_run_batch, final_report
+from ..client.server import TOKEN_ENV
+from ..sandbox.batch import BatchPlan, BatchProgress, load_source
 from ..sandbox.batch.render import batch_plan_text, item_text, report_text
 from ..sandbox.errors import InvalidRequest
+from ..sandbox.request import RunOptions
 from ..sandbox.sync import run_sync
 from .commands import make_client
 
@@ -51,6 +55,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--cluster",
         metavar="ADDRESS|local",
         help="run on a Dask scheduler (tcp://host:8786), or 'local' for a LocalCluster",
+    )
+    p.add_argument(
+        "--server",
+        metavar="URL",
+        help="run on this Jupyter server, under its policy and audit log (token: "
+        f"{TOKEN_ENV} or JUPYTER_TOKEN); default: in this process",
     )
     p.add_argument("--timeout", type=int, help="seconds per item, 1..600 (default: the settings')")
     p.add_argument("--deadline", type=int, metavar="SEC", help="the whole batch's deadline")
@@ -119,16 +129,17 @@ class _Progress:
 
 def cmd_batch(args: argparse.Namespace) -> int:
     """``jupyter sandbox batch``: plan, confirm, approve once, run, report."""
-    batches = BatchService(make_client(pool="auto").service)
-    batch = batches.plan(
-        load_source(args.source, args.each),
+    client: SandboxClient = (
+        make_client(pool="auto") if not args.server else resolve.make_client(args.server)
+    )
+    options = RunOptions(
         timeout_sec=args.timeout,
         backend=args.backend,
         allow_network=args.network,
-        deadline_sec=args.deadline,
-        env=args.env,
-        user="cli",
+        env=args.env or (),
     )
+    items = load_source(args.source, args.each)
+    batch = run_sync(client.plan_batch(items, options, deadline_sec=args.deadline))
     if args.show:
         for item_id in args.show:
             print(item_text(batch, item_id))
@@ -145,33 +156,19 @@ def cmd_batch(args: argparse.Namespace) -> int:
     print(batch_plan_text(batch), file=sys.stderr)
     if batch.requires_approval and not _confirm(batch, args.yes):
         return 2
-    token = None
-    if batch.requires_approval:
-        token = batches.approve(batch.batch_id, user="cli")["approval_token"]
     progress = _Progress()
-    run = batches.start(
-        batches.claim(batch.batch_id, token, user="cli"),
-        out=args.out,
-        workers=args.workers,
-        cluster=args.cluster,
-        on_progress=progress,
-        user="cli",
+    watch = BatchWatch(on_progress=progress)
+    run = approve_and_run_batch(
+        client, batch, watch=watch, out=args.out, workers=args.workers, cluster=args.cluster
     )
-
-    async def go() -> None:
-        async with contextlib.aclosing(run.results()) as records:
-            async for _ in records:
-                pass
-
     try:
-        run_sync(go())
+        run_sync(run)
     except KeyboardInterrupt:
         progress.end()
-        run.stopped = "cancelled"
-        _finish(run.report(), args.json)
+        _finish(final_report(client, batch, watch, args.out), args.json)
         return EXIT_INTERRUPTED
     progress.end()
-    report = run.report()
+    report = final_report(client, batch, watch, args.out)
     _finish(report, args.json)
     clean = not report["stopped"] and report["ok"] + report["skipped"] == report["total"]
     return 0 if clean else 1

@@ -23,11 +23,13 @@ from ..sandbox.local.off import off_confirmation
 from ..sandbox.local.pool import PoolConfig
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.report import stopped_message
+from ..sandbox.request import RunOptions
 from ..sandbox.results import RunResult, new_run_id
 from ..sandbox.settings import FIELD_NAMES, parse_assignments
 from ..sandbox.sync import run_sync
 from .render import print_plan, print_plan_code, print_result_footer, print_status
 
+#: Exit status of a snippet that timed out, as ``timeout(1)`` reports it.
 EXIT_TIMEOUT = 124
 #: A run stopped by Ctrl-C exits as a shell's interrupted command does (128 + SIGINT).
 EXIT_STOPPED = 130
@@ -172,7 +174,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _snippet(args: argparse.Namespace) -> dict[str, Any]:
+def _snippet(args: argparse.Namespace) -> RunOptions:
     """Language, code and file from ``LANGUAGE (-c CODE | FILE)``."""
     language, file = args.language, args.file
     if args.code is None and file is None and language and Path(language).suffix:
@@ -194,20 +196,20 @@ def _snippet(args: argparse.Namespace) -> dict[str, Any]:
         stdin = sys.stdin.read()
     elif args.stdin_file:
         stdin = Path(args.stdin_file).read_text(encoding="utf-8")
-    return {
-        "language": language,
-        "code": code,
-        "stdin": stdin,
-        "timeout_sec": args.timeout,
-        "backend": args.backend,
-        "allow_network": args.network,
-        "env": args.env,
-    }
+    return RunOptions(
+        language=language,
+        code=code,
+        stdin=stdin,
+        timeout_sec=args.timeout,
+        backend=args.backend,
+        allow_network=args.network,
+        env=args.env or (),
+    )
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """``jupyter sandbox plan``: the plan only."""
-    plan = run_sync(make_client().plan(source="api", **_snippet(args)))
+    plan = run_sync(make_client().plan(_snippet(args)))
     if args.json:
         _print_json(plan.to_dict())
     else:
@@ -261,7 +263,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``jupyter sandbox run``: plan, confirm, approve, run."""
     client = make_client()
     snippet = _snippet(args)
-    plan = run_sync(client.plan(source="api", **snippet))
+    plan = run_sync(client.plan(snippet))
     if not args.json:
         print_plan(plan, stream=sys.stderr)
     if plan.blocked:

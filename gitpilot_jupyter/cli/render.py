@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
-from typing import Any, TextIO
+from typing import TextIO
 
 from ..sandbox.display import PREVIEW_LINES, code_preview, escape_text
 from ..sandbox.plans import ExecutionPlan
+from ..sandbox.records import Status
 from ..sandbox.report import footer, status_text
 from ..sandbox.results import RunResult, result_badges
 
@@ -50,6 +50,6 @@ def print_result_footer(result: RunResult, stream: TextIO = sys.stderr) -> None:
     stream.write(footer(result) + "\n")
 
 
-def print_status(status: Mapping[str, Any], stream: TextIO = sys.stdout) -> None:
+def print_status(status: Status, stream: TextIO = sys.stdout) -> None:
     """``jupyter sandbox status`` in text."""
     stream.write(status_text(status))

@@ -17,13 +17,17 @@ from __future__ import annotations
 import abc
 import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..sandbox.backend import OutputCallback
+from ..sandbox.batch import BatchItem, BatchPlan
+from ..sandbox.batch.runner import BatchWatch
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.matrixlab.ops import LIFECYCLE_ACTIONS, ProgressCallback
 from ..sandbox.plans import ExecutionPlan, PlannedRun
 from ..sandbox.records import Status
+from ..sandbox.request import NO_OPTIONS, RunOptions
 from ..sandbox.results import RunResult
 
 __all__ = ["LIFECYCLE_ACTIONS", "ProgressCallback", "SandboxClient"]
@@ -46,19 +50,8 @@ class SandboxClient(abc.ABC):
         return False
 
     @abc.abstractmethod
-    async def plan(
-        self,
-        *,
-        language: str,
-        code: str,
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        source: str = "cell",
-        env: Sequence[str] | None = None,
-    ) -> ExecutionPlan:
-        """Plan a snippet in this client's session (``env``: server variables to pass through)."""
+    async def plan(self, options: RunOptions) -> ExecutionPlan:
+        """Plan a snippet in this client's session (``options.env``: server variables)."""
 
     @abc.abstractmethod
     async def approve(
@@ -76,21 +69,16 @@ class SandboxClient(abc.ABC):
     ) -> RunResult:
         """Run the approved plan ``token`` stands for, streaming its output to ``on_output``.
 
+        The same call as :meth:`~gitpilot_jupyter.sandbox.service.service.SandboxService.run`.
+
         ``run_id`` names the run so :meth:`cancel` can stop it before it ends.
         """
 
     @abc.abstractmethod
     async def plan_and_run(
         self,
+        options: RunOptions,
         *,
-        language: str,
-        code: str,
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        source: str = "cell",
-        env: Sequence[str] | None = None,
         confirmed: bool = False,
         on_output: OutputCallback | None = None,
         run_id: str | None = None,
@@ -117,15 +105,7 @@ class SandboxClient(abc.ABC):
         """Drop a pending plan unapproved: it never runs and a waiting planner learns so."""
 
     @abc.abstractmethod
-    async def plan_for_agent(
-        self,
-        *,
-        language: str,
-        code: str,
-        timeout_sec: int | None,
-        auto_approve: bool,
-        env: Sequence[str] | None = None,
-    ) -> AgentPlan:
+    async def plan_for_agent(self, options: RunOptions, *, auto_approve: bool) -> AgentPlan:
         """An agent's plan: its own token (``auto_approve``) or a claim secret (``ask``)."""
 
     @abc.abstractmethod
@@ -168,7 +148,39 @@ class SandboxClient(abc.ABC):
         ``progress`` receives install's pull events where the path can deliver them.
         """
 
-    async def run_approved(
+    @abc.abstractmethod
+    async def plan_batch(
+        self,
+        items: Sequence[BatchItem],
+        options: RunOptions = NO_OPTIONS,
+        *,
+        deadline_sec: int | None = None,
+    ) -> BatchPlan:
+        """Plan every item (each as a single run with ``options``); keep the batch pending."""
+
+    @abc.abstractmethod
+    async def approve_batch(self, batch_id: str) -> dict[str, Any]:
+        """One single-use token for the whole manifest: ``{approval_token, batch_id, ...}``."""
+
+    @abc.abstractmethod
+    async def run_batch(
+        self,
+        batch: BatchPlan,
+        token: str | None,
+        *,
+        watch: BatchWatch,
+        out: str | Path | None = None,
+        workers: int | None = None,
+        cluster: str | None = None,
+    ) -> dict[str, Any]:
+        """Run the approved ``batch`` where this client runs; answer its report.
+
+        Each finished item's record goes to ``watch`` as it comes; ``out`` is the
+        results file (JSONL) written on this machine; ``cluster`` (Dask) is for the
+        in-process path only (a server runs batches where its administrator says).
+        """
+
+    async def approve_and_run(
         self,
         plan: ExecutionPlan,
         *,

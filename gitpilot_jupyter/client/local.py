@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..sandbox.backend import OutputCallback
+from ..sandbox.batch import BatchItem, BatchPlan, BatchService
+from ..sandbox.batch.runner import BatchWatch
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.local.pool import PoolConfig
 from ..sandbox.plans import ExecutionPlan, PlannedRun
 from ..sandbox.records import Status
+from ..sandbox.request import NO_OPTIONS, Caller, RunOptions
 from ..sandbox.results import RunResult
 from ..sandbox.service import SandboxService
 from .base import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
@@ -49,72 +55,94 @@ class LocalClient(SandboxClient):
         """Plans of a private service can only be approved by this process."""
         return not self.shared
 
-    async def plan(
-        self,
-        *,
-        language: str,
-        code: str,
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        source: str = "cell",
-        env: Sequence[str] | None = None,
-    ) -> ExecutionPlan:
-        return await self.service.plan(
-            language=language,
-            code=code,
-            source=source,
-            timeout_sec=timeout_sec,
-            stdin=stdin,
-            session_id=self.session_id,
-            backend=backend,
-            allow_network=allow_network,
-            env=env,
-        )
+    @property
+    def caller(self) -> Caller:
+        """Who calls through this client: its session; runs and plans are not bound to a user."""
+        return Caller(session_id=self.session_id)
+
+    async def plan(self, options: RunOptions) -> ExecutionPlan:
+        return await self.service.plan(options, self.caller)
 
     async def approve(
         self, plan_id: str, *, approved_by: str = "user", for_planner: bool = False
     ) -> dict[str, Any]:
-        session = None if for_planner else self.session_id
-        return await self.service.approve(plan_id, session_id=session, approved_by=approved_by)
+        caller = Caller() if for_planner else self.caller
+        return await self.service.approve(plan_id, caller, approved_by=approved_by)
 
     async def run(
         self, token: str, *, on_output: OutputCallback | None = None, run_id: str | None = None
     ) -> RunResult:
-        return await self.service.run_approved(
-            token, session_id=self.session_id, user=None, on_output=on_output, run_id=run_id
-        )
+        return await self.service.run(token, self.caller, on_output=on_output, run_id=run_id)
 
     async def plan_and_run(
         self,
+        options: RunOptions,
         *,
-        language: str,
-        code: str,
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        source: str = "cell",
-        env: Sequence[str] | None = None,
         confirmed: bool = False,
         on_output: OutputCallback | None = None,
         run_id: str | None = None,
     ) -> PlannedRun:
         return await self.service.plan_and_run(
-            language=language,
-            code=code,
-            source=source,
-            confirmed=confirmed,
-            timeout_sec=timeout_sec,
-            stdin=stdin,
-            session_id=self.session_id,
-            backend=backend,
-            allow_network=allow_network,
-            env=env,
-            on_output=on_output,
-            run_id=run_id,
+            options, self.caller, confirmed=confirmed, on_output=on_output, run_id=run_id
         )
+
+    @functools.cached_property
+    def batches(self) -> BatchService:
+        """Batches on this client's service (its policy and audit)."""
+        return BatchService(self.service)
+
+    async def plan_batch(
+        self,
+        items: Sequence[BatchItem],
+        options: RunOptions = NO_OPTIONS,
+        *,
+        deadline_sec: int | None = None,
+    ) -> BatchPlan:
+        return self.batches.plan(
+            items,
+            timeout_sec=options.timeout_sec,
+            backend=options.backend,
+            allow_network=options.allow_network,
+            deadline_sec=deadline_sec,
+            session_id=self.session_id,
+            env=options.env,
+            user=self.user,
+        )
+
+    async def approve_batch(self, batch_id: str) -> dict[str, Any]:
+        return self.batches.approve(batch_id, session_id=self.session_id, user=self.user)
+
+    async def run_batch(
+        self,
+        batch: BatchPlan,
+        token: str | None,
+        *,
+        watch: BatchWatch,
+        out: str | Path | None = None,
+        workers: int | None = None,
+        cluster: str | None = None,
+    ) -> dict[str, Any]:
+        claimed = self.batches.claim(
+            batch.batch_id, token, session_id=self.session_id, user=self.user
+        )
+        run = self.batches.start(
+            claimed,
+            out=out,
+            workers=workers,
+            cluster=cluster,
+            on_progress=watch.progress,
+            user=self.user,
+        )
+        try:
+            async with contextlib.aclosing(run.results()) as records:
+                async for record in records:
+                    watch.records.append(record)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            run.stopped = "cancelled"
+            raise
+        finally:
+            watch.report = run.report()
+        return watch.report
 
     async def cancel(self, run_id: str) -> None:
         self.service.cancel(run_id)
@@ -125,23 +153,8 @@ class LocalClient(SandboxClient):
     async def reject(self, plan_id: str) -> None:
         await self.service.reject(plan_id)
 
-    async def plan_for_agent(
-        self,
-        *,
-        language: str,
-        code: str,
-        timeout_sec: int | None,
-        auto_approve: bool,
-        env: Sequence[str] | None = None,
-    ) -> AgentPlan:
-        return await self.service.plan_for_agent(
-            language=language,
-            code=code,
-            timeout_sec=timeout_sec,
-            session_id=self.session_id,
-            auto_approve=auto_approve,
-            env=env,
-        )
+    async def plan_for_agent(self, options: RunOptions, *, auto_approve: bool) -> AgentPlan:
+        return await self.service.plan_for_agent(options, self.caller, auto_approve=auto_approve)
 
     async def claim(self, plan_id: str, secret: str) -> ClaimAnswer:
         return await self.service.claim(plan_id, secret)

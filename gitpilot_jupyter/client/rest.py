@@ -8,20 +8,27 @@ happen; a server that answers plain JSON works too.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
 
 from ..sandbox.backend import OutputCallback
+from ..sandbox.batch import BatchItem, BatchPlan, BatchProgress, ResultLog
+from ..sandbox.batch.plan import MAX_BATCHES
+from ..sandbox.batch.runner import BatchWatch, cancelled_report
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.errors import InvalidRequest, SandboxError
+from ..sandbox.matrixlab.ops import check_lifecycle_action
 from ..sandbox.plans import ExecutionPlan, PlannedRun
 from ..sandbox.records import Status
+from ..sandbox.request import NO_OPTIONS, RunOptions
 from ..sandbox.results import RunResult
 from ..sandbox.settings import MAX_TIMEOUT_SEC
-from .base import LIFECYCLE_ACTIONS, ProgressCallback, SandboxClient
+from .base import ProgressCallback, SandboxClient
 from .server import (
     API,
     INSTALL_READ_TIMEOUT_SEC,
@@ -35,6 +42,8 @@ from .server import (
 )
 
 NDJSON = "application/x-ndjson"
+#: The run options a batch request carries (``BatchPlanRequest``).
+_BATCH_OPTIONS = ("timeout_sec", "backend", "allow_network", "env")
 
 
 class RestClient(SandboxClient):
@@ -55,6 +64,8 @@ class RestClient(SandboxClient):
         self.token = token
         self.timeout = timeout
         self.path = "REST"
+        #: The items and options of the batches planned here, to resume one (``out``).
+        self._planned: dict[str, tuple[list[BatchItem], RunOptions, int | None]] = {}
 
     def _timeout(self, read_timeout: float | None = None) -> httpx.Timeout:
         return httpx.Timeout(self.timeout, read=read_timeout or self.timeout)
@@ -62,77 +73,25 @@ class RestClient(SandboxClient):
     async def _call(self, method: str, route: str, body: Any = None) -> Any:
         return await call_api(self.server, method, route, body, timeout=self.timeout)
 
-    def _plan_body(
-        self,
-        language: str,
-        code: str,
-        source: str,
-        **optional: Any,
-    ) -> dict[str, Any]:
-        """What a plan request carries: the snippet, this session, the options given."""
-        body: dict[str, Any] = {
-            "language": language,
-            "code": code,
-            "source": source,
-            "session_id": self.session_id,
-        }
-        if optional.get("env"):
-            optional["env"] = list(optional["env"])
-        body.update({k: v for k, v in optional.items() if v is not None and v != []})
+    def _plan_body(self, options: RunOptions, **more: Any) -> dict[str, Any]:
+        """What a plan request carries: the options given, this session, ``more`` set."""
+        body = {**options.to_body(), "session_id": self.session_id}
+        body.update({k: v for k, v in more.items() if v is not None})
         return body
 
-    async def plan(
-        self,
-        *,
-        language: str,
-        code: str,
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        source: str = "cell",
-        env: Sequence[str] | None = None,
-    ) -> ExecutionPlan:
-        body = self._plan_body(
-            language,
-            code,
-            source,
-            timeout_sec=timeout_sec,
-            stdin=stdin,
-            backend=backend,
-            allow_network=allow_network,
-            env=env,
-        )
-        answer = await self._call("POST", "plan", body)
+    async def plan(self, options: RunOptions) -> ExecutionPlan:
+        answer = await self._call("POST", "plan", self._plan_body(options))
         return ExecutionPlan.from_dict(answer["plan"])
 
     async def plan_and_run(
         self,
+        options: RunOptions,
         *,
-        language: str,
-        code: str,
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        source: str = "cell",
-        env: Sequence[str] | None = None,
         confirmed: bool = False,
         on_output: OutputCallback | None = None,
         run_id: str | None = None,
     ) -> PlannedRun:
-        body = self._plan_body(
-            language,
-            code,
-            source,
-            timeout_sec=timeout_sec,
-            stdin=stdin,
-            backend=backend,
-            allow_network=allow_network,
-            env=env,
-            confirm=confirmed or None,
-            run_id=run_id,
-        )
+        body = self._plan_body(options, confirm=confirmed or None, run_id=run_id)
         answer, streamed = await self._stream_output("plan-and-run", body, on_output)
         planned = PlannedRun.from_dict(answer)
         if planned.result is not None and not streamed:
@@ -232,6 +191,102 @@ class RestClient(SandboxClient):
             raise unreachable(self.base_url, exc) from None
         raise SandboxError("the server's stream ended without a result", code="server_error")
 
+    async def plan_batch(
+        self,
+        items: Sequence[BatchItem],
+        options: RunOptions = NO_OPTIONS,
+        *,
+        deadline_sec: int | None = None,
+    ) -> BatchPlan:
+        # The batch's options apply to every item; each item carries its own snippet.
+        shared = {k: v for k, v in options.to_body().items() if k in _BATCH_OPTIONS}
+        body = {**shared, "items": [item.to_dict() for item in items]}
+        body["session_id"] = self.session_id
+        if deadline_sec is not None:
+            body["deadline_sec"] = deadline_sec
+        answer = await self._call("POST", "batch/plan", body)
+        batch = BatchPlan.from_dict(answer["batch"])
+        self._planned[batch.batch_id] = (list(items), options, deadline_sec)
+        while len(self._planned) > MAX_BATCHES:  # the server forgets them too
+            del self._planned[next(iter(self._planned))]
+        return batch
+
+    async def approve_batch(self, batch_id: str) -> dict[str, Any]:
+        body = {"batch_id": batch_id, "session_id": self.session_id}
+        return dict(await self._call("POST", "batch/approve", body))
+
+    async def run_batch(
+        self,
+        batch: BatchPlan,
+        token: str | None,
+        *,
+        watch: BatchWatch,
+        out: str | Path | None = None,
+        workers: int | None = None,
+        cluster: str | None = None,
+    ) -> dict[str, Any]:
+        if cluster is not None:
+            raise InvalidRequest(
+                "a server runs batches where its administrator says (SandboxApp.batch_cluster); "
+                "--cluster is for the in-process path"
+            )
+        log = ResultLog(out) if out is not None else None
+        # Items whose results ``out`` holds already are skipped, as in-process: the rest
+        # is planned and approved again as a batch of its own (the server's audit shows it).
+        done = log.open({i: p.digest for i, p in batch.items.items()}) if log else {}
+        skipped = len(done)
+        progress: BatchProgress | None = None
+
+        async def line(event: dict[str, Any]) -> None:
+            nonlocal progress
+            kind = event.pop("type", None)
+            if kind == "item":
+                watch.records.append(event)
+                if log is not None:
+                    log.append(event)
+            elif kind == "progress":
+                progress = _with_skipped(BatchProgress.from_dict(event), skipped)
+                watch.progress(progress)
+
+        try:
+            target, token = await self._rest_of(batch, done) if done else (batch, token)
+            report: dict[str, Any]
+            if target is None:  # every item is done: nothing runs
+                report = cancelled_report(batch, [], None, executor=self.path, out=out)
+                report.update(stopped=None, not_run=[])
+            else:
+                body: dict[str, Any] = {"batch_id": target.batch_id, "approval_token": token}
+                body.update(session_id=self.session_id, workers=workers)
+                body = {k: v for k, v in body.items() if v is not None or k == "approval_token"}
+                report = await self._stream("batch", body, line, read_timeout=None)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            # Closing the stream stops the batch on the server; report what came back.
+            watch.report = cancelled_report(
+                batch, watch.records, progress, executor=self.path, out=out
+            )
+            raise
+        finally:
+            if log is not None:
+                log.close()
+        report.update(total=batch.count, skipped=report["skipped"] + skipped)
+        report["remaining"] = batch.count - report["skipped"] - report.get("finished", 0)
+        report["out"] = str(log.path) if log is not None else None
+        watch.report = report
+        return report
+
+    async def _rest_of(
+        self, batch: BatchPlan, done: Mapping[str, str]
+    ) -> tuple[BatchPlan | None, str | None]:
+        """The batch of the items not done yet, approved (``None`` when all are done)."""
+        items, options, deadline = self._planned[batch.batch_id]
+        rest = [item for item in items if item.id not in done]
+        if not rest:
+            return None, None
+        again = await self.plan_batch(rest, options, deadline_sec=deadline)
+        if not again.requires_approval:
+            return again, None
+        return again, str((await self.approve_batch(again.batch_id))["approval_token"])
+
     async def pending(self) -> list[ExecutionPlan]:
         answer = await self._call("GET", "plans")
         return [ExecutionPlan.from_dict(plan) for plan in answer["plans"]]
@@ -243,25 +298,9 @@ class RestClient(SandboxClient):
     async def reject(self, plan_id: str) -> None:
         await self._call("POST", "reject", {"plan_id": plan_id})
 
-    async def plan_for_agent(
-        self,
-        *,
-        language: str,
-        code: str,
-        timeout_sec: int | None,
-        auto_approve: bool,
-        env: Sequence[str] | None = None,
-    ) -> AgentPlan:
-        body: dict[str, Any] = {
-            "language": language,
-            "code": code,
-            "approve": auto_approve,
-            "session_id": self.session_id,
-        }
-        if timeout_sec is not None:
-            body["timeout_sec"] = timeout_sec
-        if env:
-            body["env"] = list(env)
+    async def plan_for_agent(self, options: RunOptions, *, auto_approve: bool) -> AgentPlan:
+        body = {**options.to_body(), "approve": auto_approve, "session_id": self.session_id}
+        body.pop("source", None)  # the agent route sets it
         data = await self._call("POST", "agent/plan", body)
         plan = ExecutionPlan.from_dict(data["plan"])
         return AgentPlan(plan, data.get("claim"), data.get("approval_token"))
@@ -292,11 +331,7 @@ class RestClient(SandboxClient):
     async def lifecycle(
         self, action: str, progress: ProgressCallback | None = None
     ) -> dict[str, Any]:
-        if action not in LIFECYCLE_ACTIONS:
-            raise InvalidRequest(
-                f"unknown lifecycle action {action!r}; expected one of {list(LIFECYCLE_ACTIONS)}"
-            )
-        if action == "status":
+        if check_lifecycle_action(action) == "status":
             return dict(await self._call("GET", "matrixlab/lifecycle"))
 
         async def line(event: dict[str, Any]) -> None:
@@ -306,6 +341,13 @@ class RestClient(SandboxClient):
         return await self._stream(
             f"matrixlab/{action}", {}, line, read_timeout=INSTALL_READ_TIMEOUT_SEC
         )
+
+
+def _with_skipped(progress: BatchProgress, skipped: int) -> BatchProgress:
+    """The progress of the whole batch: the server's counts and the items skipped here."""
+    progress.total += skipped
+    progress.skipped += skipped
+    return progress
 
 
 async def _replay(result: RunResult, on_output: OutputCallback | None) -> None:

@@ -1,8 +1,9 @@
 """``%sandbox batch SOURCE``: many snippets under one approval, from a notebook.
 
 SOURCE is a variable holding a list of items (dicts with ``id``, ``language``,
-``code``...) or the path of a JSONL file or a folder. The batch runs with the
-core in the kernel process (on this machine, or on Dask with ``--cluster``),
+``code``...) or the path of a JSONL file or a folder. The batch goes where
+``%%sandbox`` cells go (the Jupyter server, under its policy and audit, or the
+core in the kernel process, on this machine or on Dask with ``--cluster``),
 shows a progress bar, and answers the results as a table: a pandas DataFrame
 when pandas is installed, else a list of dicts. Executing the cell approves the
 batch unless an item has a high-severity warning (then ``--yes`` is needed, as
@@ -21,9 +22,11 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.display import display as _display
 
-from ..sandbox.batch import BatchService, as_items, items_from_list
+from ..client.base import SandboxClient
+from ..client.batches import BatchWatch, approve_and_run_batch, final_report
+from ..sandbox.batch import as_items, items_from_list
 from ..sandbox.batch.render import batch_plan_text, item_text, report_text
-from ..sandbox.service import SandboxService
+from ..sandbox.request import RunOptions
 from ..sandbox.sync import run_sync
 from .views import ProgressView
 
@@ -70,11 +73,16 @@ def as_table(records: list[dict[str, Any]]) -> Any:
 
 
 def batch_line(
-    user_ns: dict[str, Any], rest: list[str], progress_view: Callable[[int], ProgressView]
+    user_ns: dict[str, Any],
+    rest: list[str],
+    progress_view: Callable[[int], ProgressView],
+    client: SandboxClient,
 ) -> Any:
     """Run ``%sandbox batch``; the results table (``None`` for ``--plan`` / ``--show``).
 
-    ``progress_view(total)`` makes the progress bar (the notebook views' one).
+    ``progress_view(total)`` makes the progress bar (the notebook views' one); the
+    batch goes through ``client``, the one ``%%sandbox`` cells use (the server's when
+    they go there: its policy and its audit log).
     """
     args = _parser().parse_args(rest)
     source = user_ns.get(args.source) if args.source.isidentifier() else None
@@ -82,16 +90,13 @@ def batch_line(
         items = items_from_list(source)
     else:
         items = as_items(source if source is not None else args.source, args.each)
-    batches = BatchService(SandboxService(root_dir=Path.cwd()))
-    batch = batches.plan(
-        items,
+    options = RunOptions(
         timeout_sec=args.timeout,
         backend=args.backend,
         allow_network=args.network,
-        deadline_sec=args.deadline,
-        env=args.env,
-        user="kernel",
+        env=args.env or (),
     )
+    batch = run_sync(client.plan_batch(items, options, deadline_sec=args.deadline))
     if args.show:
         for item_id in args.show:
             print(item_text(batch, item_id))
@@ -105,32 +110,17 @@ def batch_line(
             f"sandbox batch: {len(high)} item(s) have high-severity warnings ({', '.join(high[:5])}"
             f"{'...' if len(high) > 5 else ''}); look at them with --show ID, then run with --yes"
         )
-    token = None
-    if batch.requires_approval:
-        token = batches.approve(batch.batch_id, user="kernel")["approval_token"]
     bar = progress_view(batch.count)
     display(bar)
-    run = batches.start(
-        batches.claim(batch.batch_id, token, user="kernel"),
-        out=args.out,
-        workers=args.workers,
-        cluster=args.cluster,
-        on_progress=bar.update,
-        user="kernel",
-    )
-    records: list[dict[str, Any]] = []
-
-    async def go() -> None:
-        async with contextlib.aclosing(run.results()) as results:
-            async for record in results:
-                records.append(record)
-
-    try:
-        run_sync(go())
-    except KeyboardInterrupt:
-        run.stopped = "cancelled"
-    report = run.report()
+    watch = BatchWatch(on_progress=bar.update)
+    with contextlib.suppress(KeyboardInterrupt):  # a stop keeps what finished
+        run_sync(
+            approve_and_run_batch(
+                client, batch, watch=watch, out=args.out, workers=args.workers, cluster=args.cluster
+            )
+        )
+    report = final_report(client, batch, watch, args.out)
     if report["stopped"]:
         bar.stopped(report["stopped"])
     print(report_text(report))
-    return as_table(records)
+    return as_table(watch.records)

@@ -36,6 +36,7 @@ from ..sandbox.errors import PlanBlocked, SandboxError
 from ..sandbox.local.off import off_confirmation
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.report import status_text, stopped_message
+from ..sandbox.request import RunOptions
 from ..sandbox.results import RunResult, new_run_id
 from ..sandbox.service import SandboxService
 from ..sandbox.settings import parse_assignments
@@ -206,13 +207,16 @@ class SandboxMagics(Magics):
             # approves it (executing the cell is the approval) and runs it.
             planned = run_sync(
                 client.plan_and_run(
-                    language=args.language or self.default_language,
-                    code=cell,
-                    timeout_sec=args.timeout,
-                    stdin=stdin,
-                    backend=args.backend,
-                    allow_network=args.network,
-                    env=args.env,
+                    RunOptions(
+                        language=args.language or self.default_language,
+                        code=cell,
+                        timeout_sec=args.timeout,
+                        stdin=stdin,
+                        backend=args.backend,
+                        allow_network=args.network,
+                        env=args.env or (),
+                        source="cell",
+                    ),
                     confirmed=args.yes,
                     on_output=echo,
                     run_id=run_id,
@@ -280,7 +284,7 @@ class SandboxMagics(Magics):
         """Many snippets under one approval, with a progress bar; answers the results table."""
         from .batch import batch_line
 
-        return batch_line(self.user_ns, rest, self.views.batch_progress)
+        return batch_line(self.user_ns, rest, self.views.batch_progress, self.client)
 
     def _line_status(self, rest: list[str]) -> None:
         status = run_sync(self.client.status())

@@ -21,6 +21,7 @@ from typing import Any
 
 from .errors import ApprovalError, PlanBlocked, PlanNotFound
 from .records import Check, PlanWarning, RunningPlan
+from .request import RunOptions
 from .results import RunResult
 from .spec import RunSpec, plan_digest
 
@@ -103,6 +104,20 @@ class ExecutionPlan:
         (``--yes``). The one rule :meth:`SandboxService.plan_and_run` applies on every path.
         """
         return self.high_risk and not confirmed
+
+    def options(self) -> RunOptions:
+        """The request this plan answers, as :meth:`SandboxService.spec` takes it."""
+        return RunOptions(
+            language=self.language,
+            code=self.code,
+            file=self.file,
+            stdin=self.stdin,
+            timeout_sec=self.timeout_sec,
+            backend=self.backend,
+            allow_network=self.network,
+            env=tuple(self.env),
+            source=self.source,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as the API shows it (stdin and session are not echoed)."""

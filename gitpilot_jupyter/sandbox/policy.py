@@ -104,6 +104,15 @@ def find_destructive(text: str) -> str | None:
     return None
 
 
+def destructive_label(language: str, code: str, command: Iterable[str]) -> str | None:
+    """The destructive pattern a run would meet: in the command it launches, then (bash)
+    in the shell text itself; None when there is none. The plan and the run check this."""
+    label = find_destructive(" ".join(command))
+    if label is None and language == "bash":
+        label = find_destructive(code)
+    return label
+
+
 @dataclass(frozen=True)
 class SandboxPolicy:
     """The rules every backend applies; one instance is shared by the service."""
@@ -162,13 +171,9 @@ class SandboxPolicy:
 
     def check_destructive(self, language: str, code: str, command: Iterable[str]) -> None:
         """Refuse a snippet whose shell text or launched command matches a destructive pattern."""
-        texts = [" ".join(command)]
-        if language == "bash":
-            texts.insert(0, code)
-        for text in texts:
-            label = find_destructive(text)
-            if label:
-                raise PolicyViolation(
-                    f"refused by policy: destructive pattern {label!r} found",
-                    code="destructive_pattern",
-                )
+        label = destructive_label(language, code, command)
+        if label is not None:
+            raise PolicyViolation(
+                f"refused by policy: destructive pattern {label!r} found",
+                code="destructive_pattern",
+            )

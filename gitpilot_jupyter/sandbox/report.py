@@ -6,14 +6,12 @@ widgets format these through here, so no face imports another to print them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from .plans import ExecutionPlan
+from .records import Status
 from .results import RunResult, result_badges
 
 
-def status_text(status: Mapping[str, Any]) -> str:
+def status_text(status: Status) -> str:
     """The service status as a text block (``jupyter sandbox status``, ``%sandbox status``)."""
     lines = [f"backend          {status['backend']}  ({'ok' if status['ok'] else 'NOT OK'})"]
     if status.get("error"):
@@ -24,7 +22,7 @@ def status_text(status: Mapping[str, Any]) -> str:
         lines.append(f"settings error   {status['settings_error']}")
     lines.append(f"require approval {status['require_approval']}")
     lines.append(f"isolation        {', '.join(status['isolation']) or 'none'}")
-    for gap in (status.get("isolation_report") or {}).get("unavailable", []):
+    for gap in status["isolation_report"]["unavailable"]:
         lines.append(f"  missing {gap['layer']}: {gap['reason']}\n    fix: {gap['fix']}")
     langs = ", ".join(f"{k} {'yes' if v else 'missing'}" for k, v in status["languages"].items())
     lines.append(f"interpreters     {langs}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from tornado import web
 
+from ..sandbox.request import RunOptions
 from .base import SandboxHandler, authorized_execute
 
 
@@ -26,7 +27,11 @@ class AgentPlanHandler(SandboxHandler):
         body = self.body("AgentPlanRequest")
         auto = bool(body.pop("approve", False))
         ticket = await self.call(
-            self.service.plan_for_agent(**body, auto_approve=auto, user=self.username)
+            self.service.plan_for_agent(
+                RunOptions.from_body(body),
+                self.caller(body.get("session_id")),
+                auto_approve=auto,
+            )
         )
         self.write_json(ticket.to_dict())
 
@@ -39,9 +44,7 @@ class AgentClaimHandler(SandboxHandler):
     async def post(self) -> None:
         """``pending``, or ``approved`` with the approval token (handed over once)."""
         body = self.body("AgentClaimRequest")
-        answer = await self.call(
-            self.service.claim(body["plan_id"], body["claim"], user=self.username)
-        )
+        answer = await self.call(self.service.claim(body["plan_id"], body["claim"], self.caller()))
         self.write_json(answer.to_dict())
 
 
@@ -53,7 +56,7 @@ class RejectHandler(SandboxHandler):
     async def post(self) -> None:
         """Drop a pending plan unapproved; an agent waiting for it learns it was not approved."""
         body = self.body("RejectRequest")
-        plan = await self.call(self.service.reject(body["plan_id"], user=self.username))
+        plan = await self.call(self.service.reject(body["plan_id"], self.caller()))
         self.write_json({"plan_id": plan.plan_id, "rejected": True})
 
 

@@ -23,6 +23,7 @@ from tornado import web
 from tornado.http1connection import HTTP1Connection
 
 from ..sandbox.errors import InvalidRequest, SandboxError
+from ..sandbox.request import Caller
 from ..sandbox.service import SandboxService
 from .schemas import MAX_BODY_BYTES, parse_body
 
@@ -215,6 +216,10 @@ class SandboxHandler(APIHandler):
         user = self.current_user
         name = getattr(user, "username", None)
         return name if isinstance(name, str) else None
+
+    def caller(self, session_id: str | None = None) -> Caller:
+        """Who calls: :attr:`username` and the session the request names."""
+        return Caller(user=self.username, session_id=session_id)
 
     def body(self, schema_name: str) -> dict[str, Any]:
         """The request body, parsed and checked against ``schema_name`` of rest-api.yml."""

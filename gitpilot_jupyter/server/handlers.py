@@ -12,6 +12,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..sandbox.errors import FileAccessError
+from ..sandbox.request import RunOptions
 from .base import SandboxHandler, authorized_execute, http_error
 
 
@@ -54,7 +55,8 @@ class PlanHandler(SandboxHandler):
         """Plan and keep the plan pending for approval."""
         body = self.body("PlanRequest")
         self.check_not_hidden(body.get("file"))
-        plan = await self.call(self.service.plan(**body, user=self.username))
+        caller = self.caller(body.get("session_id"))
+        plan = await self.call(self.service.plan(RunOptions.from_body(body), caller))
         self.write_json({"plan": plan.to_dict()})
 
     def check_not_hidden(self, file: str | None) -> None:
@@ -84,8 +86,8 @@ class PlansHandler(SandboxHandler):
         run id that ``DELETE /runs/{run_id}`` stops); they are no longer waiting.
         """
         session_id = self.get_query_argument("session_id", None)
-        pending = await self.call(self.service.pending(user=self.username, session_id=session_id))
-        running = await self.call(self.service.running(user=self.username, session_id=session_id))
+        pending = await self.call(self.service.pending(self.caller(session_id)))
+        running = await self.call(self.service.running(self.caller(session_id)))
         self.write_json(
             {
                 "plans": [plan.to_dict() for plan in pending],
@@ -103,8 +105,6 @@ class ApproveHandler(SandboxHandler):
         """Approve a pending plan; answer its single-use token."""
         body = self.body("ApproveRequest")
         approval = await self.call(
-            self.service.approve(
-                body["plan_id"], session_id=body.get("session_id"), user=self.username
-            )
+            self.service.approve(body["plan_id"], self.caller(body.get("session_id")))
         )
         self.write_json(approval)

@@ -19,6 +19,7 @@ from typing import Any
 from tornado import web
 
 from ..sandbox.errors import InvalidRequest, SandboxError
+from ..sandbox.request import RunOptions
 from ..sandbox.results import new_run_id
 from .base import SandboxHandler, authorized_execute, http_error
 from .stream import LineSink, StreamingHandler
@@ -56,18 +57,13 @@ class RunHandler(StreamingHandler):
                 await sink({"type": stream, "data": text})
 
             stream = on_output if sink else None
-            if short:
-                result = await self.service.run_approved(
-                    body.get("approval_token"),
-                    session_id=body.get("session_id"),
-                    user=self.username,
-                    on_output=stream,
-                    run_id=run_id,
-                )
-            else:
-                result = await self.service.run(
-                    **body, user=self.username, on_output=stream, run_id=run_id
-                )
+            result = await self.service.run(
+                body.get("approval_token"),
+                self.caller(body.get("session_id")),
+                expected=None if short else RunOptions.from_body(body),
+                on_output=stream,
+                run_id=run_id,
+            )
             return result.to_dict()
 
         await self.answer(work)
@@ -78,7 +74,7 @@ class RunHandler(StreamingHandler):
         if self._run_id is not None and self._run_id in self.service.active_runs():
             self.log.info("sandbox run %s: the client went away; stopping it", self._run_id)
             with contextlib.suppress(SandboxError):  # it ended meanwhile
-                self.service.cancel(self._run_id, user=self.username)
+                self.service.cancel(self._run_id, self.caller())
 
 
 class PlanAndRunHandler(RunHandler):
@@ -103,9 +99,9 @@ class PlanAndRunHandler(RunHandler):
                 await sink({"type": stream, "data": text})
 
             planned = await self.service.plan_and_run(
-                **body,
+                RunOptions.from_body({"source": "cell", **body}),
+                self.caller(body.get("session_id")),
                 confirmed=confirmed,
-                user=self.username,
                 on_output=on_output if sink else None,
                 run_id=run_id,
             )
@@ -122,7 +118,7 @@ class RunCancelHandler(SandboxHandler):
     async def delete(self, run_id: str) -> None:
         """Stop a run under way; its envelope then says ``cancelled``."""
         try:
-            answer = self.service.cancel(run_id, user=self.username)
+            answer = self.service.cancel(run_id, self.caller())
         except SandboxError as exc:
             raise http_error(exc) from None
         self.write_json(answer)

@@ -16,11 +16,14 @@ from traitlets import Bool, Dict, HasTraits, Int, Unicode
 from ..client.local import SandboxClient
 from ..sandbox.errors import SandboxError
 from ..sandbox.local.off import off_confirmation
+from ..sandbox.matrixlab.config import LIFECYCLE_FLAG
+from ..sandbox.settings import MAX_TIMEOUT_SEC, SandboxSettings
 from ..sandbox.sync import run_sync
 
 T = TypeVar("T")
 
-LIFECYCLE_FLAG = "GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE"
+_DEFAULTS = SandboxSettings()
+
 #: Settings the panel edits; only those the user changed are saved.
 EDITABLE = ("backend", "matrixlab_url", "matrixlab_image", "allow_network", "timeout_sec")
 
@@ -58,11 +61,18 @@ def format_test(report: dict[str, Any]) -> str:
 class SandboxSettingsModel(HasTraits):
     """What the settings panel shows and edits."""
 
-    backend = Unicode("subprocess", help="subprocess (Local), matrixlab or off (Pass-through).")
-    matrixlab_url = Unicode("http://localhost:8765", help="The MatrixLab Runner's URL.")
-    matrixlab_image = Unicode("", help="Default image ('' = the Runner's per-language default).")
-    allow_network = Bool(False, help="Let snippets reach the network.")
-    timeout_sec = Int(120, help="Default timeout of a run, 1..600 s.")
+    # The settings' own defaults, until the first refresh reads the saved ones.
+    backend = Unicode(
+        _DEFAULTS.backend, help="subprocess (Local), matrixlab or off (Pass-through)."
+    )
+    matrixlab_url = Unicode(_DEFAULTS.matrixlab_url, help="The MatrixLab Runner's URL.")
+    matrixlab_image = Unicode(
+        _DEFAULTS.matrixlab_image, help="Default image ('' = the Runner's per-language default)."
+    )
+    allow_network = Bool(_DEFAULTS.allow_network, help="Let snippets reach the network.")
+    timeout_sec = Int(
+        _DEFAULTS.timeout_sec, help=f"Default timeout of a run, 1..{MAX_TIMEOUT_SEC} s."
+    )
     token_input = Unicode("", help="A new bearer token typed by the user; emptied on Save.")
     has_token = Bool(False, help="Whether a token is saved (the token itself is never read).")
     env_override = Unicode("", help="The env var that shadows the saved choice ('' = none).")

@@ -10,6 +10,7 @@ import gitpilot_jupyter.agents as agents
 from gitpilot_jupyter.agents import AgentSandbox
 from gitpilot_jupyter.sandbox.errors import ApprovalError, InvalidSetting, PlanNotFound
 from gitpilot_jupyter.sandbox.plans import PlanStore
+from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.sync import run_sync
 
@@ -162,7 +163,7 @@ def test_private_in_process_plans_say_who_can_approve() -> None:
 
 
 def test_claim_secret_is_needed_and_hands_the_token_over_once(service: SandboxService) -> None:
-    made = run_sync(service.plan(language="python", code="print(1)", agent=True))
+    made = run_sync(service.plan(RunOptions(language="python", code="print(1)"), agent=True))
     secret = service.claims.open(made.plan_id)
     with pytest.raises(ApprovalError) as wrong:
         service.claims.claim(made.plan_id, "guessed")

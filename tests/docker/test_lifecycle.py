@@ -16,6 +16,7 @@ from gitpilot_jupyter.sandbox.matrixlab.config import JOBS_MAX_AGE_SEC
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.docker.conftest import BASE_IMAGE, RUNNER_IMAGE
 from tests.support.live_server import free_port
+from tests.support.runs import run_here
 from tests.unit.test_cli import cli
 
 pytestmark = pytest.mark.docker
@@ -66,9 +67,7 @@ async def test_start_run_stop_start_again(lifecycle_service: SandboxService) -> 
     container_id = started["container"]["id"]
 
     # The Runner in the container answers on the published port, with the saved token.
-    _, result = await service.run_approved_here(
-        language="python", code="print(6 * 7)", backend="matrixlab"
-    )
+    _, result = await run_here(service, language="python", code="print(6 * 7)", backend="matrixlab")
     assert (result.exit_code, result.stdout, result.backend) == (0, "42\n", "matrixlab")
     assert result.sandbox_id
 
@@ -146,9 +145,7 @@ async def test_old_job_folders_are_pruned_and_new_ones_kept(
     assert prune["cmd"].startswith(f"find {jobs} ") and prune["stdout"] == "removed 1 job folder"
     assert not old.exists() and recent.exists()
     # The Runner leaves a job folder per run: the lifecycle is what keeps them in check.
-    await lifecycle_service.run_approved_here(
-        language="python", code="print(1)", backend="matrixlab"
-    )
+    await run_here(lifecycle_service, language="python", code="print(1)", backend="matrixlab")
     assert len(job_folders(lifecycle_service)) == 2
 
 

@@ -15,6 +15,7 @@ from gitpilot_jupyter.sandbox.errors import ContainmentUnavailable
 from gitpilot_jupyter.sandbox.local import namespaces
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
+from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 from tests.support.system import path_without
@@ -31,7 +32,11 @@ def test_status_layers_match_what_a_run_gets(sandbox_config_dir: Path) -> None:
     require_mechanism("bwrap")
     service = SandboxService(settings=SettingsStore(sandbox_config_dir))
     status = asyncio.run(service.status())
-    _, result = asyncio.run(service.run_approved_here(language="python", code="print(1)"))
+    planned = asyncio.run(
+        service.plan_and_run(RunOptions(language="python", code="print(1)"), confirmed=True)
+    )
+    result = planned.result
+    assert result is not None
     assert status["isolation"] == result.isolation
     assert status["isolation_report"]["namespaces"] == "bwrap"
     assert status["isolation_report"]["unavailable"] == []

@@ -21,6 +21,7 @@ from gitpilot_jupyter.client.local import LocalClient, SandboxClient
 from gitpilot_jupyter.client.resolve import launching_server, make_client, server_answers
 from gitpilot_jupyter.client.rest import RestClient
 from gitpilot_jupyter.sandbox.errors import SandboxError
+from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
@@ -49,8 +50,8 @@ def run(
 
     async def go() -> RunResult:
         stdin = kw.pop("stdin", None)
-        plan = await client.plan(language=language, code=code, stdin=stdin, **kw)
-        return await client.run_approved(plan, on_output=collect)
+        plan = await client.plan(RunOptions(language=language, code=code, stdin=stdin, **kw))
+        return await client.approve_and_run(plan, on_output=collect)
 
     return run_sync(go()), streamed
 
@@ -86,8 +87,8 @@ def test_rest_streams_output_while_the_snippet_runs(server: LiveServer) -> None:
 
     async def go() -> RunResult:
         code = "import time\nprint('a', flush=True)\ntime.sleep(0.6)\nprint('b', flush=True)\n"
-        plan = await client.plan(language="python", code=code)
-        return await client.run_approved(plan, on_output=collect)
+        plan = await client.plan(RunOptions(language="python", code=code))
+        return await client.approve_and_run(plan, on_output=collect)
 
     result = run_sync(go())
     assert result.stdout == "a\nb\n"
@@ -106,9 +107,9 @@ def test_errors_keep_their_codes_on_both_paths(both: dict[str, SandboxClient]) -
     for name, client in both.items():
         for body in bad_requests:
             with pytest.raises(SandboxError) as info:
-                run_sync(client.plan(**body))  # type: ignore[arg-type]
+                run_sync(client.plan(RunOptions(**body)))  # type: ignore[arg-type]
             codes.setdefault(name, []).append(info.value.code)
-        plan = run_sync(client.plan(language="bash", code="rm -rf /"))
+        plan = run_sync(client.plan(RunOptions(language="bash", code="rm -rf /")))
         assert plan.blocked and plan.blocked_reason == "destructive pattern 'rm -rf /'"
         with pytest.raises(SandboxError) as info:
             run_sync(client.approve(plan.plan_id))
@@ -125,24 +126,30 @@ def test_plan_and_run_applies_one_rule_on_both_paths(both: dict[str, SandboxClie
             seen.append(text)
 
         ran = run_sync(
-            client.plan_and_run(language="python", code="print('ran')", on_output=collect)
+            client.plan_and_run(
+                RunOptions(language="python", code="print('ran')"), on_output=collect
+            )
         )
         assert ran.result is not None and ran.result.stdout == "ran\n", name
         assert "".join(streamed) == "ran\n" and ran.result.plan_id == ran.plan.plan_id
 
         # A high warning needs a look: pending, unrun; the card approves and runs it later.
         code = "import subprocess\nprint('looked at')"
-        waiting = run_sync(client.plan_and_run(language="python", code=code))
+        waiting = run_sync(client.plan_and_run(RunOptions(language="python", code=code)))
         assert waiting.result is None and waiting.plan.high_risk, name
         approval = run_sync(client.approve(waiting.plan.plan_id))
         later = run_sync(client.run(str(approval["approval_token"])))
         assert later.stdout == "looked at\n" and later.plan_id == waiting.plan.plan_id
 
-        confirmed = run_sync(client.plan_and_run(language="python", code=code, confirmed=True))
+        confirmed = run_sync(
+            client.plan_and_run(RunOptions(language="python", code=code), confirmed=True)
+        )
         assert confirmed.result is not None and confirmed.result.stdout == "looked at\n"
 
         with pytest.raises(SandboxError) as info:
-            run_sync(client.plan_and_run(language="bash", code="rm -rf /", confirmed=True))
+            run_sync(
+                client.plan_and_run(RunOptions(language="bash", code="rm -rf /"), confirmed=True)
+            )
         assert info.value.code == "plan_blocked", name
         assert (
             info.value.message == "refused by policy, nothing ran: destructive pattern 'rm -rf /'"
@@ -309,7 +316,7 @@ def test_the_approval_card_over_rest(server: LiveServer) -> None:
 
     client = RestClient(server.url, server.token)
     code = "import subprocess\nprint('approved over rest')"
-    plan = run_sync(client.plan(language="python", code=code))
+    plan = run_sync(client.plan(RunOptions(language="python", code=code)))
     assert plan.high_risk and plan.requires_approval
 
     def pending() -> str:
@@ -331,7 +338,7 @@ def test_rejecting_on_the_card_rejects_on_the_server(server: LiveServer) -> None
     from gitpilot_jupyter.widgets.approval import ApprovalCard
 
     client = RestClient(server.url, server.token)
-    plan = run_sync(client.plan(language="python", code="import subprocess\nprint(1)"))
+    plan = run_sync(client.plan(RunOptions(language="python", code="import subprocess\nprint(1)")))
     card = ApprovalCard(plan, client)
     card.reject_button.click()
     assert card.state == "rejected"

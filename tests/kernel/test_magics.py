@@ -18,6 +18,7 @@ from traitlets.config import Config
 
 from gitpilot_jupyter.kernel.display import SandboxBlocked, SandboxRunError
 from gitpilot_jupyter.kernel.magics import NO_SERVER_NOTE, SandboxMagics
+from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.sync import run_sync
 from tests.support.system import require_system
 
@@ -396,7 +397,7 @@ def test_plans_in_process_says_so_and_lists_the_local_store(
     # A cell's plan is decided on its own card: it waits for nobody else.
     assert "no plans are waiting for approval" in cap.stdout and magics.plan_cards == []
     service = magics.client.service  # type: ignore[attr-defined]
-    agent = run_sync(service.plan(language="python", code="print('agent')", agent=True))
+    agent = run_sync(service.plan(RunOptions(language="python", code="print('agent')"), agent=True))
     with capture_output() as cap:
         shell.run_line_magic("sandbox", "plans")
     assert NO_SERVER_NOTE in cap.stdout

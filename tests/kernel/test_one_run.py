@@ -19,6 +19,7 @@ from gitpilot_jupyter.client.base import SandboxClient
 from gitpilot_jupyter.client.local import LocalClient
 from gitpilot_jupyter.client.rest import RestClient
 from gitpilot_jupyter.sandbox.policy import SandboxPolicy
+from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 from gitpilot_jupyter.sandbox.sync import run_sync
@@ -52,9 +53,11 @@ def test_kernel_clients_run_the_plan_as_planned(clamped_server: LiveServer, path
     async def go() -> tuple[int, str, str]:
         # Default timeout (clamped), a stdin, an explicit backend other than the settings'.
         plan = await client.plan(
-            language="py", code="print(input().upper())", stdin="from the plan\n", backend="off"
+            RunOptions(
+                language="py", code="print(input().upper())", stdin="from the plan\n", backend="off"
+            )
         )
-        result = await client.run_approved(plan)
+        result = await client.approve_and_run(plan)
         return plan.timeout_sec, result.backend, result.stdout
 
     timeout, backend, stdout = run_sync(go())

@@ -20,9 +20,11 @@ from gitpilot_jupyter.sandbox.errors import BackendFailure, BackendUnreachable
 from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.sandbox.matrixlab.protocol import image_language, runner_error
 from gitpilot_jupyter.sandbox.matrixlab.wrapper import START_ALLOWANCE_SEC
+from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService, runs
 from tests.matrixlab.conftest import backend_for, sent_requests
 from tests.support.live_server import free_port
+from tests.support.runs import run_here
 from tests.support.standin_fixture import StandinRunner, StartStandin
 
 
@@ -307,14 +309,16 @@ async def test_a_file_runs_folder_leaves_out_what_never_belongs_in_a_workspace(
     (tmp_path / "env").mkdir()
     (tmp_path / "env" / "pyvenv.cfg").write_text("home = /usr\n")
     (tmp_path / "link.py").symlink_to(tmp_path / "pkg" / "helper.py")
-    plan = await matrixlab_service.plan(file="list.sh", backend="matrixlab")
+    plan = await matrixlab_service.plan(RunOptions(file="list.sh", backend="matrixlab"))
     approval = await matrixlab_service.approve(plan.plan_id)
     result = await matrixlab_service.run(
-        language=plan.language,
-        code=plan.code,
-        timeout_sec=plan.timeout_sec,
-        approval_token=approval["approval_token"],
-        backend="matrixlab",
+        approval["approval_token"],
+        expected=RunOptions(
+            language=plan.language,
+            code=plan.code,
+            timeout_sec=plan.timeout_sec,
+            backend="matrixlab",
+        ),
     )
     assert result.stdout.split() == [".", "./list.sh", "./pkg", "./pkg/helper.py"]
     assert result.command == ["bash", "/workspace/list.sh"]
@@ -351,17 +355,21 @@ async def test_a_file_run_sends_its_folder_and_runs_the_approved_text(
     (tmp_path / "project" / "pkg" / "helper.py").write_text("WORD = 'from helper'\n")
     script = tmp_path / "project" / "job.py"
     script.write_text("from pkg.helper import WORD\nprint(WORD, input())\n")
-    plan = await matrixlab_service.plan(file="project/job.py", stdin="ok", backend="matrixlab")
+    plan = await matrixlab_service.plan(
+        RunOptions(file="project/job.py", stdin="ok", backend="matrixlab")
+    )
     assert plan.command == ["python", "/workspace/job.py"]
     approval = await matrixlab_service.approve(plan.plan_id)
     script.write_text("print('changed after the approval')\n")
     result = await matrixlab_service.run(
-        language=plan.language,
-        code=plan.code,
-        stdin="ok",
-        timeout_sec=plan.timeout_sec,
-        approval_token=approval["approval_token"],
-        backend="matrixlab",
+        approval["approval_token"],
+        expected=RunOptions(
+            language=plan.language,
+            code=plan.code,
+            stdin="ok",
+            timeout_sec=plan.timeout_sec,
+            backend="matrixlab",
+        ),
     )
     assert (result.exit_code, result.stdout) == (0, "from helper ok\n"), result.stderr
     assert result.command == plan.command
@@ -385,8 +393,12 @@ async def test_output_past_the_runners_cap_keeps_the_exit_and_the_timeout(
 
 
 def _sleep_30(service: SandboxService, run_id: str) -> Coroutine[Any, Any, Any]:
-    return service.run_approved_here(
-        language="python", code="import time; time.sleep(30)", backend="matrixlab", run_id=run_id
+    return run_here(
+        service,
+        language="python",
+        code="import time; time.sleep(30)",
+        backend="matrixlab",
+        run_id=run_id,
     )
 
 

@@ -18,6 +18,7 @@ import pytest
 from gitpilot_jupyter.sandbox.errors import BackendFailure
 from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.service import SandboxService
+from tests.support.runs import run_here
 from tests.support.standin_fixture import StartStandin
 
 COMPARED = ("exit_code", "stdout", "stderr", "timed_out", "truncated", "language")
@@ -76,7 +77,8 @@ def parity_service(service: SandboxService, start_standin: StartStandin) -> Sand
 async def run_both(service: SandboxService, case: Case) -> dict[str, RunResult]:
     results = {}
     for backend in ("subprocess", "matrixlab"):
-        plan, result = await service.run_approved_here(
+        plan, result = await run_here(
+            service,
             language=case.language,
             code=case.code,
             stdin=case.stdin,
@@ -131,12 +133,10 @@ async def test_carriage_returns_become_newlines_on_the_runner(
 async def test_output_that_is_not_utf8_is_a_runner_error(parity_service: SandboxService) -> None:
     """Documented difference: the Runner fails such a run (exit 999); locally it is replaced."""
     code = "import sys\nsys.stdout.buffer.write(b'ok \\xff\\n')"
-    _, local = await parity_service.run_approved_here(
-        language="python", code=code, backend="subprocess"
-    )
+    _, local = await run_here(parity_service, language="python", code=code, backend="subprocess")
     assert local.exit_code == 0 and local.stdout == "ok \ufffd\n"
     with pytest.raises(BackendFailure) as caught:
-        await parity_service.run_approved_here(language="python", code=code, backend="matrixlab")
+        await run_here(parity_service, language="python", code=code, backend="matrixlab")
     assert caught.value.status == 502 and caught.value.code == "backend_error"
     assert "(exit 999): Runner error: 'utf-8' codec can't decode" in caught.value.message
 
@@ -145,8 +145,8 @@ async def test_limits_the_runner_cannot_honour_are_in_the_plan_and_the_result(
     parity_service: SandboxService,
 ) -> None:
     parity_service.settings.update({"memory_limit_mb": 64, "max_processes": 8})
-    plan, result = await parity_service.run_approved_here(
-        language="python", code="print(1)", backend="matrixlab"
+    plan, result = await run_here(
+        parity_service, language="python", code="print(1)", backend="matrixlab"
     )
     expected = [
         "memory limit 128 MB, not 64 MB: the Runner's minimum",
@@ -155,7 +155,7 @@ async def test_limits_the_runner_cannot_honour_are_in_the_plan_and_the_result(
     ]
     assert result.notes == expected and result.stdout == "1\n"
     assert [c["label"] for c in plan.checks if not c["ok"]][-3:] == expected
-    local_plan, local = await parity_service.run_approved_here(
-        language="python", code="print(1)", backend="subprocess"
+    local_plan, local = await run_here(
+        parity_service, language="python", code="print(1)", backend="subprocess"
     )
     assert local.notes == [] and not any("Runner" in c["label"] for c in local_plan.checks)

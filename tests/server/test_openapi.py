@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 import time
@@ -11,6 +12,7 @@ from typing import Any
 from openapi_spec_validator import validate
 
 from gitpilot_jupyter.sandbox.plans import SOURCES
+from gitpilot_jupyter.sandbox.request import Caller, RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import FIELD_NAMES
 from gitpilot_jupyter.server import schemas
@@ -43,25 +45,28 @@ def test_every_mounted_route_is_documented_and_nothing_more(jp_serverapp: Any) -
 
 
 def test_request_schemas_match_what_the_service_accepts() -> None:
-    # A documented field the service does not take would be a 500, not a feature.
-    plan = set(inspect.signature(SandboxService.plan).parameters) - {
-        "self",
-        "user",
-        "agent",
-    }  # agent: the agent routes only
-    run = set(inspect.signature(SandboxService.run).parameters) - {"self", "user", "on_output"}
-    assert set(SCHEMAS["PlanRequest"]["properties"]) == plan
-    assert set(SCHEMAS["RunRequest"]["properties"]) == run
-    assert SCHEMAS["PlanRequest"]["properties"]["source"]["enum"] == list(SOURCES)
-    # ``confirm`` is the caller's yes to a high warning: the service's ``confirmed``.
-    both = set(inspect.signature(SandboxService.plan_and_run).parameters) - {
-        "self",
-        "user",
-        "on_output",
-        "approved_by",  # the plan's source: who planned approves
-        "confirmed",
+    # A documented field the service does not take would be dropped, not a feature: every
+    # run option of a body is a field of RunOptions; the others are the caller's (session),
+    # the token, the run's id or the caller's yes (``confirm``: plan_and_run's ``confirmed``).
+    options = {f.name for f in dataclasses.fields(RunOptions)}
+    assert {f.name for f in dataclasses.fields(Caller)} == {"user", "session_id"}
+    assert set(SCHEMAS["PlanRequest"]["properties"]) == options | {"session_id"}
+    run = set(inspect.signature(SandboxService.run).parameters)
+    assert {"approval_token", "run_id", "expected"} <= run
+    long_form = options - {"file", "source"}  # a long-form run is a snippet, as planned
+    assert set(SCHEMAS["RunRequest"]["properties"]) == long_form | {
+        "session_id",
+        "approval_token",
+        "run_id",
     }
-    assert set(SCHEMAS["PlanAndRunRequest"]["properties"]) == both | {"confirm"}
+    assert SCHEMAS["PlanRequest"]["properties"]["source"]["enum"] == list(SOURCES)
+    both = set(inspect.signature(SandboxService.plan_and_run).parameters)
+    assert {"confirmed", "run_id"} <= both
+    assert set(SCHEMAS["PlanAndRunRequest"]["properties"]) == (options - {"file"}) | {
+        "session_id",
+        "confirm",
+        "run_id",
+    }
     assert SCHEMAS["PlanAndRunRequest"]["properties"]["source"]["enum"] == list(SOURCES)
 
 

@@ -21,6 +21,8 @@ from gitpilot_jupyter.sandbox.errors import (
     UnknownLanguage,
 )
 from gitpilot_jupyter.sandbox.plans import PlanStore
+from gitpilot_jupyter.sandbox.request import Caller, RunOptions
+from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 
@@ -35,21 +37,31 @@ def sync(awaitable: Awaitable[T]) -> T:
 
 
 def approved(service: SandboxService, **plan: Any) -> str:
-    p = sync(service.plan(**plan))
+    p = sync(service.plan(RunOptions.from_body(plan), Caller.from_body(plan, None)))
     return str(
-        sync(service.approve(p.plan_id, session_id=plan.get("session_id")))["approval_token"]
+        sync(service.approve(p.plan_id, Caller(session_id=plan.get("session_id"))))[
+            "approval_token"
+        ]
     )
+
+
+def long_run(service: SandboxService, **run: Any) -> Awaitable[RunResult]:
+    """The long form of a run, as ``POST /api/sandbox/run`` sends it."""
+    caller = Caller.from_body(run, None)
+    return service.run(run.get("approval_token"), caller, expected=RunOptions.from_body(run))
 
 
 def refusal(service: SandboxService, **run: Any) -> str:
     with pytest.raises(ApprovalError) as info:
-        sync(service.run(**run))
+        sync(long_run(service, **run))
     assert info.value.status == 403
     return info.value.code
 
 
 def test_plan_describes_the_run(service: SandboxService) -> None:
-    plan = sync(service.plan(language="py", code="import os\nos.system('ls')", source="cell"))
+    plan = sync(
+        service.plan(RunOptions(language="py", code="import os\nos.system('ls')", source="cell"))
+    )
     data = plan.to_dict()
     assert data["plan_id"].startswith("plan_") and len(data["plan_id"]) == 21
     assert data["language"] == "python" and data["command"] == ["python", "inline.py"]
@@ -68,7 +80,7 @@ def test_plan_describes_the_run(service: SandboxService) -> None:
 def test_approved_run_runs_once(service: SandboxService) -> None:
     token = approved(service, language="python", code="print(2+2)")
     assert len(token) >= 43
-    result = sync(service.run(language="python", code="print(2+2)", approval_token=token))
+    result = sync(service.run(token, expected=RunOptions(language="python", code="print(2+2)")))
     assert result.stdout == "4\n" and result.plan_id
     assert (
         refusal(service, language="python", code="print(2+2)", approval_token=token)
@@ -107,7 +119,7 @@ def test_a_used_token_says_used_until_twice_its_lifetime_then_unknown(
 
     def used(code: str) -> str:
         token = approved(service, language="python", code=code)
-        sync(service.run(language="python", code=code, approval_token=token))
+        sync(service.run(token, expected=RunOptions(language="python", code=code)))
         return token
 
     def replay(token: str, code: str) -> str:
@@ -139,7 +151,9 @@ def test_other_session(service: SandboxService) -> None:
         == "approval_session"
     )
     result = sync(
-        service.run(language="python", code="print(1)", approval_token=token, session_id="s1")
+        service.run(
+            token, Caller(session_id="s1"), expected=RunOptions(language="python", code="print(1)")
+        )
     )
     assert result.exit_code == 0
 
@@ -161,17 +175,17 @@ def test_mismatch_is_refused_and_does_not_spend_the_token(
     token = approved(service, language="python", code="print(1)", timeout_sec=5)
     run = {"language": "python", "code": "print(1)", "timeout_sec": 5, "approval_token": token}
     assert refusal(service, **{**run, **change}) == "approval_mismatch"
-    assert sync(service.run(**run)).stdout == "1\n"
+    assert sync(long_run(service, **run)).stdout == "1\n"
 
 
 def test_alias_then_canonical_is_the_same_snippet(service: SandboxService) -> None:
     token = approved(service, language="py", code="print(5)")
-    result = sync(service.run(language="python", code="print(5)", approval_token=token))
+    result = sync(service.run(token, expected=RunOptions(language="python", code="print(5)")))
     assert result.stdout == "5\n"
 
 
 def test_blocked_plan_cannot_be_approved(service: SandboxService) -> None:
-    plan = sync(service.plan(language="bash", code="rm -rf /"))
+    plan = sync(service.plan(RunOptions(language="bash", code="rm -rf /")))
     assert plan.blocked and "rm -rf /" in (plan.blocked_reason or "")
     with pytest.raises(PlanBlocked) as info:
         sync(service.approve(plan.plan_id))
@@ -181,7 +195,7 @@ def test_blocked_plan_cannot_be_approved(service: SandboxService) -> None:
 def test_unknown_and_consumed_plans_are_404(service: SandboxService) -> None:
     with pytest.raises(PlanNotFound):
         sync(service.approve("plan_0000000000000000"))
-    plan = sync(service.plan(language="python", code="print(1)"))
+    plan = sync(service.plan(RunOptions(language="python", code="print(1)")))
     sync(service.approve(plan.plan_id))
     with pytest.raises(PlanNotFound) as info:
         sync(service.approve(plan.plan_id))
@@ -189,27 +203,31 @@ def test_unknown_and_consumed_plans_are_404(service: SandboxService) -> None:
 
 
 def test_oldest_plans_are_evicted_beyond_256(service: SandboxService) -> None:
-    first = sync(service.plan(language="python", code="print(0)"))
+    first = sync(service.plan(RunOptions(language="python", code="print(0)")))
     for i in range(256):
-        sync(service.plan(language="python", code=f"print({i + 1})"))
+        sync(service.plan(RunOptions(language="python", code=f"print({i + 1})")))
     with pytest.raises(PlanNotFound):
         sync(service.approve(first.plan_id))
     assert len(service.plans.pending()) == 256
 
 
 def test_other_traffic_cannot_evict_a_pending_agent_plan(service: SandboxService) -> None:
-    agent = sync(service.plan(language="python", code="print('agent')", agent=True))
+    agent = sync(service.plan(RunOptions(language="python", code="print('agent')"), agent=True))
     assert agent.source == "agent"
     for i in range(300):  # as many plans as any client likes, from the same identity
-        sync(service.plan(language="python", code=f"print({i})"))
+        sync(service.plan(RunOptions(language="python", code=f"print({i})")))
     assert service.plans.get(agent.plan_id) is agent
     assert len(service.plans.pending()) == 257  # 256 of the client's, and the agent's
 
 
 def test_plans_are_bounded_per_identity(service: SandboxService) -> None:
-    alice = sync(service.plan(language="python", code="print('alice')", user="alice"))
+    alice = sync(
+        service.plan(RunOptions(language="python", code="print('alice')"), Caller(user="alice"))
+    )
     for i in range(300):
-        sync(service.plan(language="python", code=f"print({i})", user="mallory"))
+        sync(
+            service.plan(RunOptions(language="python", code=f"print({i})"), Caller(user="mallory"))
+        )
     assert service.plans.get(alice.plan_id) is alice
     mallorys = [p for p in service.plans.pending() if p.plan_id != alice.plan_id]
     assert len(mallorys) == 256 and mallorys[-1].code == "print(299)"
@@ -218,16 +236,20 @@ def test_plans_are_bounded_per_identity(service: SandboxService) -> None:
 def test_the_store_has_a_total_bound_that_spares_agent_plans() -> None:
     store = PlanStore(max_pending=4, max_total=10)
     service = SandboxService(plans=store)
-    agent = sync(service.plan(language="python", code="print('agent')", agent=True))
+    agent = sync(service.plan(RunOptions(language="python", code="print('agent')"), agent=True))
     for user in range(10):
         for i in range(4):
-            sync(service.plan(language="python", code=f"print({i})", user=f"u{user}"))
+            sync(
+                service.plan(
+                    RunOptions(language="python", code=f"print({i})"), Caller(user=f"u{user}")
+                )
+            )
     assert len(store.pending()) == 10 and store.get(agent.plan_id) is agent
 
 
 def test_no_caller_can_label_its_plan_as_an_agents(service: SandboxService) -> None:
     with pytest.raises(InvalidRequest) as refused:
-        sync(service.plan(language="python", code="print(1)", source="agent"))
+        sync(service.plan(RunOptions(language="python", code="print(1)", source="agent")))
     assert refused.value.code == "invalid_value"
 
 
@@ -237,14 +259,21 @@ def test_run_checks_come_after_approval(service: SandboxService) -> None:
     # ... and with approval switched off the language, code and policy checks answer.
     service._require_approval = False
     with pytest.raises(UnknownLanguage):
-        sync(service.run(language="ruby", code="puts 1"))
+        sync(service.run(None, expected=RunOptions(language="ruby", code="puts 1")))
     with pytest.raises(EmptyCode):
-        sync(service.run(language="python", code="   "))
+        sync(service.run(None, expected=RunOptions(language="python", code="   ")))
     with pytest.raises(InvalidRequest):
-        sync(service.run(language="python", code="print(1)", timeout_sec=601))
+        sync(
+            service.run(
+                None, expected=RunOptions(language="python", code="print(1)", timeout_sec=601)
+            )
+        )
     with pytest.raises(PolicyViolation):
-        sync(service.run(language="sh", code="rm -rf /"))
-    assert sync(service.run(language="python", code="print(1)")).stdout == "1\n"
+        sync(service.run(None, expected=RunOptions(language="sh", code="rm -rf /")))
+    assert (
+        sync(service.run(None, expected=RunOptions(language="python", code="print(1)"))).stdout
+        == "1\n"
+    )
 
 
 def test_require_approval_env_switch(
@@ -253,32 +282,37 @@ def test_require_approval_env_switch(
     monkeypatch.setenv("GITPILOT_SANDBOX_REQUIRE_APPROVAL", "0")
     assert service.require_approval is False
     assert sync(service.status())["require_approval"] is False
-    assert sync(service.run(language="python", code="print(1)")).stdout == "1\n"
+    assert (
+        sync(service.run(None, expected=RunOptions(language="python", code="print(1)"))).stdout
+        == "1\n"
+    )
 
 
 def test_file_plan_reads_under_root_only(service: SandboxService, tmp_path: Path) -> None:
     (tmp_path / "demo.py").write_text("print('from file')\n")
-    plan = sync(service.plan(file="demo.py"))
+    plan = sync(service.plan(RunOptions(file="demo.py")))
     assert plan.language == "python" and plan.code == "print('from file')\n"
     assert plan.source == "file_run" and plan.goal == "Run demo.py"
     outside = tmp_path.parent / "outside.py"
     outside.write_text("print(1)")
     for path in ("../outside.py", str(outside), "sub/../../outside.py", "missing.py"):
         with pytest.raises(FileAccessError):
-            sync(service.plan(file=path))
+            sync(service.plan(RunOptions(file=path)))
 
 
 def test_default_backend_and_env_resolution(
     service: SandboxService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert sync(service.plan(language="python", code="1")).backend == "subprocess"
+    assert sync(service.plan(RunOptions(language="python", code="1"))).backend == "subprocess"
     with pytest.raises(ConfirmationRequired):  # the user never said yes: nothing saved
         sync(service.configure({"backend": "off"}))
-    assert sync(service.plan(language="python", code="1")).backend == "subprocess"
+    assert sync(service.plan(RunOptions(language="python", code="1"))).backend == "subprocess"
     sync(service.configure({"backend": "off"}, confirm=True))
-    assert sync(service.plan(language="python", code="1")).backend == "off"
+    assert sync(service.plan(RunOptions(language="python", code="1"))).backend == "off"
     monkeypatch.setenv("GITPILOT_SANDBOX", "subprocess")
-    assert sync(service.plan(language="python", code="1")).backend == "subprocess"
-    assert sync(service.plan(language="python", code="1", backend="off")).backend == "off"
+    assert sync(service.plan(RunOptions(language="python", code="1"))).backend == "subprocess"
+    assert (
+        sync(service.plan(RunOptions(language="python", code="1", backend="off"))).backend == "off"
+    )
     status = sync(service.status())
     assert status["env_override"] == "GITPILOT_SANDBOX" and status["backend"] == "subprocess"

@@ -13,6 +13,7 @@ from gitpilot_jupyter.sandbox.backend import RunRequest
 from gitpilot_jupyter.sandbox.languages import Interpreters
 from gitpilot_jupyter.sandbox.local.backends import NullSandbox, SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.isolation import Isolator
+from gitpilot_jupyter.sandbox.request import Caller, RunOptions
 from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.support.system import require_system
@@ -21,8 +22,12 @@ from .conftest import interpreter_installed
 
 
 def run(service: SandboxService, language: str, code: str, **options: object) -> RunResult:
-    _, result = asyncio.run(service.run_approved_here(language=language, code=code, **options))  # type: ignore[arg-type]
-    return result
+    options = {"language": language, "code": code, **options}
+    planned = asyncio.run(
+        service.plan_and_run(RunOptions(**options), confirmed=True)  # type: ignore[arg-type]
+    )
+    assert planned.result is not None
+    return planned.result
 
 
 @pytest.mark.parametrize(
@@ -211,22 +216,22 @@ def test_the_kernel_client_passes_named_variables_and_the_digest_binds_them(
     monkeypatch.setenv("GITPILOT_TEST_NAMED", "named-value")
     client = LocalClient(service)
     code = "import os; print(os.environ.get('GITPILOT_TEST_NAMED'))"
-    plan = run_sync(client.plan(language="python", code=code, env=["GITPILOT_TEST_NAMED"]))
+    plan = run_sync(
+        client.plan(RunOptions(language="python", code=code, env=["GITPILOT_TEST_NAMED"]))
+    )
     assert plan.env == ["GITPILOT_TEST_NAMED"]
     assert any("GITPILOT_TEST_NAMED" in c["label"] for c in plan.checks)
-    result = run_sync(client.run_approved(plan))
+    result = run_sync(client.approve_and_run(plan))
     assert result.stdout == "named-value\n"
     # An approval for a plan without the name does not cover a run that adds it.
-    bare = run_sync(client.plan(language="python", code=code))
+    bare = run_sync(client.plan(RunOptions(language="python", code=code)))
     token = run_sync(client.approve(bare.plan_id))["approval_token"]
     with pytest.raises(ApprovalError):
         run_sync(
             service.run(
-                language="python",
-                code=code,
-                approval_token=token,
-                session_id=client.session_id,
-                env=["GITPILOT_TEST_NAMED"],
+                token,
+                Caller(session_id=client.session_id),
+                expected=RunOptions(language="python", code=code, env=["GITPILOT_TEST_NAMED"]),
             )
         )
 

@@ -10,6 +10,7 @@ import pytest
 from gitpilot_jupyter.sandbox.errors import PlanNotFound
 from gitpilot_jupyter.sandbox.local.off import OFF_RISK, off_confirmation
 from gitpilot_jupyter.sandbox.plans import PLAN_TTL_SEC, PlanStore
+from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 
@@ -19,7 +20,7 @@ def test_undecided_plans_expire_and_leave(sandbox_config_dir: Path) -> None:
     service = SandboxService(
         settings=SettingsStore(sandbox_config_dir), plans=PlanStore(clock=lambda: now[0])
     )
-    plan = asyncio.run(service.plan(language="python", code="print(1)", agent=True))
+    plan = asyncio.run(service.plan(RunOptions(language="python", code="print(1)"), agent=True))
     assert [p.plan_id for p in service.plans.waiting()] == [plan.plan_id]
     now[0] += PLAN_TTL_SEC - 1
     assert service.plans.waiting() != []
@@ -31,7 +32,7 @@ def test_undecided_plans_expire_and_leave(sandbox_config_dir: Path) -> None:
 
 def test_every_off_plan_warns_and_never_says_network_disabled(sandbox_config_dir: Path) -> None:
     service = SandboxService(settings=SettingsStore(sandbox_config_dir))
-    plan = asyncio.run(service.plan(language="python", code="print(1)", backend="off"))
+    plan = asyncio.run(service.plan(RunOptions(language="python", code="print(1)", backend="off")))
     assert plan.high_risk
     assert {"severity": "high", "label": "no isolation", "detail": OFF_RISK.split(": ")[1]} in (
         plan.warnings
@@ -40,7 +41,7 @@ def test_every_off_plan_warns_and_never_says_network_disabled(sandbox_config_dir
     assert "network disabled" not in labels
     assert "network not blocked (backend off)" in labels
     assert plan.network is True  # what the run really has
-    local = asyncio.run(service.plan(language="python", code="print(1)"))
+    local = asyncio.run(service.plan(RunOptions(language="python", code="print(1)")))
     assert not local.high_risk and "network disabled" in [c["label"] for c in local.checks]
 
 

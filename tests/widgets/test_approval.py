@@ -7,6 +7,7 @@ import pytest
 from gitpilot_jupyter.client.local import LocalClient
 from gitpilot_jupyter.sandbox.errors import PlanNotFound
 from gitpilot_jupyter.sandbox.plans import ExecutionPlan
+from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.sync import run_sync
 from gitpilot_jupyter.widgets.approval import ApprovalCard
@@ -19,7 +20,7 @@ RISKY = (
 
 
 def make_plan(client: LocalClient, code: str = RISKY, **kw: object) -> ExecutionPlan:
-    plan = run_sync(client.plan(language="python", code=code, **kw))  # type: ignore[arg-type]
+    plan = run_sync(client.plan(RunOptions(language="python", code=code, **kw)))  # type: ignore[arg-type]
     assert plan.high_risk
     return plan
 

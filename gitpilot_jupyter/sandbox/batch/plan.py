@@ -22,6 +22,7 @@ from ..errors import InvalidRequest, PlanNotFound, SandboxError, UnknownLanguage
 from ..languages import language_for_path
 from ..plans import Approval, ExecutionPlan, PlanStore
 from ..records import PlanWarning
+from ..request import Caller, RunOptions
 from ..scan import scan
 from .items import BatchItem
 
@@ -116,6 +117,19 @@ class BatchPlan:
             data["items"] = [{"id": i, **p.to_dict()} for i, p in self.items.items()]
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BatchPlan:
+        """Rebuild a batch plan received as JSON (its items included)."""
+        items = {str(item["id"]): ExecutionPlan.from_dict(item) for item in data.get("items", [])}
+        return cls(
+            batch_id=data["batch_id"],
+            items=items,
+            deadline_sec=data["deadline_sec"],
+            digest=data["digest"],
+            requires_approval=data["requires_approval"],
+            created_at=data["created_at"],
+        )
+
 
 def check_deadline(deadline_sec: object) -> int:
     """The batch deadline in seconds: the default when None, else 1..MAX_DEADLINE_SEC."""
@@ -163,17 +177,17 @@ def plan_batch(
     plans: dict[str, ExecutionPlan] = {}
     for it in items:
         try:
-            plans[it.id] = service.describe(
+            options = RunOptions(
                 language=it.language,
                 code=it.code,
                 file=it.file if it.code is None else None,
                 timeout_sec=it.timeout_sec if it.timeout_sec is not None else timeout_sec,
                 stdin=it.stdin,
-                session_id=session_id,
                 backend=backend,
                 allow_network=allow_network,
-                env=env,
+                env=env or (),
             )
+            plans[it.id] = service.describe(options, Caller(session_id=session_id))
         except SandboxError as exc:
             raise type(exc)(f"item {it.id!r}: {exc.message}", code=exc.code) from None
         if it.file is not None and it.code is not None:

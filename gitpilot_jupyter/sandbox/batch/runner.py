@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,14 @@ class BatchProgress:
         data["remaining"] = self.remaining
         data["elapsed_sec"] = round(time.monotonic() - self.started, 3)
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BatchProgress:
+        """The counts of a ``progress`` line (as :meth:`to_dict` wrote them)."""
+        names = {f.name for f in fields(cls)} - {"started"}
+        progress = cls(**{k: int(v) for k, v in data.items() if k in names})
+        progress.started = time.monotonic() - float(data.get("elapsed_sec", 0))
+        return progress
 
     def line(self) -> str:
         """One line for a terminal: ``120/300 done · 3 failed · 1 blocked · 12.3 s``."""
@@ -92,6 +100,50 @@ def blocked_record(item_id: str, plan: ExecutionPlan) -> dict[str, Any]:
         "language": plan.language,
         "backend": plan.backend,
         "reason": plan.blocked_reason,
+    }
+
+
+@dataclass
+class BatchWatch:
+    """What a face sees of a batch run as it goes: progress, each record, the report.
+
+    ``report`` is set when the run ends, also when it is stopped (a face's Ctrl-C):
+    then it says ``stopped: cancelled`` and counts what finished.
+    """
+
+    on_progress: Callable[[BatchProgress], None] | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)
+    report: dict[str, Any] | None = None
+    #: The last progress seen.
+    last: BatchProgress | None = None
+
+    def progress(self, progress: BatchProgress) -> None:
+        """A progress update, passed to the face."""
+        self.last = progress
+        if self.on_progress is not None:
+            self.on_progress(progress)
+
+
+def cancelled_report(
+    batch: BatchPlan,
+    records: list[dict[str, Any]],
+    progress: BatchProgress | None,
+    *,
+    executor: str,
+    out: str | Path | None,
+) -> dict[str, Any]:
+    """The report of a run stopped before its own report came (a closed stream, Ctrl-C)."""
+    done = {str(record.get("id")) for record in records}
+    counts = progress or BatchProgress(total=batch.count)
+    return {
+        "batch_id": batch.batch_id,
+        "digest": batch.digest,
+        "executor": executor,
+        "out": str(out) if out is not None else None,
+        "stopped": "cancelled",
+        "not_run": [item_id for item_id in batch.items if item_id not in done],
+        "lost": [],
+        **counts.to_dict(),
     }
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SandboxError
 from ..plans import ExecutionPlan
+from ..request import Caller
 
 if TYPE_CHECKING:
     from ..service import SandboxService
@@ -58,7 +59,7 @@ async def run_answer(
     """Run ``plan`` on ``service``: ``{result | error, code, worker, host}``."""
     answer: dict[str, Any] = {"worker": worker, "host": socket.gethostname()}
     try:
-        result = await service.run_plan(plan, user=user)
+        result = await service.run_plan(plan, Caller(user=user))
     except SandboxError as exc:
         answer.update(error=exc.message, code=exc.code)
     else:

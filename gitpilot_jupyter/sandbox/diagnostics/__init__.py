@@ -42,7 +42,7 @@ def probe_service(service: SandboxService, *, require_approval: bool = True) -> 
 
     Nothing it does is visible to the user's service: no pending plans, no audit.
     """
-    local = service.backend("subprocess", service.settings.effective().settings)
+    local = service.backends.backend("subprocess", service.settings.effective().settings)
     return SandboxService(
         settings=service.settings,
         policy=service.policy,

@@ -24,8 +24,9 @@ from ..local.backends import BASE_LAYERS, SubprocessSandbox
 from ..local.confine import SYSTEM_DIRS, blocked_networks
 from ..local.isolation import HOST_NETWORK_LAYER, UNCONTAINED_LAYER
 from ..local.layered import SHELL, LayeredIsolator
+from ..request import RunOptions
 from ..service import SandboxService
-from .stage import FAIL, PASS, SKIP, Stage
+from .stage import FAIL, PASS, SKIP, Stage, run_probe
 
 NAMESPACE_TOOLS = ("bwrap", "unshare")
 #: Layer -> the namespace whose inode must differ from the server's.
@@ -159,7 +160,7 @@ print(json.dumps(facts))
 
 
 def _local(probe: SandboxService) -> SubprocessSandbox:
-    backend = probe.backend("subprocess", probe.settings.effective().settings)
+    backend = probe.backends.backend("subprocess", probe.settings.effective().settings)
     assert isinstance(backend, SubprocessSandbox)
     return backend
 
@@ -235,12 +236,15 @@ async def isolation_check(probe: SandboxService) -> Stage:
                 "nonce": nonce,
                 "server_pid": os.getpid(),
             }
-            _, result = await probe.run_approved_here(
-                language="python",
-                code=PROBE.format(args=json.dumps(args)),
-                backend="subprocess",
-                allow_network=False,
-                timeout_sec=30,
+            result = await run_probe(
+                probe,
+                RunOptions(
+                    language="python",
+                    code=PROBE.format(args=json.dumps(args)),
+                    backend="subprocess",
+                    allow_network=False,
+                    timeout_sec=30,
+                ),
             )
     finally:
         server.close()
@@ -406,12 +410,15 @@ async def egress_check(probe: SandboxService) -> Stage:
     server = await asyncio.start_server(lambda r, w: w.close(), "0.0.0.0", 0)
     try:
         port = server.sockets[0].getsockname()[1]
-        _, result = await probe.run_approved_here(
-            language="python",
-            code=EGRESS_PROBE.format(host=_host_address(), port=port),
-            backend="subprocess",
-            allow_network=True,
-            timeout_sec=30,
+        result = await run_probe(
+            probe,
+            RunOptions(
+                language="python",
+                code=EGRESS_PROBE.format(host=_host_address(), port=port),
+                backend="subprocess",
+                allow_network=True,
+                timeout_sec=30,
+            ),
         )
     finally:
         server.close()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from ..errors import ApprovalError
+from ..request import RunOptions
 from ..results import RunResult
 from ..service import REQUIRE_APPROVAL_ENV, SandboxService
-from .stage import FAIL, PASS, SKIP, Stage
+from .stage import FAIL, PASS, SKIP, Stage, run_probe
 
 HELLO = {
     "python": "print(2 + 2)",
@@ -54,8 +55,9 @@ async def hello_stage(probe: SandboxService, language: str) -> Stage:
         missing = getattr(probe.interpreters, language)
         status = FAIL if language == "python" else SKIP
         return Stage(name, status, f"{missing!r} is not installed", INSTALL_HINT[language])
-    _, result = await probe.run_approved_here(
-        language=language, code=HELLO[language], backend="subprocess", timeout_sec=30
+    result = await run_probe(
+        probe,
+        RunOptions(language=language, code=HELLO[language], backend="subprocess", timeout_sec=30),
     )
     if result.ok and result.stdout.strip() == "4":
         return Stage(name, PASS, f"prints 4 in {result.duration_ms} ms")
@@ -65,8 +67,8 @@ async def hello_stage(probe: SandboxService, language: str) -> Stage:
 
 async def stdin_stage(probe: SandboxService) -> Stage:
     """``input()`` ends at once with EOFError instead of waiting for the timeout."""
-    _, result = await probe.run_approved_here(
-        language="python", code="input()", backend="subprocess", timeout_sec=10
+    result = await run_probe(
+        probe, RunOptions(language="python", code="input()", backend="subprocess", timeout_sec=10)
     )
     if not result.timed_out and "EOFError" in result.stderr:
         return Stage("stdin is /dev/null", PASS, f"input() -> EOFError in {result.duration_ms} ms")
@@ -76,8 +78,8 @@ async def stdin_stage(probe: SandboxService) -> Stage:
 async def timeout_stage(probe: SandboxService) -> Stage:
     """A snippet killed at its timeout keeps the output it printed before."""
     code = "import time\nprint('before the kill', flush=True)\ntime.sleep(60)"
-    _, result = await probe.run_approved_here(
-        language="python", code=code, backend="subprocess", timeout_sec=1
+    result = await run_probe(
+        probe, RunOptions(language="python", code=code, backend="subprocess", timeout_sec=1)
     )
     name = "output kept across a timeout kill"
     if result.timed_out and result.exit_code == -1 and "before the kill" in result.stdout:
@@ -96,13 +98,14 @@ async def approval_stage(service: SandboxService, probe: SandboxService) -> Stag
             f"unset {REQUIRE_APPROVAL_ENV} (or enable require_approval in the server config)",
         )
     try:
-        await probe.run(language="python", code="print('unapproved')", backend="subprocess")
+        unapproved = RunOptions(language="python", code="print('unapproved')", backend="subprocess")
+        await probe.run(None, expected=unapproved)
     except ApprovalError as exc:
         refused = exc.code
     else:
         return Stage(name, FAIL, "a run without approval went ahead", "report this as a bug")
-    _, result = await probe.run_approved_here(
-        language="python", code="print('approved')", backend="subprocess"
+    result = await run_probe(
+        probe, RunOptions(language="python", code="print('approved')", backend="subprocess")
     )
     if result.stdout != "approved\n":
         return Stage(name, FAIL, f"the approved run failed: {outcome(result)}")

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import SandboxError
+from ..request import RunOptions
 from ..service import SandboxService
 from .local import HELLO, outcome
-from .stage import FAIL, PASS, SKIP, Stage
+from .stage import FAIL, PASS, SKIP, Stage, run_probe
 
 #: The timeout of the Runner timeout check, in seconds.
 TIMEOUT_CHECK_SEC = 2
@@ -58,8 +59,11 @@ async def _runner_snippet(probe: SandboxService, report: dict[str, Any]) -> Stag
     if "matrixlab" not in probe.allowed_backends:
         return Stage(name, SKIP, "the matrixlab backend is not allowed on this server")
     try:
-        _, result = await probe.run_approved_here(
-            language="python", code=HELLO["python"], backend="matrixlab", timeout_sec=60
+        result = await run_probe(
+            probe,
+            RunOptions(
+                language="python", code=HELLO["python"], backend="matrixlab", timeout_sec=60
+            ),
         )
     except SandboxError as exc:
         return Stage(name, FAIL, exc.message, report.get("hint"))
@@ -78,8 +82,11 @@ async def _runner_timeout(probe: SandboxService) -> Stage:
     code = "import sys, time\nprint('before the kill', flush=True)\nsys.stderr.write('err')\n"
     code += "sys.stderr.flush()\ntime.sleep(60)"
     try:
-        _, result = await probe.run_approved_here(
-            language="python", code=code, backend="matrixlab", timeout_sec=TIMEOUT_CHECK_SEC
+        result = await run_probe(
+            probe,
+            RunOptions(
+                language="python", code=code, backend="matrixlab", timeout_sec=TIMEOUT_CHECK_SEC
+            ),
         )
     except SandboxError as exc:
         return Stage(name, FAIL, exc.message, "docker logs gitpilot-matrixlab")

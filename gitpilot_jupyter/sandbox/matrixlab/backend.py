@@ -49,7 +49,9 @@ from .protocol import (
     WORKSPACE_DIR,
     auth_headers,
     body_excerpt,
+    health_document,
     image_language,
+    not_a_runner,
     runner_command,
     runner_error,
     runner_failure,
@@ -189,19 +191,14 @@ class MatrixLabSandbox(SandboxBackend):
         try:
             async with self._client() as client:
                 response = await client.get(self.url + "/health", timeout=HEALTH_TIMEOUT_SEC)
-                remote = self._health_document(response)
+                remote = health_document(response)
                 token = None
-                if isinstance(remote, dict) and remote.get("ok") is not False:
+                if remote is not None and remote.get("ok") is not False:
                     token = await token_answer(client, self.url, self.token)
         except httpx.HTTPError as exc:
             return {"ok": False, "error": unreachable(self.url, exc).message, "remote": None}
-        if not isinstance(remote, dict):
-            return {
-                "ok": False,
-                "error": f"{self.url}/health answered {response.status_code} without a Runner "
-                f"health document: {body_excerpt(response)}",
-                "remote": None,
-            }
+        if remote is None:
+            return {"ok": False, "error": not_a_runner(self.url, response), "remote": None}
         if remote.get("ok") is False:
             error = (
                 f"the MatrixLab Runner at {self.url} is reachable, "
@@ -221,13 +218,6 @@ class MatrixLabSandbox(SandboxBackend):
             return {"ok": False, "error": error, "remote": remote, "token": state}
         state = "accepted" if self.token else "not required"
         return {"ok": True, "error": None, "remote": remote, "token": state}
-
-    @staticmethod
-    def _health_document(response: httpx.Response) -> Any:
-        try:
-            return response.json() if response.is_success else None
-        except ValueError:
-            return None
 
     # -- runs ---------------------------------------------------------------------------
 

@@ -41,9 +41,8 @@ from .docker_steps import (
     find_container,
     has_image,
 )
+from .ops import ProgressCallback
 
-#: Receives pull progress events: ``{"image", "status", "id"?, "current"?, "total"?}``.
-ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
 _END = object()
 _HEALTH_POLL_SEC = 0.3
 

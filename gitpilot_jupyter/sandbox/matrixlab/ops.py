@@ -22,8 +22,19 @@ if TYPE_CHECKING:
 
 #: The lifecycle actions: ``status`` inspects; the others change Docker (behind the flag).
 LIFECYCLE_ACTIONS = ("status", "install", "start", "stop")
-#: Receives install's pull progress events (``{"image", "status", ...}``).
+#: Receives install's pull progress events: ``{"image", "status", "id"?, "current"?, "total"?}``.
 ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def check_lifecycle_action(action: str) -> str:
+    """``action`` when it is one of :data:`LIFECYCLE_ACTIONS`, else :class:`InvalidRequest`."""
+    if action not in LIFECYCLE_ACTIONS:
+        raise InvalidRequest(
+            f"unknown lifecycle action {action!r}; expected one of {list(LIFECYCLE_ACTIONS)}"
+        )
+    return action
+
+
 #: The service's audit hook: ``(event_name, data)``.
 Emit = Callable[[str, dict[str, Any]], None]
 
@@ -76,10 +87,7 @@ class MatrixLabOperations:
         idempotent by name; ``stop`` stops it. The three need the lifecycle flag and
         each emits a ``lifecycle`` audit event.
         """
-        if action not in LIFECYCLE_ACTIONS:
-            raise InvalidRequest(
-                f"unknown lifecycle action {action!r}; expected one of {list(LIFECYCLE_ACTIONS)}"
-            )
+        check_lifecycle_action(action)
         lifecycle = self._lifecycle()
         if action == "status":
             status: dict[str, Any] = await lifecycle.status()

@@ -15,7 +15,7 @@ from urllib.parse import urlparse, urlunparse
 import httpx
 
 from ...tls import tls_context
-from .protocol import body_excerpt, token_answer
+from .protocol import body_excerpt, health_document, not_a_runner, token_answer
 
 PROBE_TIMEOUT_SEC = 5.0
 #: The Runner's usual host port (Docker mapping) and its native / in-container port.
@@ -78,8 +78,8 @@ class _Probe:
             response = await self.client.get(url + "/health", timeout=2.0)
         except httpx.HTTPError:
             return False
-        body = _json(response)
-        return isinstance(body, dict) and body.get("service") == "matrixlab-runner"
+        body = health_document(response)
+        return body is not None and body.get("service") == "matrixlab-runner"
 
     async def health(self) -> bool:
         started = time.monotonic()
@@ -102,11 +102,10 @@ class _Probe:
             return False
         self.report["reachable"] = True
         self.report["latency_ms"] = int((time.monotonic() - started) * 1000)
-        body = _json(response)
-        if response.status_code != 200 or not isinstance(body, dict) or "ok" not in body:
+        body = health_document(response)
+        if body is None:
             self.fail(
-                f"{self.url}/health answered {response.status_code} without a Runner health "
-                f"document: {body_excerpt(response)}",
+                not_a_runner(self.url, response),
                 "something else listens at this URL: check the host and port of matrixlab_url",
             )
             return False

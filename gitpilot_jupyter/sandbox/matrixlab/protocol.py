@@ -88,6 +88,24 @@ def body_excerpt(response: httpx.Response) -> str:
     return response.text[:BODY_EXCERPT_CHARS]
 
 
+def health_document(response: httpx.Response) -> dict[str, Any] | None:
+    """The Runner's ``/health`` answer: a 2xx JSON object with ``ok``; None for anything else
+    (another service listening at the URL)."""
+    try:
+        body = response.json() if response.is_success else None
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) and "ok" in body else None
+
+
+def not_a_runner(url: str, response: httpx.Response) -> str:
+    """What an answer of ``/health`` that is no Runner's says."""
+    return (
+        f"{url}/health answered {response.status_code} without a Runner health document: "
+        f"{body_excerpt(response)}"
+    )
+
+
 def error_detail(response: httpx.Response) -> str:
     """What a Runner error says, without echoing what we sent.
 

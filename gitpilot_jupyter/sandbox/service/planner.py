@@ -8,7 +8,7 @@ the service's (see :mod:`.workflow` and :mod:`.runs`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import EmptyCode, InvalidRequest
@@ -16,8 +16,9 @@ from ..files import read_under_root
 from ..languages import Interpreters, canonical_language, language_for_path
 from ..local.off import OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
 from ..plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id
-from ..policy import SandboxPolicy, env_names, find_destructive
+from ..policy import SandboxPolicy, destructive_label, env_names
 from ..records import Check, PlanWarning
+from ..request import RunOptions
 from ..scan import scan
 from ..settings import SettingsStore
 from ..spec import RunSpec
@@ -50,32 +51,28 @@ class Planner:
         self._require_approval = require_approval
         self.root_dir = root_dir
 
-    def spec(
-        self,
-        *,
-        language: str,
-        code: str,
-        stdin: str | None = None,
-        timeout_sec: int | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        env: Sequence[str] | None = None,
-        file: str | None = None,
-    ) -> RunSpec:
-        """The one definition of a run (see :meth:`.service.SandboxService.spec`)."""
-        name, effective = self.resolver.resolve(backend)
+    def spec(self, options: RunOptions, *, code: str | None = None) -> RunSpec:
+        """The one definition of a run (see :meth:`.service.SandboxService.spec`).
+
+        ``code`` is the text to run when it is not ``options.code`` (a file's).
+        """
+        name, effective = self.resolver.resolve(options.backend)
         settings = effective.settings
-        requested = settings.allow_network if allow_network is None else bool(allow_network)
+        asked = options.allow_network
+        requested = settings.allow_network if asked is None else bool(asked)
+        text = options.code if code is None else code
+        if options.language is None or text is None:
+            raise InvalidRequest("language and code are required", code="missing_field")
         return RunSpec(
-            language=canonical_language(language),
-            code=code,
-            stdin=stdin,
-            timeout_sec=self._policy().timeout(timeout_sec, settings.timeout_sec),
+            language=canonical_language(options.language),
+            code=text,
+            stdin=options.stdin,
+            timeout_sec=self._policy().timeout(options.timeout_sec, settings.timeout_sec),
             network=network_for(name, requested),  # off: the host's network, whatever was asked
             backend=name,
-            env=env_names(env),
+            env=env_names(options.env),
             limits=limits_of(settings),
-            file=file,
+            file=options.file,
         )
 
     def read_file(self, file: str) -> str:
@@ -84,23 +81,17 @@ class Planner:
 
     def describe(
         self,
+        options: RunOptions,
         *,
-        language: str | None = None,
-        code: str | None = None,
-        file: str | None = None,
-        source: str = "api",
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
         session_id: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
         file_text: str | None = None,
-        env: Sequence[str] | None = None,
     ) -> ExecutionPlan:
         """The plan for a request, neither kept nor audited.
 
         See :meth:`.service.SandboxService.describe`.
         """
+        language, code, file = options.language, options.code, options.file
+        source, stdin = options.source, options.stdin
         if source not in SOURCES:
             raise InvalidRequest(f"unknown source {source!r}; expected one of {list(SOURCES)}")
         if file is not None:
@@ -121,25 +112,14 @@ class Planner:
             raise EmptyCode("there is no code to run")
         if len(code) > MAX_CODE_CHARS:
             raise InvalidRequest(f"code is longer than {MAX_CODE_CHARS} characters")
-        spec = self.spec(
-            language=lang,
-            code=code,
-            stdin=stdin,
-            timeout_sec=timeout_sec,
-            backend=backend,
-            allow_network=allow_network,
-            env=env,
-            file=file,
-        )
+        spec = self.spec(options.but(language=lang), code=code)
         name, names, timeout, network = spec.backend, spec.env, spec.timeout_sec, spec.network
         runner = self.resolver.backend(name)
         refused = runner.refusal(allow_network=network)
         if refused is not None:
             raise refused  # before anyone is asked to approve what cannot be contained
         command = runner.display_command(lang, file) or self.resolver.command(lang)
-        blocked_label = find_destructive(" ".join(command))
-        if lang == "bash" and blocked_label is None:
-            blocked_label = find_destructive(code)
+        blocked_label = destructive_label(lang, code, command)
         checks: list[Check] = [
             {"label": f"language {lang} is supported", "ok": True},
             {"label": "no destructive pattern", "ok": blocked_label is None},

@@ -20,11 +20,11 @@ no mixins) and keeps every public method here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..backend import OutputCallback, SandboxBackend
+from ..backend import OutputCallback
 from ..claims import AgentPlan, ClaimAnswer, ClaimStore
 from ..errors import InvalidRequest, PlanBlocked, SandboxError
 from ..languages import Interpreters
@@ -37,8 +37,9 @@ from ..plans import AGENT_SOURCE, Approval, ExecutionPlan, PlannedRun, PlanStore
 from ..policy import SandboxPolicy
 from ..records import Status
 from ..report import blocked_message
+from ..request import Caller, RunOptions
 from ..results import RunResult
-from ..settings import EffectiveSettings, SandboxSettings, SettingsStore, check_backend, env_flag
+from ..settings import SettingsStore, check_backend, env_flag
 from ..spec import RunSpec
 from ..text import check_text
 from .planner import MAX_CODE_CHARS, Planner
@@ -61,6 +62,8 @@ __all__ = [
 
 REQUIRE_APPROVAL_ENV = "GITPILOT_SANDBOX_REQUIRE_APPROVAL"
 
+#: The caller of an in-process face: a shared principal, no session.
+_ANYONE = Caller()
 #: What a long-form run that cannot match any plan is checked against.
 _NO_DIGEST = "sha256:none"
 
@@ -157,36 +160,13 @@ class SandboxService:
             return self._require_approval
         return approval_required_by_env(self.settings.environ)
 
-    def resolve(self, backend: str | None = None) -> tuple[str, EffectiveSettings]:
-        """The backend for a call: explicit > env > file > default, checked every time."""
-        return self.backends.resolve(backend)
-
-    def check_allowed(self, name: str) -> str:
-        """``name`` when the administrator allows that backend, else :class:`BackendNotAllowed`."""
-        return self.backends.check_allowed(name)
-
-    def backend(self, name: str, settings: SandboxSettings) -> SandboxBackend:
-        """The backend object for ``name`` configured from ``settings``."""
-        return self.backends.backend(name, settings)
-
     def _emit(self, event: str, data: dict[str, Any]) -> None:
         if self.audit is not None:
             self.audit(event, data)
 
     # -- the run spec -----------------------------------------------------------------
 
-    def spec(
-        self,
-        *,
-        language: str,
-        code: str,
-        stdin: str | None = None,
-        timeout_sec: int | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        env: Sequence[str] | None = None,
-        file: str | None = None,
-    ) -> RunSpec:
+    def spec(self, options: RunOptions) -> RunSpec:
         """The one definition of a run: what planning describes and a long-form run checks.
 
         Canonical language, the timeout clamped by the policy (the settings' default
@@ -195,285 +175,173 @@ class SandboxService:
         limits in force and, for a file run, the file. Raises the typed error of the
         first bad field.
         """
-        return self.planner.spec(
-            language=language,
-            code=code,
-            stdin=stdin,
-            timeout_sec=timeout_sec,
-            backend=backend,
-            allow_network=allow_network,
-            env=env,
-            file=file,
-        )
+        return self.planner.spec(options)
 
     # -- plan -------------------------------------------------------------------------
 
-    def read_file(self, file: str) -> str:
-        """The text of ``file`` under the root folder (the cwd when none); nothing outside it."""
-        return self.planner.read_file(file)
-
     async def plan(
-        self,
-        *,
-        language: str | None = None,
-        code: str | None = None,
-        file: str | None = None,
-        source: str = "api",
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        session_id: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        user: str | None = None,
-        env: Sequence[str] | None = None,
-        agent: bool = False,
+        self, options: RunOptions, caller: Caller = _ANYONE, *, agent: bool = False
     ) -> ExecutionPlan:
-        """Describe what would run; keep it pending for approval. ``user`` owns the plan.
+        """Describe what would run; keep it pending for approval. ``caller.user`` owns the plan.
 
-        ``env`` names server variables to pass through to the run (``--env NAME``).
+        ``options.env`` names server variables to pass through to the run (``--env NAME``).
         ``agent=True`` is for the agent entry points only: the plan's source becomes
         ``agent`` (which no caller may give as ``source``) and it counts against the
         user's agent plans, which no other traffic can evict.
         """
         file_text = None
-        if file is not None and code is None:
+        if options.file is not None and options.code is None:
             # Off the event loop: a file plan must never stall the server (the file is
             # stat-ed, then at most the limit is read).
-            file_text = await asyncio.to_thread(self.read_file, file)
-        if source == AGENT_SOURCE:
+            file_text = await asyncio.to_thread(self.planner.read_file, options.file)
+        if options.source == AGENT_SOURCE:
             raise InvalidRequest(
                 "source 'agent' is given by the agent entry points only "
                 "(/api/sandbox/agent/plan, jupyter sandbox mcp)",
                 code="invalid_value",
             )
-        plan = self.describe(
-            file_text=file_text,
-            language=language,
-            code=code,
-            file=file,
-            source=source,
-            timeout_sec=timeout_sec,
-            stdin=stdin,
-            session_id=session_id,
-            backend=backend,
-            allow_network=allow_network,
-            env=env,
-        )
+        plan = self.describe(options, caller, file_text=file_text)
         if agent:
             plan.source = AGENT_SOURCE
-        self.workflow.keep(plan, user=user)
+        self.workflow.keep(plan, user=caller.user)
         return plan
 
     def describe(
-        self,
-        *,
-        language: str | None = None,
-        code: str | None = None,
-        file: str | None = None,
-        source: str = "api",
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        session_id: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        file_text: str | None = None,
-        env: Sequence[str] | None = None,
+        self, options: RunOptions, caller: Caller = _ANYONE, *, file_text: str | None = None
     ) -> ExecutionPlan:
         """The plan :meth:`plan` would make, neither kept nor audited (a batch plans with it).
 
-        ``file_text`` is ``file``'s content when the caller has read it already.
+        ``file_text`` is ``options.file``'s content when the caller has read it already.
         """
-        return self.planner.describe(
-            language=language,
-            code=code,
-            file=file,
-            source=source,
-            timeout_sec=timeout_sec,
-            stdin=stdin,
-            session_id=session_id,
-            backend=backend,
-            allow_network=allow_network,
-            file_text=file_text,
-            env=env,
-        )
+        return self.planner.describe(options, session_id=caller.session_id, file_text=file_text)
 
-    async def pending(
-        self, *, user: str | None = None, session_id: str | None = None
-    ) -> list[ExecutionPlan]:
-        """Plans waiting for someone else's decision that ``user`` may see, oldest first.
+    async def pending(self, caller: Caller = _ANYONE) -> list[ExecutionPlan]:
+        """Plans waiting for someone else's decision that ``caller`` may see, oldest first.
 
         What Pending Plans lists and the status counts (:meth:`PlanStore.waiting`): an
         agent's undecided plans that can still be approved; a cell's, ▶ Run's or a REST
         caller's own plans are decided where they were made, blocked ones never can be.
         """
-        return self.workflow.pending(user=user, session_id=session_id)
+        return self.workflow.pending(user=caller.user, session_id=caller.session_id)
 
-    async def running(
-        self, *, user: str | None = None, session_id: str | None = None
-    ) -> list[RunUnderWay]:
+    async def running(self, caller: Caller = _ANYONE) -> list[RunUnderWay]:
         """Approved plans of the :meth:`pending` kind whose run is under way, oldest first.
 
         Each names its run id, which :meth:`cancel` stops; it leaves when the run ends.
         These no longer wait for anyone's decision (not in :meth:`pending`).
         """
-        return self.workflow.running(user=user, session_id=session_id)
+        return self.workflow.running(user=caller.user, session_id=caller.session_id)
 
     # -- approve / reject ---------------------------------------------------------------
 
     async def approve(
-        self,
-        plan_id: str,
-        *,
-        session_id: str | None = None,
-        user: str | None = None,
-        approved_by: str = "user",
+        self, plan_id: str, caller: Caller = _ANYONE, *, approved_by: str = "user"
     ) -> dict[str, Any]:
         """Approve a pending plan: ``{approval_token, plan_id, expires_in}``."""
         return self.workflow.approve(
-            plan_id, session_id=session_id, user=user, approved_by=approved_by
+            plan_id, session_id=caller.session_id, user=caller.user, approved_by=approved_by
         )
 
-    async def reject(self, plan_id: str, *, user: str | None = None) -> ExecutionPlan:
+    async def reject(self, plan_id: str, caller: Caller = _ANYONE) -> ExecutionPlan:
         """Drop a pending plan unapproved: it never runs; a waiting planner learns so."""
-        return self.workflow.reject(plan_id, user=user)
+        return self.workflow.reject(plan_id, user=caller.user)
 
     # -- agents -------------------------------------------------------------------------
 
     async def plan_for_agent(
-        self,
-        *,
-        language: str,
-        code: str,
-        timeout_sec: int | None = None,
-        session_id: str | None = None,
-        auto_approve: bool = False,
-        user: str | None = None,
-        env: Sequence[str] | None = None,
+        self, options: RunOptions, caller: Caller = _ANYONE, *, auto_approve: bool = False
     ) -> AgentPlan:
         """An agent's plan: with ``auto_approve`` approved by the agent itself (its token),
         else a claim secret only the agent holds, to collect the token once a person approves.
 
         A blocked plan gets neither.
         """
-        plan = await self.plan(
-            language=language,
-            code=code,
-            timeout_sec=timeout_sec,
-            session_id=session_id,
-            agent=True,
-            user=user,
-            env=env,
-        )
+        plan = await self.plan(options, caller, agent=True)
         return self.workflow.agent_ticket(
-            plan, auto_approve=auto_approve, session_id=session_id, user=user
+            plan, auto_approve=auto_approve, session_id=caller.session_id, user=caller.user
         )
 
-    async def claim(self, plan_id: str, secret: str, *, user: str | None = None) -> ClaimAnswer:
+    async def claim(self, plan_id: str, secret: str, caller: Caller = _ANYONE) -> ClaimAnswer:
         """``pending``, or ``approved`` with the token (handed over once).
 
         The hand-over of a token is audited (a ``claim`` event); polls that find the
         plan still pending are not.
         """
-        return self.workflow.claim(plan_id, secret, user=user)
+        return self.workflow.claim(plan_id, secret, user=caller.user)
 
     # -- run --------------------------------------------------------------------------
 
     async def run(
         self,
+        approval_token: str | None,
+        caller: Caller = _ANYONE,
         *,
-        language: str,
-        code: str,
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        approval_token: str | None = None,
-        session_id: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        user: str | None = None,
+        expected: RunOptions | None = None,
         on_output: OutputCallback | None = None,
-        env: Sequence[str] | None = None,
         run_id: str | None = None,
     ) -> RunResult:
-        """The long form of a run: what to run, checked against the approved plan's spec.
+        """Run the approved plan ``approval_token`` stands for: the one way to run by token.
 
-        Order of checks: backend, approval, language, code, policy. With approval
-        switched off, the spec built here runs; else the approved plan's spec.
-        ``env`` must name the same variables as the approved plan (the digest binds them).
+        ``expected`` is the long form of a run (what the caller asks to run, checked
+        against the approved plan's spec; with approval switched off, the spec built
+        from it runs). Order of checks then: backend, approval, language, code, policy.
         ``run_id`` (``run_`` + 16 hex) lets the caller stop the run with :meth:`cancel`
         before it ends; one is made up when none is given. A stopped run answers its
         envelope with ``cancelled=True`` and the output produced until then.
         """
         check_run_id(run_id)
-        for field_name, text in (("code", code), ("stdin", stdin)):
+        approval: Approval | None
+        if expected is None:
+            approval = self.workflow.redeem(
+                approval_token, digest=None, session_id=caller.session_id, user=caller.user
+            )
+            if approval.spec is None:  # a plan made before specs (cannot happen in one process)
+                raise InvalidRequest("this approval has no run attached; plan and approve again")
+            spec: RunSpec | None = approval.spec
+        else:
+            approval, spec = self._check_long_form(expected, approval_token, caller)
+        assert spec is not None
+        return await self.executor.execute(
+            spec,
+            plan_id=approval.plan_id if approval is not None else None,
+            user=caller.user,
+            on_output=on_output,
+            run_id=run_id,
+            approval=approval,
+        )
+
+    def _check_long_form(
+        self, expected: RunOptions, approval_token: str | None, caller: Caller
+    ) -> tuple[Approval | None, RunSpec]:
+        """The approval (``None`` with approval off) and the spec a long-form run runs."""
+        for field_name, text in (("code", expected.code), ("stdin", expected.stdin)):
             if isinstance(text, str):
                 check_text(field_name, text)  # a lone surrogate is bad input, never a 500
-        self.resolve(backend)  # an unknown or refused backend is a 400 / 403 first
+        self.backends.resolve(expected.backend)  # an unknown or refused backend is a 400 / 403
         try:
-            spec: RunSpec | None = self.spec(
-                language=language,
-                code=code,
-                stdin=stdin,
-                timeout_sec=timeout_sec,
-                backend=backend,
-                allow_network=allow_network,
-                env=env,
-            )
+            spec: RunSpec | None = self.spec(expected.but(file=None))
             invalid: SandboxError | None = None
         except SandboxError as exc:  # refused after the approval check, as the contract orders
             spec, invalid = None, exc
-        plan_id: str | None = None
         approval: Approval | None = None
         if self.require_approval:
             approval = self.workflow.redeem(
                 approval_token,
                 digest=spec.digest if spec is not None else _NO_DIGEST,
-                session_id=session_id,
-                user=user,
+                session_id=caller.session_id,
+                user=caller.user,
             )
-            plan_id = approval.plan_id
             spec = approval.spec or spec
         if invalid is not None:
             raise invalid
         assert spec is not None
-        return await self.executor.execute(
-            spec,
-            plan_id=plan_id,
-            user=user,
-            on_output=on_output,
-            run_id=run_id,
-            approval=approval,
-        )
-
-    async def run_approved(
-        self,
-        approval_token: str | None,
-        *,
-        session_id: str | None = None,
-        user: str | None = None,
-        on_output: OutputCallback | None = None,
-        run_id: str | None = None,
-    ) -> RunResult:
-        """Run an approved plan by its token alone: the code does not travel again."""
-        check_run_id(run_id)
-        approval = self.workflow.redeem(
-            approval_token, digest=None, session_id=session_id, user=user
-        )
-        if approval.spec is None:  # a plan made before specs (cannot happen in one process)
-            raise InvalidRequest("this approval has no run attached; plan and approve again")
-        return await self.executor.execute(
-            approval.spec,
-            plan_id=approval.plan_id,
-            user=user,
-            on_output=on_output,
-            run_id=run_id,
-            approval=approval,
-        )
+        return approval, spec
 
     async def run_plan(
         self,
         plan: ExecutionPlan,
+        caller: Caller = _ANYONE,
         *,
-        user: str | None = None,
         on_output: OutputCallback | None = None,
     ) -> RunResult:
         """Run ``plan`` under the same policy as :meth:`run`, without asking for its token.
@@ -483,129 +351,56 @@ class SandboxService:
         crossed a process boundary (no spec attached) has its spec built again by
         :meth:`spec`, the one definition of a run.
         """
-        spec = plan.spec or self.spec(
-            language=plan.language,
-            code=plan.code,
-            stdin=plan.stdin,
-            timeout_sec=plan.timeout_sec,
-            backend=plan.backend,
-            allow_network=plan.network,
-            env=plan.env,
-            file=plan.file,
-        )
+        spec = plan.spec or self.spec(plan.options())
         return await self.executor.execute(
-            spec, plan_id=plan.plan_id, user=user, on_output=on_output
+            spec, plan_id=plan.plan_id, user=caller.user, on_output=on_output
         )
 
-    def cancel(self, run_id: str, *, user: str | None = None) -> dict[str, Any]:
+    def cancel(self, run_id: str, caller: Caller = _ANYONE) -> dict[str, Any]:
         """Stop a run under way: its process is killed and its envelope says ``cancelled``.
 
         Callable from any thread; it returns at once (the run answers its envelope).
         :class:`RunNotFound` when no such run is under way (unknown, or already over),
         or when it belongs to another user.
         """
-        return self.executor.cancel(run_id, user=user)
+        return self.executor.cancel(run_id, user=caller.user)
 
     def active_runs(self) -> list[str]:
         """The ids of the runs under way, oldest first."""
         return self.executor.active_runs()
 
-    async def run_approved_here(
-        self,
-        *,
-        language: str,
-        code: str,
-        source: str = "api",
-        approved_by: str = "user",
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        session_id: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        user: str | None = None,
-        on_output: OutputCallback | None = None,
-        env: Sequence[str] | None = None,
-        run_id: str | None = None,
-    ) -> tuple[ExecutionPlan, RunResult]:
-        """Plan, approve in-process and run: for faces where the caller is the approver.
-
-        A blocked plan raises :class:`PlanBlocked` and never runs. Unlike
-        :meth:`plan_and_run`, a high warning does not stop it (the caller has looked).
-        """
-        planned = await self.plan_and_run(
-            language=language,
-            code=code,
-            source=source,
-            approved_by=approved_by,
-            confirmed=True,
-            timeout_sec=timeout_sec,
-            stdin=stdin,
-            session_id=session_id,
-            backend=backend,
-            allow_network=allow_network,
-            user=user,
-            on_output=on_output,
-            env=env,
-            run_id=run_id,
-        )
-        assert planned.result is not None  # confirmed: nothing waits for a look
-        return planned.plan, planned.result
-
     async def plan_and_run(
         self,
+        options: RunOptions,
+        caller: Caller = _ANYONE,
         *,
-        language: str,
-        code: str,
-        source: str = "cell",
         approved_by: str | None = None,
         confirmed: bool = False,
-        timeout_sec: int | None = None,
-        stdin: str | None = None,
-        session_id: str | None = None,
-        backend: str | None = None,
-        allow_network: bool | None = None,
-        user: str | None = None,
         on_output: OutputCallback | None = None,
-        env: Sequence[str] | None = None,
         run_id: str | None = None,
     ) -> PlannedRun:
         """Plan and, where the caller may approve its own plan, approve and run it: one call.
 
-        For a caller whose own act is the approval (executing a ``%%sandbox`` cell): the
-        plan is approved by it (``approved_by``, default the plan's ``source``) and run,
-        streaming to ``on_output``. A plan
-        that needs a person's look (:meth:`ExecutionPlan.needs_a_look`: a high warning not
-        ``confirmed`` beforehand) is kept pending and answered unrun, for an approval card
-        that approves and runs it later (:meth:`approve`, :meth:`run_approved`). A blocked
-        plan raises :class:`PlanBlocked` and never runs. The audit records the plan, the
-        approval and the run, as the three calls do.
+        For a caller whose own act is the approval (executing a ``%%sandbox`` cell, a
+        diagnostic probe): the plan is approved by it (``approved_by``, default the
+        plan's ``source``) and run, streaming to ``on_output``. A plan that needs a
+        person's look (:meth:`ExecutionPlan.needs_a_look`: a high warning not
+        ``confirmed`` beforehand) is kept pending and answered unrun, for an approval
+        card that approves and runs it later (:meth:`approve`, :meth:`run`). A blocked
+        plan raises :class:`PlanBlocked` and never runs. The audit records the plan,
+        the approval and the run, as the three calls do.
         """
         check_run_id(run_id)
-        plan = await self.plan(
-            language=language,
-            code=code,
-            source=source,
-            timeout_sec=timeout_sec,
-            stdin=stdin,
-            session_id=session_id,
-            backend=backend,
-            allow_network=allow_network,
-            user=user,
-            env=env,
-        )
+        plan = await self.plan(options, caller)
         if plan.blocked:
             raise PlanBlocked(blocked_message(plan))
         if plan.needs_a_look(confirmed=confirmed):
             return PlannedRun(plan)
         approval = await self.approve(
-            plan.plan_id, session_id=session_id, user=user, approved_by=approved_by or source
+            plan.plan_id, caller, approved_by=approved_by or options.source
         )
-        result = await self.run_approved(
-            approval["approval_token"],
-            session_id=session_id,
-            user=user,
-            on_output=on_output,
-            run_id=run_id,
+        result = await self.run(
+            approval["approval_token"], caller, on_output=on_output, run_id=run_id
         )
         return PlannedRun(plan, result)
 
@@ -621,7 +416,7 @@ class SandboxService:
         warmed = []
         for language in languages:
             try:
-                spec = self.spec(language=language, code="pass")
+                spec = self.spec(RunOptions(language=language, code="pass"))
             except SandboxError:
                 continue  # not installed, not allowed: its first run says why
             if self.executor.prewarm(spec):
@@ -640,7 +435,7 @@ class SandboxService:
             raise InvalidRequest("the settings must be a JSON object")
         if "backend" in changes:
             # Saving a backend the server refuses would break every later run.
-            self.check_allowed(check_backend(changes["backend"]))
+            self.backends.check_allowed(check_backend(changes["backend"]))
         check_off_confirmed(changes, self.config()["backend"], confirm)
         self.settings.update(changes)
         # Waiting slots were made for the old settings: new ones follow the new key.
