@@ -1,6 +1,6 @@
 """Benchmark 10, the core's own work around a warm run (issue #16), phase by phase.
 
-The in-process path of the warm-pool benchmark (``run_approved_here``: plan,
+The in-process path of the warm-pool benchmark (``plan_and_run``: plan,
 approve, run, pool ``auto``, a settings file present) with the child's share
 taken out: the time the backend waits for the child to exit is summed per run,
 so "around the child" is the run's wall time minus that wait, and the main
@@ -24,6 +24,7 @@ from typing import Any
 
 from gitpilot_jupyter.sandbox.local import supervise
 from gitpilot_jupyter.sandbox.local.pool import PoolConfig, WarmPool
+from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 
@@ -71,10 +72,11 @@ def measure(workdir: Path, runs: int) -> dict[str, list[float]]:
         time.sleep(2.1)  # a settings file older than a moment, as a server's is
 
         def one() -> bool:
-            _plan, result = loop.run_until_complete(
-                service.run_approved_here(language="python", code=CODE)
+            planned = loop.run_until_complete(
+                service.plan_and_run(RunOptions(language="python", code=CODE), confirmed=True)
             )
-            assert result.stdout == "4\n", result
+            result = planned.result
+            assert result is not None and result.stdout == "4\n", result
             return result.warm
 
         for _ in range(5):  # imports, probes, the pool's demand

@@ -119,6 +119,7 @@ def _llm_sandbox_whole(runs: int) -> float:
 
 def _service_path(backend: str, url: str = "", token: str = "") -> Callable[[], str]:
     from gitpilot_jupyter.sandbox.local.pool import PoolConfig
+    from gitpilot_jupyter.sandbox.request import RunOptions
     from gitpilot_jupyter.sandbox.service import SandboxService
     from gitpilot_jupyter.sandbox.settings import SettingsStore
 
@@ -130,10 +131,10 @@ def _service_path(backend: str, url: str = "", token: str = "") -> Callable[[], 
     loop = asyncio.new_event_loop()
 
     def once() -> str:
-        _plan, result = loop.run_until_complete(
-            service.run_approved_here(language="python", code=CODE, backend=backend)
-        )
-        return result.stdout
+        options = RunOptions(language="python", code=CODE, backend=backend)
+        planned = loop.run_until_complete(service.plan_and_run(options, confirmed=True))
+        assert planned.result is not None
+        return planned.result.stdout
 
     return once
 

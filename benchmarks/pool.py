@@ -4,7 +4,7 @@ Every ratio is to a bare spawn of the same interpreter (``python -c 'print(2+2)'
 measured in the same interleaved loop, so drift in machine load hits every path
 alike. Servers: one with the pool (``--SandboxApp.pool=auto``, python slots with their
 interpreter started ahead: ``pool_prestart``), one without
-(every run cold, a pool miss). In-process: the core's ``run_approved_here``
+(every run cold, a pool miss). In-process: the core's ``plan_and_run``
 (plan, approve, run) with and without a pool. In one kernel: IPython's
 ``%%script python`` against ``%%sandbox`` through the pooled server and with the
 core in the kernel. Then 32 concurrent ``sleep 1`` on the pooled server (warm:
@@ -37,6 +37,7 @@ from gitpilot_jupyter.sandbox.local.pool import (
     WarmPool,
 )
 from gitpilot_jupyter.sandbox.local.supervise import end_run
+from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 
@@ -91,10 +92,11 @@ def rest_and_in_process(ctx: Context) -> list[Measure]:
     warm_hits = {"rest warm": 0, "here warm": 0}
 
     def here(kind: str) -> dict[str, Any]:
-        _plan, result = loop.run_until_complete(
-            services[kind].run_approved_here(language="python", code=CODE)
+        planned = loop.run_until_complete(
+            services[kind].plan_and_run(RunOptions(language="python", code=CODE), confirmed=True)
         )
-        return result.to_dict()
+        assert planned.result is not None
+        return planned.result.to_dict()
 
     paths = {
         "rest warm": lambda: rest_run(warm_http, "python", CODE),

@@ -17,6 +17,7 @@ from gitpilot_jupyter.sandbox.local import bundled, layered, namespaces, nsfree
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.isolation import Isolator
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
+from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 from tests.support.system import require_system
@@ -94,13 +95,14 @@ def test_with_no_engine_a_plan_is_refused_with_the_reason_and_the_fix(
         settings=SettingsStore(sandbox_config_dir), isolator=LayeredIsolator("none")
     )
     with pytest.raises(ContainmentUnavailable) as refused:
-        service.describe(language="python", code="print(1)")
+        service.describe(RunOptions(language="python", code="print(1)"))
     assert refused.value.status == 409 and refused.value.code == "containment_unavailable"
     assert "cannot keep a snippet away from your files" in str(refused.value)
     assert "GITPILOT_SANDBOX_ALLOW_UNCONTAINED=1" in str(refused.value)
     # Running is refused too (a client that skips the plan), and nothing ran.
     with pytest.raises(ContainmentUnavailable):
-        asyncio.run(service.run_approved_here(language="python", code="print(1)"))
+        options = RunOptions(language="python", code="print(1)")
+        asyncio.run(service.plan_and_run(options, confirmed=True))
 
 
 def test_a_platform_without_an_engine_points_to_matrixlab(
@@ -118,14 +120,14 @@ def test_a_platform_without_an_engine_points_to_matrixlab(
 def test_the_namespace_free_engine_names_its_gaps_in_the_plan(sandbox_config_dir: Path) -> None:
     backend = make_backend("landlock")
     service = SandboxService(settings=SettingsStore(sandbox_config_dir), isolator=backend.isolator)
-    plan = service.describe(language="python", code="print(1)")
+    plan = service.describe(RunOptions(language="python", code="print(1)"))
     labels = [c["label"] for c in plan.checks if not c["ok"]]
     assert any("no pid namespace" in label for label in labels), labels
     assert any("no private /tmp" in label for label in labels), labels
     assert {"label": "network disabled", "ok": True} in plan.checks
     # Network on would share the host's network: refused before approval.
     with pytest.raises(ContainmentUnavailable) as refused:
-        service.describe(language="python", code="print(1)", allow_network=True)
+        service.describe(RunOptions(language="python", code="print(1)", allow_network=True))
     assert refused.value.code == "network_unavailable"
 
 

@@ -36,8 +36,8 @@ from pathlib import Path
 
 from ..records import IsolationGap
 from . import landlock, prestart, seccomp
-from .launchplan import CODE, RUN_STDERR, RUN_STDOUT
 from .confine import SECRET_DIRS, SECRET_FILES, SYSTEM_DIRS, inside, needed_paths
+from .launchplan import CODE, RUN_STDERR, RUN_STDOUT
 
 #: The engine's name in status, ``debug`` and the launch plan.
 ENGINE = "landlock"
