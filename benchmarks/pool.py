@@ -27,7 +27,8 @@ from jupyter_client.manager import start_new_kernel
 
 from gitpilot_jupyter.sandbox.backend import RunRequest
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox, remove_run
-from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator, _descendants
+from gitpilot_jupyter.sandbox.local.launches import _descendants
+from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 from gitpilot_jupyter.sandbox.local.pool import (
     PRESTART_ENV,
     PoolConfig,

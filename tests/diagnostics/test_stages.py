@@ -22,8 +22,9 @@ from gitpilot_jupyter.sandbox.diagnostics import (
 from gitpilot_jupyter.sandbox.diagnostics.isolation import cgroup_join_stage, isolation_check
 from gitpilot_jupyter.sandbox.diagnostics.local import approval_stage, settings_stage
 from gitpilot_jupyter.sandbox.local import cgroups
+from gitpilot_jupyter.sandbox.local.chainsteps import SHELL
 from gitpilot_jupyter.sandbox.local.isolation import Isolator, Launch
-from gitpilot_jupyter.sandbox.local.layered import SHELL, LayeredIsolator
+from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 from tests.support.system import require_system

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gitpilot_jupyter.sandbox.diagnostics.isolation import in_run_cgroup
-from gitpilot_jupyter.sandbox.local import launchplan, layered
+from gitpilot_jupyter.sandbox.local import chainsteps, launches, launchplan
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.cgroups import CgroupRun
 from gitpilot_jupyter.sandbox.local.rlimits import MIB, RlimitPlan
@@ -62,11 +62,11 @@ def no_prlimit(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A machine without ``prlimit``: launches fall back to the ``preexec_fn``."""
     real_which = shutil.which
     monkeypatch.setattr(
-        layered.shutil, "which", lambda n, *a, **k: None if n == "prlimit" else real_which(n)
+        chainsteps.shutil, "which", lambda n, *a, **k: None if n == "prlimit" else real_which(n)
     )
-    layered.launch_tools.cache_clear()
+    chainsteps.launch_tools.cache_clear()
     yield
-    layered.launch_tools.cache_clear()
+    chainsteps.launch_tools.cache_clear()
 
 
 def _check_inside(mechanism: str, cgroups: bool) -> None:
@@ -103,7 +103,7 @@ def test_with_bwrap_and_cgroups_a_launch_needs_no_preexec_fn(tmp_path: Path) -> 
     backend = make_backend("bwrap")
     if "cgroup-pids" not in backend.isolation() and "cgroup-memory" not in backend.isolation():
         pytest.skip(f"no writable cgroup here: {backend.isolator.report()['unavailable']}")
-    assert layered.launch_tools() is not None, "/bin/sh and prlimit (util-linux) are expected"
+    assert chainsteps.launch_tools() is not None, "/bin/sh and prlimit (util-linux) are expected"
     launch = backend.isolator.prepare(
         [sys.executable, "-c", "pass"], workdir=tmp_path, allow_network=False, limits=SMALL
     )
@@ -135,7 +135,7 @@ def test_a_failed_join_in_the_staging_shell_stops_the_launch(tmp_path: Path) -> 
     launch = backend.isolator.prepare(
         [sys.executable, "inline.py"], workdir=tmp_path, allow_network=False, limits=SMALL
     )
-    assert isinstance(launch, layered.LayeredLaunch)
+    assert isinstance(launch, launches.LayeredLaunch)
     cgroup = launch._cgroup
     assert cgroup is not None and any("echo 0 >" in a for a in launch.argv)
     try:
@@ -155,7 +155,7 @@ def test_a_failed_join_in_the_staging_shell_stops_the_launch(tmp_path: Path) -> 
 def test_without_prlimit_a_launch_falls_back_to_preexec_fn(
     no_prlimit: None, tmp_path: Path
 ) -> None:
-    assert layered.launch_tools() is None
+    assert chainsteps.launch_tools() is None
     backend = make_backend("none")
     launch = backend.isolator.prepare(
         [sys.executable, "-c", "pass"], workdir=tmp_path, allow_network=False, limits=SMALL
@@ -183,12 +183,12 @@ def test_the_same_holds_on_the_preexec_fn_path(
 
 
 def test_a_failed_cgroup_join_stops_the_launch(tmp_path: Path) -> None:
-    tools = layered.launch_tools()
+    tools = chainsteps.launch_tools()
     if tools is None:
         pytest.skip("no /bin/sh and prlimit here")
     missing = CgroupRun(version=2, dirs=[tmp_path / "gone"])
     marker = tmp_path / "ran"
-    prefix = layered.exec_prefix(tools, RlimitPlan(), missing)
+    prefix = chainsteps.exec_prefix(tools, RlimitPlan(), missing)
     assert prefix is not None
     done = subprocess.run(
         [*prefix, "touch", str(marker)], capture_output=True, text=True, check=False

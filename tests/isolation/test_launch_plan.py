@@ -37,7 +37,7 @@ RANGE_END = IdMap(165535, 165535)
 NOBODY = (65534, 65534)
 #: A root server's run: an id of its own (nsfree.RUN_IDS).
 RUN_IDS = (2_100_000_007, 2_100_000_007)
-#: Stand-ins for :func:`.layered.stage_steps` and a run cgroup.
+#: Stand-ins for :func:`.chainsteps.stage_steps` and a run cgroup.
 FIRST = (
     "echo 0 >/sys/fs/cgroup/gitpilot/gitpilot-run-0123456789ab/cgroup.procs",
     "ulimit -f 262144",

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from gitpilot_jupyter.sandbox.local.cgroups import run_prefix
-from gitpilot_jupyter.sandbox.local.layered import _descendants
+from gitpilot_jupyter.sandbox.local.launches import _descendants
 from tests.support.system import in_ci
 
 from .conftest import Live, start_live, stop_and_sweep

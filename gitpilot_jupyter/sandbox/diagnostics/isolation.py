@@ -21,9 +21,10 @@ from pathlib import Path
 
 from ..local import cgroups
 from ..local.backends import BASE_LAYERS, SubprocessSandbox
+from ..local.chainsteps import SHELL
 from ..local.confine import SYSTEM_DIRS, blocked_networks
 from ..local.isolation import HOST_NETWORK_LAYER, UNCONTAINED_LAYER
-from ..local.layered import SHELL, LayeredIsolator
+from ..local.layered import LayeredIsolator
 from ..request import RunOptions
 from ..service import SandboxService
 from .stage import FAIL, PASS, SKIP, Stage, run_probe

@@ -5,7 +5,7 @@ cgroup for memory and process limits where one can be made (else rlimits),
 and gets rlimits for file size and CPU time. Other POSIX systems get the
 rlimits they enforce. Where ``/bin/sh`` and ``prlimit`` are found, the cgroup
 join and the rlimits are done by the exec'd command itself: by the bubblewrap
-chain's staging shell (:func:`stage_steps`, no process of its own), else by a tiny
+chain's staging shell (:func:`.chainsteps.stage_steps`, no process of its own), else by a tiny
 ``sh`` prefix before the namespace tool starts. With no ``preexec_fn`` CPython can
 ``vfork`` instead of copying the whole server with ``fork``. Elsewhere a
 ``preexec_fn`` does the same. What is found is probed once and cached; each run
@@ -18,12 +18,8 @@ import contextlib
 import functools
 import os
 import pwd
-import shlex
-import shutil
-import signal
-import subprocess
 import sys
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -32,7 +28,9 @@ from ..backend import ResourceLimits
 from ..records import IsolationGap, IsolationReport
 from . import cgroups, confine, landlock, namespaces, nsfree
 from .bundled import is_bundled
+from .chainsteps import launch_tools, stage_steps
 from .confine import View, jupyter_dirs, needed_paths, plan_view
+from .containers import CONTAINER_FIX, container_blockers, in_container
 from .isolation import (
     CONTAINED_ENGINES,
     HOST_NETWORK_LAYER,
@@ -43,9 +41,10 @@ from .isolation import (
     Isolator,
     Launch,
 )
+from .launches import LayeredLaunch, WalledLaunch
 from .lookup import Lookup
 from .namespaces import Hidden
-from .rlimits import ULIMIT_CANDIDATES, RlimitPlan, capped, plan_rlimits, unavailable_reasons
+from .rlimits import RlimitPlan, plan_rlimits, unavailable_reasons
 
 LINUX = sys.platform == "linux"
 #: What the engine in force is: bubblewrap's or unshare's namespaces, or the namespace-free one.
@@ -94,140 +93,6 @@ def cgroup_fix() -> str:
     )
 
 
-#: The shell that joins the run cgroup before anything else of the run starts (dash here).
-SHELL = "/bin/sh"
-
-
-@functools.cache
-def launch_tools() -> tuple[str, str] | None:
-    """``(sh, prlimit)`` when both are here and work, probed once; None means ``preexec_fn``."""
-    prlimit = shutil.which("prlimit") if LINUX else None
-    if prlimit is None or not os.access(SHELL, os.X_OK):
-        return None
-    probe = [SHELL, "-c", 'exec "$@"', "sh", prlimit, "--fsize=1048576:1048576", "--", SHELL]
-    try:
-        done = subprocess.run(
-            [*probe, "-c", "exit 7"], capture_output=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (SHELL, prlimit) if done.returncode == 7 else None
-
-
-@functools.cache
-def shell_ulimits() -> dict[int, tuple[str, int]]:
-    """The rlimits :data:`SHELL`'s ``ulimit`` builtin sets exactly, soft = hard, probed once.
-
-    Each candidate option is run once and the shell's own ``/proc/$$/limits`` read back
-    (builtins only): a shell whose ``ulimit`` means something else is simply not used
-    for that limit, and ``prlimit`` sets it instead.
-    """
-    found: dict[int, tuple[str, int]] = {}
-    if not LINUX or not os.access(SHELL, os.X_OK):
-        return found
-    for which, (name, value, candidates) in ULIMIT_CANDIDATES.items():
-        target = capped(which, value)
-        for letter, unit in candidates:
-            count = target // unit
-            script = (
-                f"ulimit -{letter} {count} && "
-                'while IFS= read -r line; do echo "$line"; done </proc/$$/limits'
-            )
-            try:
-                done = subprocess.run(
-                    [SHELL, "-c", script], capture_output=True, text=True, timeout=10, check=False
-                )
-            except (OSError, subprocess.SubprocessError):
-                continue
-            want = str(count * unit)
-            for line in done.stdout.splitlines():
-                if line.startswith(name + " "):
-                    fields = line[len(name) :].split()
-                    if done.returncode == 0 and fields[:2] == [want, want]:
-                        found[which] = (letter, unit)
-            if which in found:
-                break
-    return found
-
-
-def exec_prefix(
-    tools: tuple[str, str], rlimits: RlimitPlan, cgroup: cgroups.CgroupRun | None
-) -> list[str] | None:
-    """The argv prefix that joins ``cgroup`` then sets ``rlimits`` and execs the rest.
-
-    The shell (single-threaded) writes ``0``, itself, to each join file (a builtin: no
-    fork; see :meth:`cgroups.CgroupRun.join_files`), so it and all it becomes and starts
-    (the namespace tool, its pid namespace, the interpreter) are in the run cgroup;
-    its ``ulimit`` builtin then sets the limits
-    (where the shell states them exactly, else ``prlimit`` sets them on itself) and
-    it execs the command, which inherits them. A failed join or limit stops the
-    launch before the command runs. None when a limit has no ``prlimit`` option.
-    """
-    sh, prlimit = tools
-    options = rlimits.prlimit_options()
-    if options is None:
-        return None
-    builtins = rlimits.ulimit_commands(shell_ulimits())
-    prefix = [prlimit, *options, "--"] if options and builtins is None else []
-    procs = [str(path) for path in cgroup.join_files()] if cgroup is not None else []
-    steps = [f'echo 0 >"${i}"' for i in range(1, len(procs) + 1)]
-    if procs:
-        steps.append(f"shift {len(procs)}")
-    steps += builtins or []
-    if steps:
-        script = " && ".join([*steps, 'exec "$@"'])
-        prefix = [sh, "-c", script, "sh", *procs, *prefix]
-    return prefix
-
-
-def stage_steps(
-    shell: str, rlimits: RlimitPlan, cgroup: cgroups.CgroupRun | None
-) -> list[str] | None:
-    """The cgroup join and ``rlimits`` as the first lines of the bubblewrap chain's
-    staging shell (``shell``), which saves the prefix shell's exec; None when they must
-    come before the namespaces instead (:func:`exec_prefix`).
-
-    Nothing of the run has started when the staging shell runs them: only ``unshare``
-    came before (in the same process; with a non-root server's id map it forks
-    ``newuidmap``/``newgidmap``, which exit before). The shell joins as it would
-    have in the prefix (``0`` to each join file, see
-    :meth:`cgroups.CgroupRun.join_files`), inside its new user namespace the same
-    uid, so it and all it starts are in the run cgroup; ``set -e`` stops the launch at
-    a failed join or limit. They stay in the prefix when a limit is ``RLIMIT_NPROC``
-    (counted per user namespace from where it is set: :meth:`RlimitPlan.per_process`),
-    when this shell's ``ulimit`` does not set a limit exactly (``prlimit`` must), and
-    when ``shell`` is not the one :func:`shell_ulimits` probed.
-    """
-    if shell != SHELL or not rlimits.per_process():
-        return None
-    builtins = rlimits.ulimit_commands(shell_ulimits())
-    if builtins is None:
-        return None
-    joins = [f"echo 0 >{shlex.quote(str(p))}" for p in cgroup.join_files()] if cgroup else []
-    return [*joins, *builtins]
-
-
-def _descendants(root: int) -> list[int]:
-    """Every process below ``root`` by parent links, read from ``/proc`` (Linux)."""
-    children: dict[int, list[int]] = {}
-    with contextlib.suppress(OSError):
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rpartition(")")[2].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def _whole(environ: Mapping[str, str]) -> object:
     """All of ``environ``, to compare with a later one: for ``os.environ`` a copy of the
     bytes it keeps (``_data``, which each change goes through; 0.1 us instead of
@@ -255,131 +120,6 @@ class HostView:
     #: The view in words, and which file (device, inode; None: gone) each folder or
     #: file it binds or covers is.
     identity: Hashable
-
-
-class LayeredLaunch(Launch):
-    """A launch holding its run cgroup (if any) and its rlimits.
-
-    ``staged``: ``argv`` joins the cgroup and sets the rlimits itself (its staging
-    shell runs :func:`stage_steps`), so it is started as it is.
-    """
-
-    def __init__(
-        self,
-        argv: list[str],
-        layers: list[str],
-        rlimits: RlimitPlan,
-        cgroup: cgroups.CgroupRun | None,
-        tools: tuple[str, str] | None = None,
-        *,
-        staged: bool = False,
-        own_uid: int | None = None,
-    ) -> None:
-        prefix = exec_prefix(tools, rlimits, cgroup) if tools is not None and not staged else None
-        if staged:
-            super().__init__(argv=argv, layers=layers, preexec_fn=None)
-        elif prefix is None:
-            super().__init__(argv=argv, layers=layers, preexec_fn=self._preexec)
-        else:
-            super().__init__(argv=prefix + argv, layers=layers, preexec_fn=None)
-        self._rlimits = rlimits
-        self._cgroup = cgroup
-        self._pid: int | None = None
-        #: The uid of its own a root server's bwrap run has (given back at cleanup).
-        self._own_uid = own_uid
-
-    def _preexec(self) -> None:
-        # Runs in the child between fork and exec: join first, so all it starts is inside.
-        if self._cgroup is not None:
-            self._cgroup.join()
-        self._rlimits.apply()
-
-    def on_started(self, pid: int) -> None:
-        """Remember the pid; the parent no longer needs the cgroup join fds."""
-        self._pid = pid
-        if self._cgroup is not None:
-            self._cgroup.close_fds()
-
-    def kill_all(self) -> None:
-        """Kill the run's cgroup; without one, every descendant of the child still alive."""
-        if self._cgroup is not None:
-            self._cgroup.kill_all()
-        elif self._pid is not None and LINUX:
-            for pid in _descendants(self._pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-
-    def memory_exceeded(self) -> bool:
-        """True when the kernel killed a process of the run for its memory limit."""
-        return self._cgroup is not None and self._cgroup.oom_killed()
-
-    def cleanup(self) -> None:
-        """Kill leftovers, remove the run cgroup, give the run's own uid back."""
-        try:
-            if self._cgroup is not None:
-                self._cgroup.kill_all(until_gone=True)
-                self._cgroup.cleanup()
-                self._cgroup = None
-        finally:
-            if self._own_uid is not None:
-                nsfree.RUN_IDS.give_back(self._own_uid)
-                self._own_uid = None
-
-
-class WalledLaunch(LayeredLaunch):
-    """A launch of the namespace-free engine: the child joins its cgroup, sets its
-    rlimits, then puts up its :class:`~.landlock.Wall` before it execs.
-
-    The run is its own session, which it cannot leave (``setsid`` is refused to it):
-    the end-of-run kill takes every process of that session, cgroup or not.
-    """
-
-    def __init__(
-        self,
-        argv: list[str],
-        layers: list[str],
-        rlimits: RlimitPlan,
-        cgroup: cgroups.CgroupRun | None,
-        wall: landlock.Wall,
-        run_uid: int | None,
-        ahead: Callable[[], None] | None = None,
-    ) -> None:
-        super().__init__(argv, layers, rlimits, cgroup, None)
-        self._wall = wall
-        self._run_uid = run_uid
-        #: Builds the next run's ruleset once this run is over (:data:`.nsfree.SPARES`).
-        self._ahead = ahead
-
-    def _preexec(self) -> None:
-        super()._preexec()
-        self._wall.apply()
-
-    def on_started(self, pid: int) -> None:
-        """Remember the pid; the parent no longer needs the ruleset or the join fds."""
-        super().on_started(pid)
-        self._wall.close()
-
-    def kill_all(self) -> None:
-        """Kill the run's cgroup and every process of its session."""
-        if self._cgroup is not None:
-            self._cgroup.kill_all()
-        if self._pid is not None:
-            nsfree.kill_session(self._pid)
-
-    def cleanup(self) -> None:
-        """Kill leftovers, remove the run cgroup, give the run's uid back."""
-        try:
-            if self._pid is not None:
-                nsfree.kill_session(self._pid)
-            super().cleanup()
-        finally:
-            self._wall.close()
-            if self._run_uid is not None:
-                nsfree.RUN_IDS.give_back(self._run_uid)
-                self._run_uid = None
-            ahead, self._ahead = self._ahead, None
-            if ahead is not None:
-                ahead()
 
 
 class LayeredIsolator(Isolator):
@@ -892,50 +632,6 @@ class LayeredIsolator(Isolator):
 
 def _plain(gap: IsolationGap) -> dict[str, str]:
     return {"layer": gap["layer"], "reason": gap["reason"], "fix": gap["fix"]}
-
-
-def in_container() -> bool:
-    """True when this server runs in a container (Docker, Podman, a Kubernetes pod)."""
-    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
-        return True
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return True
-    with contextlib.suppress(OSError):
-        text = Path("/proc/1/cgroup").read_text()
-        return any(word in text for word in ("docker", "kubepods", "containerd", "libpod"))
-    return False
-
-
-def container_blockers() -> list[str]:
-    """What in this container keeps bubblewrap from making its namespaces, as seen here."""
-    found = []
-    with contextlib.suppress(OSError, IndexError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Seccomp:") and line.split()[1] == "2":
-                found.append(
-                    "the server runs under a seccomp filter (the container runtime's profile), "
-                    "which refuses new user namespaces"
-                )
-    with contextlib.suppress(OSError, IndexError):
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-        masked = sorted(
-            {f[4] for f in (line.split() for line in lines) if f[4].startswith("/proc/")}
-        )
-        if masked:
-            found.append(
-                f"/proc is masked ({', '.join(masked[:4])}{' ...' * (len(masked) > 4)} are "
-                "covered), and bubblewrap cannot mount a /proc of its own over it"
-            )
-    return found
-
-
-#: What lets a container's runs have the bubblewrap engine (its runtime refuses namespaces).
-CONTAINER_FIX = (
-    "this server runs in a container whose runtime refuses new namespaces (its seccomp "
-    "profile) and masks /proc: give the pod a seccomp profile that allows user namespaces "
-    "and securityContext procMount: Unmasked (Kubernetes), or run the container with "
-    "--security-opt seccomp=unconfined --security-opt systempaths=unconfined (Docker)"
-)
 
 
 def _uncontained(kind: str, missing: list[dict[str, str]]) -> IsolationGap:

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from ..backend import ResourceLimits
 from . import cgroups, launchplan, nsfree
+from .chainsteps import exec_prefix, launch_tools, stage_steps
 from .cleanup import RUN_DIR_PREFIX
 from .confine import seccomp_filter
-from .layered import LayeredIsolator, exec_prefix, launch_tools, stage_steps
+from .layered import LayeredIsolator
 from .rlimits import RlimitPlan, plan_rlimits
 
 #: Where a run's random parts go in the plan shown.

@@ -7,7 +7,7 @@
 # (network on), then execs the next step. Any failure stops the launch (set -e).
 #
 #   --run LINE            a shell line of the server's, run first (the run cgroup
-#                         join, an rlimit: layered.stage_steps)
+#                         join, an rlimit: chainsteps.stage_steps)
 #   --seccomp FILE        the compiled seccomp filter, on fd 3
 #   --snippet FILE        the snippet, on fd 4 (bwrap --file copies it)
 #   --snippet-fifo FIFO   a warm slot's snippet FIFO, its read end on fd 4
