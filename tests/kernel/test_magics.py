@@ -425,3 +425,18 @@ def test_the_extension_wires_the_widgets_in_and_the_kernel_does_not_import_them(
         bare.sandbox_line("settings")
     with pytest.raises(UsageError, match="%load_ext gitpilot_jupyter"):
         bare.sandbox_cell("", "import subprocess\nprint('needs a card')")
+
+
+def test_a_host_that_cannot_contain_a_run_refuses_the_cell_with_the_reason(
+    shell: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No engine (no file-system wall): the cell is refused before any approval, with the
+    # reason and the fix, and nothing of it runs.
+    monkeypatch.setenv("GITPILOT_SANDBOX_ISOLATION", "none")
+    marker = tmp_path / "ran"
+    with pytest.raises(UsageError) as info:
+        cell(shell, "python --yes", f"open({str(marker)!r}, 'w').close()")
+    text = str(info.value)
+    assert "cannot keep a snippet away from your files" in text, text
+    assert "GITPILOT_SANDBOX_ALLOW_UNCONTAINED=1" in text, text
+    assert not marker.exists()
