@@ -127,7 +127,7 @@ def attack(shape: Shape, code: str, **extra: Any) -> Outcome:
     assert result.get("backend") == "subprocess", result
     if shape.pool == "cold":
         assert result.get("warm") is False, result
-    # A warm server's runs are checked by test_a_warm_server_hands_out_warm_slots: the attack
+    # A warm server's runs are checked by test_a_server_runs_warm_or_cold_as_asked: the attack
     # itself is judged by its effect, whichever path ran it.
     return Outcome(False, plan, result)
 
