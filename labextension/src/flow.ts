@@ -7,12 +7,27 @@ import { showErrorMessage } from '@jupyterlab/apputils';
 import { confirmPlan } from './dialog';
 import { trans } from './i18n';
 import { OutputView } from './render';
-import { newRunId, type SandboxClient } from './request';
+import { newRunId, ResponseError, type SandboxClient } from './request';
 import type { IRunResult, PlanRequest } from './types';
 
 /** Tell the user what failed, with the server's message (never raw JSON). */
 export function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * The title of the dialog that says why a request could not be planned: a host that
+ * cannot contain runs is not the user's mistake, and says so (the message has the fix).
+ */
+export function planFailureTitle(error: unknown): string {
+  const code = error instanceof ResponseError ? error.code : '';
+  if (code === 'containment_unavailable') {
+    return trans.__('This host cannot contain the snippet');
+  }
+  if (code === 'network_unavailable') {
+    return trans.__('This host cannot give the snippet a contained network');
+  }
+  return trans.__('The sandbox could not plan this');
 }
 
 /** What a caller may follow of a run once the user approved it. */
@@ -64,10 +79,7 @@ export async function planAndRun(
   try {
     plan = await client.plan(request);
   } catch (error) {
-    await showErrorMessage(
-      trans.__('The sandbox could not plan this'),
-      messageOf(error)
-    );
+    await showErrorMessage(planFailureTitle(error), messageOf(error));
     return null;
   }
   if (!(await confirmPlan(plan))) {

@@ -103,6 +103,10 @@ def test_with_no_engine_a_plan_is_refused_with_the_reason_and_the_fix(
     with pytest.raises(ContainmentUnavailable):
         options = RunOptions(language="python", code="print(1)")
         asyncio.run(service.plan_and_run(options, confirmed=True))
+    # Status does not call such a backend healthy: it says why every run is refused.
+    status = asyncio.run(service.status())
+    assert status["ok"] is False
+    assert "cannot keep a snippet away from your files" in (status["error"] or "")
 
 
 def test_a_platform_without_an_engine_points_to_matrixlab(

@@ -59,6 +59,10 @@ class StatusReporter:
             if isinstance(backend, SubprocessSandbox):
                 # The network layer depends on the setting a run would use.
                 isolation = backend.isolation(allow_network=settings.allow_network)
+                # A host that cannot contain a run refuses every run: not a healthy backend.
+                refused = backend.refusal(allow_network=settings.allow_network)
+                if refused is not None:
+                    ok, error = False, error or refused.message
             else:
                 isolation = backend.isolation()
         local = self.resolver.subprocess
