@@ -6,6 +6,7 @@ container and run with ``docker exec``, so both shapes are driven the same way.
     inside.py api METHOD PATH [JSON]   the API on BASE_URL with TOKEN (env); prints {code, body}
     inside.py plant PATH TEXT          writes TEXT to PATH (0600, parents 0700)
     inside.py exists PATH              prints true/false
+    inside.py read PATH                prints the file's text (null when it cannot be read)
     inside.py holds FOLDER TEXT        prints whether a file in FOLDER contains TEXT
     inside.py connect FAMILY ADDRESS   prints whether AF_INET HOST:PORT or AF_UNIX PATH connects
     inside.py kill TEXT                kills the processes whose command line holds TEXT (a nonce)
@@ -63,6 +64,15 @@ def procs() -> list[str]:
             except OSError:
                 continue
     return lines
+
+
+def read(path: str) -> str | None:
+    """The text of ``path`` as the user reads it, None when the user cannot."""
+    try:
+        with open(path, errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
 
 
 def holds(folder: str, text: str) -> bool:
@@ -143,6 +153,8 @@ def main(argv: list[str]) -> int:
         plant(args[0], args[1])
     elif command == "exists":
         print(json.dumps(os.path.lexists(args[0])))
+    elif command == "read":
+        print(json.dumps(read(args[0])))
     elif command == "holds":
         print(json.dumps(holds(args[0], args[1])))
     elif command == "connect":
