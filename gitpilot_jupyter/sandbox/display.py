@@ -9,9 +9,20 @@ rule is written once. ``labextension/src/escape.ts`` is its TypeScript twin; bot
 are tested against the same cases (``tests/unit/display_cases.json``).
 
 The rule: a character is shown as an escape (``\\x1b``, ``\\u202e``, ``\\U000e0041``)
-when its Unicode category is Cc (controls, except newline and tab), Cf (format:
-bidi controls, zero-width characters, BOM, tag characters), Zl, Zp (line and
-paragraph separators) or Cs (a lone surrogate). Lines are split on ``\\n`` only.
+when
+
+* its Unicode category is Cc (controls, except newline and tab), Cf (format: bidi
+  controls, zero-width characters, BOM, tag characters), Zl, Zp (line and paragraph
+  separators) or Cs (a lone surrogate);
+* it is a default-ignorable code point (:data:`INVISIBLE_RANGES`: variation selectors,
+  the Hangul fillers U+115F, U+1160, U+3164, U+FFA0, which Python accepts in names, so
+  ``\\u3164 = os.system`` binds an invisible name);
+* it is not ASCII but folds to ASCII letters or digits under NFKC, as Python folds
+  names (fullwidth ``\\uff45``, mathematical ``\\U0001d41e``: ``\\U0001d41exec`` is ``exec``);
+* it is a Greek, Cyrillic, Armenian or Cherokee letter in a word that also has a Latin
+  letter (``\\u043es``: a Cyrillic ``o`` then a Latin ``s``), where it passes for the Latin one.
+
+Lines are split on ``\\n`` only.
 """
 
 from __future__ import annotations
@@ -33,9 +44,90 @@ SCROLLING_PREVIEW_LINES = 500
 SCROLLING_PREVIEW_LINE_CHARS = 1000
 
 
+#: Default-ignorable code points (Unicode's ``Default_Ignorable_Code_Point``), inclusive
+#: ranges: invisible wherever they are shown, whatever their category.
+INVISIBLE_RANGES = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+#: Letters that pass for Latin ones beside them (Greek, Cyrillic, Armenian, Cherokee, the
+#: Latin small capitals of the phonetic extensions), inclusive ranges.
+LOOKALIKE_RANGES = (
+    (0x0370, 0x03FF),
+    (0x0400, 0x052F),
+    (0x0530, 0x058F),
+    (0x13A0, 0x13FF),
+    (0x1C80, 0x1C8F),
+    (0x1D00, 0x1D7F),
+    (0x1F00, 0x1FFF),
+    (0x2DE0, 0x2DFF),
+    (0xA640, 0xA69F),
+    (0xAB70, 0xABBF),
+)
+
+
+def _within(char: str, ranges: tuple[tuple[int, int], ...]) -> bool:
+    point = ord(char)
+    return any(low <= point <= high for low, high in ranges)
+
+
+def _folds_to_ascii(char: str) -> bool:
+    """True for a non-ASCII character that NFKC turns into ASCII letters or digits."""
+    if char.isascii():
+        return False
+    folded = unicodedata.normalize("NFKC", char)
+    return folded.isascii() and folded.isalnum()
+
+
 def needs_escape(char: str) -> bool:
-    """True when ``char`` must be shown as an escape."""
-    return char not in KEPT and unicodedata.category(char) in ESCAPED_CATEGORIES
+    """True when ``char`` must be shown as an escape wherever it stands."""
+    if char in KEPT:
+        return False
+    return (
+        unicodedata.category(char) in ESCAPED_CATEGORIES
+        or _within(char, INVISIBLE_RANGES)
+        or _folds_to_ascii(char)
+    )
+
+
+def _in_word(char: str) -> bool:
+    """A character of a name: a letter, mark, digit or connector (``_``)."""
+    category = unicodedata.category(char)
+    return category[0] in "LMN" or category == "Pc"
+
+
+def escape_flags(text: str) -> list[bool]:
+    """For each character of ``text``, whether a view shows it as an escape.
+
+    :func:`needs_escape`, plus the look-alike letters of a word that has a Latin letter.
+    """
+    flags = [needs_escape(char) for char in text]
+    start = 0
+    for end in range(len(text) + 1):
+        if end < len(text) and _in_word(text[end]):
+            continue
+        word = text[start:end]
+        if any("a" <= c.lower() <= "z" for c in word):
+            for offset, char in enumerate(word):
+                if _within(char, LOOKALIKE_RANGES):
+                    flags[start + offset] = True
+        start = end + 1
+    return flags
 
 
 def escape_char(char: str) -> str:
@@ -52,8 +144,8 @@ def escape_segments(text: str) -> list[tuple[str, bool]]:
     """``text`` cut into ``(piece, escaped)`` runs, so a view can mark escapes visibly."""
     segments: list[tuple[str, bool]] = []
     plain: list[str] = []
-    for char in text:
-        if needs_escape(char):
+    for char, escaped in zip(text, escape_flags(text), strict=True):
+        if escaped:
             if plain:
                 segments.append(("".join(plain), False))
                 plain = []
@@ -66,13 +158,13 @@ def escape_segments(text: str) -> list[tuple[str, bool]]:
 
 
 def escape_text(text: str) -> str:
-    """``text`` with every control, format and bidi character shown as an escape."""
+    """``text`` with every control, format, bidi, invisible and look-alike character escaped."""
     return "".join(piece for piece, _ in escape_segments(text))
 
 
 def count_escapes(text: str) -> int:
     """How many characters of ``text`` a view shows escaped."""
-    return sum(1 for char in text if needs_escape(char))
+    return sum(escape_flags(text))
 
 
 @dataclass(frozen=True)
@@ -113,7 +205,7 @@ class CodePreview:
             )
         if self.escaped:
             notes.append(
-                f"{self.escaped} control, format or bidi character"
+                f"{self.escaped} hidden or look-alike character"
                 f"{'s' * (self.escaped != 1)} shown as escapes (\\x.., \\u..)"
             )
         return notes

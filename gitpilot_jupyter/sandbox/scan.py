@@ -12,6 +12,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Literal, cast
 
+from .display import count_escapes
 from .policy import find_destructive
 from .records import PlanWarning
 
@@ -38,8 +39,33 @@ RULES: tuple[Rule, ...] = (
         "python",
         "high",
         "os.system",
-        r"\bos\s*\.\s*(system|popen|exec\w*|spawn\w*)\s*\(",
-        "runs a shell command from Python",
+        # Named, not only called: ``run = os.system`` binds it to a name the scan cannot follow.
+        r"\bos\s*\.\s*(system|popen|exec\w*|spawn\w*|posix_spawn\w*)\b"
+        r"|\bfrom\s+os\s+import\b[^\n]*(\b(system|popen|exec\w*|spawn\w*|posix_spawn\w*)\b|\*)"
+        r"|\bimport\s+os\s+as\b|(?<![\w.])\w+\s*=\s*os\s*(?:$|[;#)\],])",
+        "runs a shell command or another program from Python (os.system, os.posix_spawn, "
+        "os.exec*, or the os module under another name)",
+    ),
+    _rule(
+        "python",
+        "high",
+        "asyncio subprocess",
+        r"\bcreate_subprocess_(exec|shell)\b",
+        "starts other programs through asyncio",
+    ),
+    _rule(
+        "python",
+        "high",
+        "ctypes / cffi",
+        r"\b(ctypes|cffi|_ctypes)\b",
+        "calls C functions and system calls directly, past everything the scan looks for",
+    ),
+    _rule(
+        "python",
+        "high",
+        "pickle / marshal",
+        r"\b(pickle|cPickle|_pickle|dill|cloudpickle|marshal|shelve|jsonpickle)\b",
+        "loads objects whose loading runs code (pickle, marshal): what runs is not in the code",
     ),
     _rule(
         "python",
@@ -176,6 +202,16 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+#: Said when a view must show some of the code as escapes (see :mod:`.display`).
+HIDDEN_CHARACTERS = PlanWarning(
+    severity="high",
+    label="hidden or look-alike characters",
+    detail="the code has characters that look like others or like nothing (invisible names, "
+    "Cyrillic or fullwidth letters among Latin ones, bidi controls): views show them as "
+    "escapes; what runs may differ from what it seems to say",
+)
+
+
 def _variants(code: str) -> tuple[str, ...]:
     """``code`` as written and as the interpreter reads its names.
 
@@ -193,6 +229,8 @@ def scan(language: str, code: str) -> list[PlanWarning]:
     for rule in RULES:
         if language in rule.languages and any(rule.pattern.search(v) for v in variants):
             found.append({"severity": rule.severity, "label": rule.label, "detail": rule.detail})
+    if count_escapes(code.replace("\r\n", "\n")):
+        found.append(PlanWarning(**HIDDEN_CHARACTERS))
     if language != "bash":
         label = find_destructive(code)
         if label:

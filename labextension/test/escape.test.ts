@@ -98,7 +98,7 @@ describe('renderPlan (the lab dialog and Pending Plans) cannot be made to lie', 
     expect(node.querySelectorAll('.jp-gitpilot-escape')).toHaveLength(3);
     expect(text).toContain('6 more lines not shown (the code has 506)');
     expect(text).toContain(
-      '3 control, format or bidi characters shown as escapes'
+      '3 hidden or look-alike characters shown as escapes'
     );
     expect(text).toContain('sha256:' + 'ab'.repeat(32));
     expect(text).toContain('evil\\u202egnp.py');

@@ -162,6 +162,6 @@ def test_plans_and_approve_print_hostile_code_escaped_and_counted(live: LiveServ
         assert not any(c in out for c in ("\x1b", "\r", "\u202e", "\u202c")), out
         assert "print('harmless')\\x1b[2K\\x1b[1Gprint('also harmless')\\x0d" in out
         assert "8 more lines not shown (the code has 48)" in out
-        assert "5 control, format or bidi characters shown as escapes" in out
+        assert "5 hidden or look-alike characters shown as escapes" in out
         assert plan["plan"]["digest"] in out
         assert "warning (high): dynamic import" in out

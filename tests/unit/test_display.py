@@ -74,7 +74,7 @@ def test_cli_plan_shows_escapes_cuts_and_the_digest(tmp_path: Path) -> None:
     assert "print('harmless')\\x1b[2K\\x1b[1Gprint('also harmless')" in out
     assert "\\u202eevil\\u202c" in out
     assert "23 more lines not shown (the code has 63)" in out
-    assert "4 control, format or bidi characters shown as escapes" in out
+    assert "4 hidden or look-alike characters shown as escapes" in out
     assert "--json prints the whole code" in out
     assert "digest   sha256:" in out
     assert "warning (high): dynamic import" in out
@@ -124,6 +124,19 @@ def test_notebook_card_marks_escapes_and_says_what_it_cut() -> None:
         ("run = eval\nrun('1')", "exec / eval"),
         ("\uff45\uff58\uff45\uff43('print(1)')", "exec / eval"),  # fullwidth: NFKC is exec
         ("import os\nos.\\\nsystem('id')", "os.system"),  # a backslash continuation
+        ("import os\nos.posix_spawn('/bin/sh', ['sh'], {})", "os.system"),
+        ("from os import system\nsystem('id')", "os.system"),
+        ("from os import *\nsystem('id')", "os.system"),
+        ("import os as o\no.system('id')", "os.system"),
+        ("import os\nrun = os.system\nrun('id')", "os.system"),  # named, never called
+        ("import os\nshell = os\nshell.system('id')", "os.system"),
+        ("import asyncio\nasyncio.create_subprocess_shell('id')", "asyncio subprocess"),
+        ("import ctypes\nctypes.CDLL(None).system(b'id')", "ctypes / cffi"),
+        ("import pickle\npickle.loads(payload)", "pickle / marshal"),
+        ("import marshal\nexec(marshal.loads(blob))", "pickle / marshal"),
+        # U+3164, a Hangul filler, is a valid name that no view shows.
+        ("import os\n\u3164 = os.system\n\u3164('id')", "hidden or look-alike characters"),
+        ("\u043es = __import__('os')", "hidden or look-alike characters"),  # a Cyrillic o
     ],
 )
 def test_scan_flags_python_tricks(code: str, label: str) -> None:
@@ -144,4 +157,11 @@ def test_scan_flags_dynamic_require(code: str) -> None:
 
 def test_scan_leaves_plain_code_alone() -> None:
     assert scan("python", "import re\nprint(re.compile('x').pattern)\n") == []
+    # Other scripts in words of their own, Windows line ends, names that merely contain "os".
+    plain = (
+        "import os, platform\r\n\u0434\u0430\u043d\u043d\u044b\u0435 = "
+        "'\u041f\u0440\u0438\u0432\u0435\u0442'  # caf\u00e9\r\n"
+        "print(platform.system(), os.sep)\r\n"
+    )
+    assert scan("python", plain) == []
     assert scan("javascript", "const fs = require('fs');\nconsole.log(1)") == []
