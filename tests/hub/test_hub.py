@@ -152,6 +152,7 @@ def test_a_users_run_is_contained_and_names_its_layers(
         assert status.status_code == 200, status.text
         report = status.json()
         assert report["backend"] == "subprocess" and report["require_approval"] is True
+        assert report["allowed_backends"] == ["subprocess"]
         assert report["isolation_report"]["engine"] in ("bwrap", "landlock"), report
         # The recipe takes `off` away: it can be neither saved nor asked for.
         saved = call(

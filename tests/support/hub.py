@@ -112,6 +112,8 @@ c.Authenticator.allowed_users = {sorted(u.name for u in users)!r}
 c.JupyterHub.spawner_class = "localprocess"
 c.Spawner.cmd = [{sys.executable!r}, "-m", "jupyterhub.singleuser"]
 c.Spawner.start_timeout = {int(START_TIMEOUT_SEC)}
+# A spawn request answers at once (202): both users' servers start side by side.
+c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0}}
 c.Spawner.http_timeout = {int(START_TIMEOUT_SEC)}
 cgroups = {cgroups!r}
 c.Spawner.environment = {{
