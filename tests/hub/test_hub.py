@@ -144,8 +144,8 @@ def test_a_users_run_is_contained_and_names_its_layers(
         "hub_db": server.root_dir / "jupyterhub.sqlite",
         "own_ssh_key": own_key,
     }
-    for label in ("other_home", "hub_config", "own_ssh_key"):
-        assert readable_as(alice, targets[label]), f"{label}: the test's premise does not hold"
+    for label, path in targets.items():
+        assert readable_as(alice, path), f"{label}: the test's premise does not hold"
 
     with server.client_as(server.user_token(alice.name)) as http:
         status = http.get(f"/user/{alice.name}/api/sandbox/status")
