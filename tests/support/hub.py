@@ -13,8 +13,10 @@ enter (``/root`` is 0700, with pyenv in it): the hub starts in a private mount
 namespace where those folders are opened up (``open_up`` of ``as_docker_user.py``),
 which its servers inherit. Nothing on the host is changed for that.
 
-    hub = start_hub(folder, ["alice", "bob"], server_config=RECIPE)
-    with hub.client(hub.user_token("alice")) as http:
+    users = [make_user(name, base / f"home-{name}") for name in ("alice", "bob")]
+    hub = start_hub(base / "hub", users)
+    hub.spawn(["alice", "bob"])
+    with hub.client_as(hub.user_token("alice")) as http:
         http.get("/user/alice/api/sandbox/status")
     hub.stop()
 """
@@ -114,6 +116,9 @@ c.Spawner.cmd = [{sys.executable!r}, "-m", "jupyterhub.singleuser"]
 c.Spawner.start_timeout = {int(START_TIMEOUT_SEC)}
 # A spawn request answers at once (202): both users' servers start side by side.
 c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0}}
+# A server asks on its terminal whether to stop at SIGINT and waits 5 s for an answer that
+# never comes: SIGTERM after 1 s stops it at once.
+c.LocalProcessSpawner.interrupt_timeout = 1
 c.Spawner.http_timeout = {int(START_TIMEOUT_SEC)}
 cgroups = {cgroups!r}
 c.Spawner.environment = {{
