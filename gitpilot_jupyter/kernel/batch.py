@@ -4,8 +4,9 @@ SOURCE is a variable holding a list of items (dicts with ``id``, ``language``,
 ``code``...) or the path of a JSONL file or a folder. The batch goes where
 ``%%sandbox`` cells go (the Jupyter server, under its policy and audit, or the
 core in the kernel process, on this machine or on Dask with ``--cluster``),
-shows a progress bar, and answers the results as a table: a pandas DataFrame
-when pandas is installed, else a list of dicts. Executing the cell approves the
+shows a progress bar, and answers the results as a table (with ``--out``, the
+whole file's: the rows of earlier runs too): a pandas DataFrame when pandas is
+installed, else a list of dicts. Executing the cell approves the
 batch unless an item has a high-severity warning (then ``--yes`` is needed, as
 after a look at the items with ``--show ID``). Interrupting the kernel stops
 the batch and keeps what finished.
@@ -25,7 +26,8 @@ from IPython.display import display as _display
 from ..client.base import SandboxClient
 from ..client.batches import BatchWatch, approve_and_run_batch, final_report
 from ..sandbox.batch import as_items, items_from_list
-from ..sandbox.batch.render import batch_plan_text, item_text, report_text
+from ..sandbox.batch.render import batch_plan_text, item_text, report_text, table_rows
+from ..sandbox.batch.runner import counted_over_file, held_records
 from ..sandbox.request import RunOptions
 from ..sandbox.sync import run_sync
 from .views import ProgressView
@@ -64,12 +66,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def as_table(records: list[dict[str, Any]]) -> Any:
-    """A pandas DataFrame of the records when pandas is installed, else the list itself."""
+    """The records as a table, what a teacher reads first (id, status, exit code, summary,
+    duration), ids and digests last: a pandas DataFrame when pandas is installed, else a list
+    of dicts with their keys in that order."""
+    columns, rows = table_rows(records)
     try:
         import pandas as pd
     except ImportError:
-        return records
-    return pd.DataFrame.from_records(records)
+        return rows
+    return pd.DataFrame(rows, columns=columns)
 
 
 def batch_line(
@@ -120,7 +125,12 @@ def batch_line(
             )
         )
     report = final_report(client, batch, watch, args.out)
+    records = watch.records
+    if args.out is not None:  # the whole table: earlier runs' rows too, in the batch's order
+        held = {str(record["id"]): record for record in held_records(batch, args.out)}
+        records = [held[item_id] for item_id in batch.items if item_id in held]
+        report = counted_over_file(report, records)
     if report["stopped"]:
         bar.stopped(report["stopped"])
     print(report_text(report))
-    return as_table(watch.records)
+    return as_table(records)

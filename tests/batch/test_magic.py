@@ -56,6 +56,7 @@ def test_without_pandas_the_results_are_a_list_of_dicts(
     shell.run_cell(SETUP)
     results = shell.run_line_magic("sandbox", "batch items")
     assert isinstance(results, list) and len(results) == 7
+    assert list(results[0])[:5] == ["id", "status", "exit_code", "summary", "duration_ms"]
     by_id = {r["id"]: r for r in results}
     assert by_id["n2"]["stdout"] == "6\n" and by_id["wipe"]["status"] == "blocked"
 
@@ -94,3 +95,27 @@ def test_interrupting_the_kernel_stops_the_batch_and_keeps_what_finished(
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["q"]
     check = run(kernel, "print(list(table['id']))")
     assert "['q']" in "".join(m["content"].get("text", "") for m in check)
+
+
+def test_a_rerun_answers_the_whole_results_table_teachers_columns_first(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "results.jsonl"
+    shell.run_cell(SETUP + 'items.append({"id": "oops", "language": "python", "code": "1 / 0"})')
+    first = shell.run_line_magic("sandbox", f"batch items --out {out}")
+    capsys.readouterr()
+    # Nothing left to run: the table is still every row of the file, in the batch's order.
+    again = shell.run_line_magic("sandbox", f"batch items --out {out}")
+    said = capsys.readouterr().out
+    assert "8 items · 1 failed · 1 blocked · 6 ok (8 already done)" in said
+    assert list(again["id"]) == list(first["id"]) == [*(f"n{i}" for i in range(6)), "wipe", "oops"]
+    assert list(again.columns[:5]) == ["id", "status", "exit_code", "summary", "duration_ms"]
+    assert again.columns[-1] == "digest"
+    summary = again.set_index("id")["summary"]
+    assert summary["n4"] == "12" and summary["oops"] == "ZeroDivisionError: division by zero"
+    assert summary["wipe"] == "destructive pattern 'rm -rf /'"
+    # One item changed: it runs again, and the table still holds all eight.
+    shell.run_cell('items[0]["code"] = "print(100)"')
+    third = shell.run_line_magic("sandbox", f"batch items --out {out}")
+    assert len(third) == 8 and third.set_index("id")["summary"]["n0"] == "100"
+    assert "(7 already done)" in capsys.readouterr().out
