@@ -65,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Whole numbers a row may lack (a blocked item never ran): nullable integers, not 0.0 and NaN.
+WHOLE_NUMBER_COLUMNS = ("exit_code", "duration_ms")
+
+
 def as_table(records: list[dict[str, Any]]) -> Any:
     """The records as a table, what a teacher reads first (id, status, exit code, summary,
     duration), ids and digests last: a pandas DataFrame when pandas is installed, else a list
@@ -74,7 +78,11 @@ def as_table(records: list[dict[str, Any]]) -> Any:
         import pandas as pd
     except ImportError:
         return rows
-    return pd.DataFrame(rows, columns=columns)
+    frame = pd.DataFrame(rows, columns=columns)
+    for name in WHOLE_NUMBER_COLUMNS:
+        if name in frame:
+            frame[name] = frame[name].astype("Int64")
+    return frame
 
 
 def batch_line(

@@ -114,7 +114,7 @@ def summary_line(record: dict[str, Any]) -> str:
         lines = str(record.get(name) or "").strip().splitlines()
         if lines:
             return lines[-1].strip()
-    return "timed out" if record.get("timed_out") else ""
+    return ""
 
 
 def table_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
