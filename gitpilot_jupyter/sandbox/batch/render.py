@@ -80,7 +80,7 @@ def report_text(report: dict[str, Any]) -> str:
         f"{report['ok']} ok" + (f" ({report['skipped']} already done)" if report["skipped"] else "")
     )
     lines = [
-        f"[batch] {report['total']} items · "
+        f"[batch] {report['total']} item{'' if report['total'] == 1 else 's'} · "
         + " · ".join(parts)
         + f" · {report['elapsed_sec']:.1f} s on {report['executor']}"
     ]
