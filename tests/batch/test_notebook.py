@@ -1,5 +1,6 @@
 """notebooks/05-batch-grading.ipynb runs top to bottom and says what it should, both ways a
-user opens it (launched from a Jupyter server with the extension, and alone)."""
+user opens it (launched from a Jupyter server with the extension, and alone), twice in the same
+folder, with only what ``make run`` installs (the opener's environment)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def venv_kernelspec(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_05_batch_grading_twice_in_the_same_folder_with_what_make_run_installs(
     opener: Any,
 ) -> None:
-    opener("05-batch-grading.ipynb", times=2, make_run=True)
+    opener("05-batch-grading.ipynb", times=2)  # with what make run installs
     first, second = opener.runs
     for cells in (first, second):
         plan = text(cells["plan"])

@@ -9,7 +9,8 @@ user opens it:
   in-process path (notebook 04 is pointed at a server by its env fallback).
 
 Cells are found by their ids. Notebooks are stored without outputs; they run in
-a copy inside a temp folder, with a private settings folder.
+a copy inside a temp folder, with a private settings folder, and with only what
+``make run`` installs (``make_run_env``: no test tools, whatever this virtualenv holds).
 """
 
 from __future__ import annotations
@@ -126,9 +127,9 @@ def opener(
     """``open(name, env={...})`` runs a notebook in this test's mode; ``.where`` says where.
 
     ``times=2`` runs it again in the same folder (a second Run All: the files the first
-    one wrote are there), answering the last run's cells (``.runs`` holds every run's);
-    ``make_run=True`` runs it with only what ``make run`` installs (the kernel, and the
-    server when there is one).
+    one wrote are there), answering the last run's cells (``.runs`` holds every run's).
+    The kernel, and the server when there is one, have only what ``make run`` installs
+    (``make_run=False``: this whole test virtualenv), as a newcomer's do.
     """
     servers: list[LiveServer] = []
 
@@ -142,7 +143,7 @@ def opener(
             env: Mapping[str, str] | None = None,
             *,
             times: int = 1,
-            make_run: bool = False,
+            make_run: bool = True,
         ) -> dict[str, Any]:
             env = dict(env or {})
             if make_run:
