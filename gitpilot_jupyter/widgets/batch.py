@@ -60,7 +60,7 @@ class BatchApprovalCard(ipw.VBox):  # type: ignore[misc]
         self.batch = batch
         self._run = run
         self.table: Any = None
-        high = batch.summary()["high_risk"]
+        high, runnable = batch.summary()["high_risk"], batch.summary()["runnable"]
         self.looked = ipw.Checkbox(
             value=False,
             indent=False,
@@ -68,7 +68,7 @@ class BatchApprovalCard(ipw.VBox):  # type: ignore[misc]
             layout=ipw.Layout(width="auto"),
         )
         self.approve_button = ipw.Button(
-            description=f"Approve and run {batch.summary()['runnable']} snippets",
+            description=f"Approve and run {runnable} snippet{'' if runnable == 1 else 's'}",
             button_style="danger",
             icon="play",
             disabled=True,
