@@ -14,6 +14,7 @@ from ..client.batches import BatchWatch, approve_and_run_batch, final_report
 from ..client.server import TOKEN_ENV
 from ..sandbox.batch import BatchPlan, BatchProgress, load_source
 from ..sandbox.batch.render import batch_plan_text, item_text, report_text
+from ..sandbox.batch.runner import counted_over_file, held_records
 from ..sandbox.errors import InvalidRequest
 from ..sandbox.request import RunOptions
 from ..sandbox.sync import run_sync
@@ -34,8 +35,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(one item per file, by extension, or through --each). Results are appended to --out "
         "as each item finishes; running the same command again resumes (items already in "
         "--out with the same digest are skipped). Ctrl-C stops and keeps what finished.",
-        epilog="Exit status: 0 when every item ran and exited 0; 1 when an item failed, timed "
-        "out, was blocked or did not run; 2 for a refused or invalid request; 130 when stopped.",
+        epilog="Exit status (of the whole results file, earlier runs included): 0 when every "
+        "item ran and exited 0; 1 when an item failed, timed out, was blocked or did not run; "
+        "2 for a refused or invalid request; 130 when stopped.",
     )
     p.add_argument("source", metavar="FILE.jsonl|DIR", help="the snippets")
     p.add_argument(
@@ -165,13 +167,21 @@ def cmd_batch(args: argparse.Namespace) -> int:
         run_sync(run)
     except KeyboardInterrupt:
         progress.end()
-        _finish(final_report(client, batch, watch, args.out), args.json)
+        _finish(
+            _whole_file(final_report(client, batch, watch, args.out), batch, args.out), args.json
+        )
         return EXIT_INTERRUPTED
     progress.end()
-    report = final_report(client, batch, watch, args.out)
+    report = _whole_file(final_report(client, batch, watch, args.out), batch, args.out)
     _finish(report, args.json)
-    clean = not report["stopped"] and report["ok"] + report["skipped"] == report["total"]
+    # What the file holds decides: a resumed batch whose earlier items failed still failed.
+    clean = not report["stopped"] and report["ok"] == report["total"]
     return 0 if clean else 1
+
+
+def _whole_file(report: dict[str, Any], batch: BatchPlan, out: str) -> dict[str, Any]:
+    """The report counted over every item the results file holds (earlier runs too)."""
+    return counted_over_file(report, held_records(batch, out))
 
 
 def _finish(report: dict[str, Any], as_json: bool) -> None:

@@ -4,11 +4,13 @@ SOURCE is a variable holding a list of items (dicts with ``id``, ``language``,
 ``code``...) or the path of a JSONL file or a folder. The batch goes where
 ``%%sandbox`` cells go (the Jupyter server, under its policy and audit, or the
 core in the kernel process, on this machine or on Dask with ``--cluster``),
-shows a progress bar, and answers the results as a table: a pandas DataFrame
-when pandas is installed, else a list of dicts. Executing the cell approves the
-batch unless an item has a high-severity warning (then ``--yes`` is needed, as
-after a look at the items with ``--show ID``). Interrupting the kernel stops
-the batch and keeps what finished.
+shows a progress bar, and answers the results as a table (with ``--out``, the
+whole file's: the rows of earlier runs too): a pandas DataFrame when pandas is
+installed, else a list of dicts. Executing the cell approves the batch unless an
+item has a high-severity warning: then an Approve / Reject card shows the plan
+and those items' code, and runs the batch once ticked and approved (``--yes``
+approves without the card, after a look with ``--show ID``). Interrupting the
+kernel stops the batch and keeps what finished.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from IPython.display import display as _display
 from ..client.base import SandboxClient
 from ..client.batches import BatchWatch, approve_and_run_batch, final_report
 from ..sandbox.batch import as_items, items_from_list
-from ..sandbox.batch.render import batch_plan_text, item_text, report_text
+from ..sandbox.batch.render import batch_plan_text, item_text, report_text, table_rows
+from ..sandbox.batch.runner import counted_over_file, held_records
 from ..sandbox.request import RunOptions
 from ..sandbox.sync import run_sync
-from .views import ProgressView
+from .views import NotebookViews, ProgressView
 
 display: Callable[..., None] = _display
 
@@ -63,26 +66,38 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Whole numbers a row may lack (a blocked item never ran): nullable integers, not 0.0 and NaN.
+WHOLE_NUMBER_COLUMNS = ("exit_code", "duration_ms")
+
+
 def as_table(records: list[dict[str, Any]]) -> Any:
-    """A pandas DataFrame of the records when pandas is installed, else the list itself."""
+    """The records as a table, what a teacher reads first (id, status, exit code, summary,
+    duration), ids and digests last: a pandas DataFrame when pandas is installed, else a list
+    of dicts with their keys in that order."""
+    columns, rows = table_rows(records)
     try:
         import pandas as pd
     except ImportError:
-        return records
-    return pd.DataFrame.from_records(records)
+        return rows
+    frame = pd.DataFrame(rows, columns=columns)
+    for name in WHOLE_NUMBER_COLUMNS:
+        if name in frame:
+            frame[name] = frame[name].astype("Int64")
+    return frame
 
 
 def batch_line(
     user_ns: dict[str, Any],
     rest: list[str],
-    progress_view: Callable[[int], ProgressView],
+    views: NotebookViews,
     client: SandboxClient,
 ) -> Any:
-    """Run ``%sandbox batch``; the results table (``None`` for ``--plan`` / ``--show``).
+    """Run ``%sandbox batch``; the results table (``None`` for ``--plan`` / ``--show`` / a card).
 
-    ``progress_view(total)`` makes the progress bar (the notebook views' one); the
-    batch goes through ``client``, the one ``%%sandbox`` cells use (the server's when
-    they go there: its policy and its audit log).
+    ``views`` make the progress bar and, for a batch with high-risk items run without
+    ``--yes``, the Approve / Reject card (then the table shows in the card). The batch
+    goes through ``client``, the one ``%%sandbox`` cells use (the server's when they go
+    there: its policy and its audit log).
     """
     args = _parser().parse_args(rest)
     source = user_ns.get(args.source) if args.source.isidentifier() else None
@@ -101,26 +116,40 @@ def batch_line(
         for item_id in args.show:
             print(item_text(batch, item_id))
         return None
+
+    def run(bar: ProgressView) -> tuple[str, Any]:
+        """Approve and run the batch with ``bar`` showing it; the report's text and the table."""
+        watch = BatchWatch(on_progress=bar.update)
+        with contextlib.suppress(KeyboardInterrupt):  # a stop keeps what finished
+            run_sync(
+                approve_and_run_batch(
+                    client,
+                    batch,
+                    watch=watch,
+                    out=args.out,
+                    workers=args.workers,
+                    cluster=args.cluster,
+                )
+            )
+        report = final_report(client, batch, watch, args.out)
+        records = watch.records
+        if args.out is not None:  # the whole table: earlier runs' rows too, in the batch's order
+            held = {str(record["id"]): record for record in held_records(batch, args.out)}
+            records = [held[item_id] for item_id in batch.items if item_id in held]
+            report = counted_over_file(report, records)
+        if report["stopped"]:
+            bar.stopped(report["stopped"])
+        return report_text(report), as_table(records)
+
+    if batch.summary()["high_risk"] and not args.yes and not args.plan:
+        # A person decides, on a card showing the plan and the high-risk items' code.
+        display(views.batch_approval_card(batch, run))
+        return None
     print(batch_plan_text(batch))
     if args.plan:
         return None
-    high = batch.summary()["high_risk"]
-    if high and not args.yes:
-        raise UsageError(
-            f"sandbox batch: {len(high)} item(s) have high-severity warnings ({', '.join(high[:5])}"
-            f"{'...' if len(high) > 5 else ''}); look at them with --show ID, then run with --yes"
-        )
-    bar = progress_view(batch.count)
+    bar = views.batch_progress(batch.count)
     display(bar)
-    watch = BatchWatch(on_progress=bar.update)
-    with contextlib.suppress(KeyboardInterrupt):  # a stop keeps what finished
-        run_sync(
-            approve_and_run_batch(
-                client, batch, watch=watch, out=args.out, workers=args.workers, cluster=args.cluster
-            )
-        )
-    report = final_report(client, batch, watch, args.out)
-    if report["stopped"]:
-        bar.stopped(report["stopped"])
-    print(report_text(report))
-    return as_table(watch.records)
+    said, table = run(bar)
+    print(said)
+    return table

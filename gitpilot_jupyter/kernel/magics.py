@@ -284,7 +284,7 @@ class SandboxMagics(Magics):
         """Many snippets under one approval, with a progress bar; answers the results table."""
         from .batch import batch_line
 
-        return batch_line(self.user_ns, rest, self.views.batch_progress, self.client)
+        return batch_line(self.user_ns, rest, self.views, self.client)
 
     def _line_status(self, rest: list[str]) -> None:
         status = run_sync(self.client.status())

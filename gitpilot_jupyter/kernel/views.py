@@ -1,9 +1,10 @@
 """What the magic shows in a notebook, as a protocol: the kernel never imports the widgets.
 
-The magic needs three views: an Approve / Reject card for a plan, the settings
-panel, and a batch's progress bar. It asks for them through :class:`NotebookViews`,
-which the composition root (:mod:`gitpilot_jupyter.wiring`) fills with the
-ipywidgets ones when ``%load_ext gitpilot_jupyter`` registers the magics.
+The magic needs four views: an Approve / Reject card for a plan, the settings
+panel, a batch's progress bar and the card of a batch with high-risk items. It
+asks for them through :class:`NotebookViews`, which the composition root
+(:mod:`gitpilot_jupyter.wiring`) fills with the ipywidgets ones when
+``%load_ext gitpilot_jupyter`` registers the magics.
 A magic registered without views says how to load it instead of failing late.
 """
 
@@ -15,7 +16,7 @@ from typing import Any, Protocol
 from IPython.core.error import UsageError
 
 from ..client.base import SandboxClient
-from ..sandbox.batch import BatchProgress
+from ..sandbox.batch import BatchPlan, BatchProgress
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.results import RunResult
 
@@ -49,6 +50,12 @@ class NotebookViews(Protocol):
     def batch_progress(self, total: int) -> ProgressView:
         """A progress bar for a batch of ``total`` items."""
 
+    def batch_approval_card(
+        self, batch: BatchPlan, run: Callable[[ProgressView], tuple[str, Any]]
+    ) -> Any:
+        """An Approve / Reject card for ``batch``; Approve calls ``run(its progress bar)``,
+        which runs the batch and answers the report's text and the results table."""
+
 
 class NoViews:
     """The views of a magic registered without the extension entry: each says how to fix it."""
@@ -74,4 +81,9 @@ class NoViews:
         raise self._missing()
 
     def batch_progress(self, total: int) -> ProgressView:
+        raise self._missing()
+
+    def batch_approval_card(
+        self, batch: BatchPlan, run: Callable[[ProgressView], tuple[str, Any]]
+    ) -> Any:
         raise self._missing()

@@ -9,17 +9,19 @@ puts them together.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..client.base import SandboxClient
+from ..sandbox.batch import BatchPlan
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.results import RunResult
 from .approval import ApprovalCard
-from .batch import BatchProgressBar
+from .batch import BatchApprovalCard, BatchProgressBar
 from .panel import SandboxSettingsPanel
 
 
 class WidgetViews:
-    """Approve / Reject cards, the settings panel and batch progress bars as ipywidgets."""
+    """Approve / Reject cards, the settings panel, batch progress bars and cards as ipywidgets."""
 
     def approval_card(
         self,
@@ -39,3 +41,9 @@ class WidgetViews:
     def batch_progress(self, total: int) -> BatchProgressBar:
         """A progress bar for a batch of ``total`` items."""
         return BatchProgressBar(total)
+
+    def batch_approval_card(
+        self, batch: BatchPlan, run: Callable[[BatchProgressBar], tuple[str, Any]]
+    ) -> BatchApprovalCard:
+        """An Approve / Reject card for a batch with high-risk items."""
+        return BatchApprovalCard(batch, run)

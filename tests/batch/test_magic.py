@@ -11,6 +11,8 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
+from gitpilot_jupyter.kernel import batch as batch_magic
+from gitpilot_jupyter.sandbox.batch import read_results
 from tests.kernel.test_in_kernel import messages_until_idle, run
 
 SETUP = """
@@ -56,21 +58,66 @@ def test_without_pandas_the_results_are_a_list_of_dicts(
     shell.run_cell(SETUP)
     results = shell.run_line_magic("sandbox", "batch items")
     assert isinstance(results, list) and len(results) == 7
+    assert list(results[0])[:5] == ["id", "status", "exit_code", "summary", "duration_ms"]
     by_id = {r["id"]: r for r in results}
     assert by_id["n2"]["stdout"] == "6\n" and by_id["wipe"]["status"] == "blocked"
 
 
-def test_high_risk_items_need_yes_and_can_be_opened(
-    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+RISKY = 'risky = [{"id": "r", "language": "python", "code": "import os; os.system(\'echo hi\')"}]'
+
+
+def shown_by(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What the batch magic displays (its card, its progress bar), in order."""
+    shown: list[Any] = []
+    monkeypatch.setattr(batch_magic, "display", shown.append)
+    return shown
+
+
+def test_a_high_risk_batch_shows_a_card_that_runs_once_ticked_and_approved(
+    shell: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    shell.run_cell(
-        'risky = [{"id": "r", "language": "python", "code": "import os; os.system(\'true\')"}]'
-    )
-    with pytest.raises(UsageError, match=r"high-severity warnings .*--yes"):
-        shell.run_line_magic("sandbox", "batch risky")
+    out = tmp_path / "results.jsonl"
+    shown = shown_by(monkeypatch)
+    shell.run_cell(RISKY + '\nrisky.append({"id": "q", "language": "bash", "code": "echo q"})')
+    assert shell.run_line_magic("sandbox", f"batch risky --out {out}") is None
+    [card] = shown
+    plan = card.children[0].value
+    assert "2 snippets" in plan and "high-risk items: r" in plan
+    assert "os.system(&#x27;echo hi&#x27;)" in plan  # the risky item's code, escaped
+    # Nothing runs until the tick box says the risky items were looked at.
+    assert card.approve_button.disabled
+    card.approve()
+    assert card.state == "pending" and not out.exists()
+    card.looked.value = True
+    assert not card.approve_button.disabled
+    card.approve_button.click()
+    assert card.state == "done"
+    assert list(card.table["id"]) == ["r", "q"] and list(card.table["summary"]) == ["hi", "q"]
+    said = "".join(o.get("text", "") for o in card.output.outputs)
+    assert "2 items · 2 ok" in said
+    assert card.approve_button.disabled and card.reject_button.disabled  # decided once
+    assert len(read_results(out)) == 2
+
+
+def test_rejecting_the_card_runs_nothing_and_yes_approves_without_it(
+    shell: InteractiveShell,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "results.jsonl"
+    shown = shown_by(monkeypatch)
+    shell.run_cell(RISKY)
+    shell.run_line_magic("sandbox", f"batch risky --out {out}")
+    [card] = shown
+    card.looked.value = True
+    card.reject_button.click()
+    card.approve_button.click()  # too late: the card decided
+    assert card.state == "rejected" and not out.exists()
     shell.run_line_magic("sandbox", "batch risky --show r")
-    assert "os.system('true')" in capsys.readouterr().out
-    assert list(shell.run_line_magic("sandbox", "batch risky --yes")["status"]) == ["ok"]
+    assert "os.system('echo hi')" in capsys.readouterr().out
+    table = shell.run_line_magic("sandbox", f"batch risky --out {out} --yes")
+    assert list(table["status"]) == ["ok"] and len(shown) == 2  # a progress bar, no card
     with pytest.raises(UsageError, match="usage"):
         shell.run_line_magic("sandbox", "batch")
 
@@ -94,3 +141,61 @@ def test_interrupting_the_kernel_stops_the_batch_and_keeps_what_finished(
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["q"]
     check = run(kernel, "print(list(table['id']))")
     assert "['q']" in "".join(m["content"].get("text", "") for m in check)
+
+
+def test_a_rerun_answers_the_whole_results_table_teachers_columns_first(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "results.jsonl"
+    shell.run_cell(SETUP + 'items.append({"id": "oops", "language": "python", "code": "1 / 0"})')
+    first = shell.run_line_magic("sandbox", f"batch items --out {out}")
+    capsys.readouterr()
+    # Nothing left to run: the table is still every row of the file, in the batch's order.
+    again = shell.run_line_magic("sandbox", f"batch items --out {out}")
+    said = capsys.readouterr().out
+    assert "8 items · 1 failed · 1 blocked · 6 ok (8 already done)" in said
+    assert list(again["id"]) == list(first["id"]) == [*(f"n{i}" for i in range(6)), "wipe", "oops"]
+    assert list(again.columns[:5]) == ["id", "status", "exit_code", "summary", "duration_ms"]
+    assert again.columns[-1] == "digest"
+    summary = again.set_index("id")["summary"]
+    assert summary["n4"] == "12" and summary["oops"] == "ZeroDivisionError: division by zero"
+    assert summary["wipe"] == "destructive pattern 'rm -rf /'"
+    # One item changed: it runs again, and the table still holds all eight.
+    shell.run_cell('items[0]["code"] = "print(100)"')
+    third = shell.run_line_magic("sandbox", f"batch items --out {out}")
+    assert len(third) == 8 and third.set_index("id")["summary"]["n0"] == "100"
+    assert "(7 already done)" in capsys.readouterr().out
+
+
+def test_the_batch_card_runs_on_a_frontend_tick_and_click(kernel: Any, tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    # Keep a handle on what the magic displays, to find the card's widget models.
+    run(kernel, "from gitpilot_jupyter.kernel import batch as b\nshown = []\n" + RISKY)
+    run(kernel, "b.display, show = (lambda w: (shown.append(w), show(w))), b.display")
+    run(kernel, f"%sandbox batch risky --out {out}")
+    ids = run(
+        kernel,
+        "c = shown[0]\nprint(c.looked.model_id, c.approve_button.model_id, c.output.model_id)",
+    )
+    looked, button, output = "".join(
+        m["content"]["text"] for m in ids if m["msg_type"] == "stream"
+    ).split()
+
+    def send(comm_id: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+        msg = kernel.session.msg("comm_msg", {"comm_id": comm_id, "data": data})
+        kernel.shell_channel.send(msg)
+        return messages_until_idle(kernel, msg["header"]["msg_id"])
+
+    click = {"method": "custom", "content": {"event": "click"}}
+    send(button, click)  # not ticked yet: nothing runs
+    assert not out.exists()
+    send(looked, {"method": "update", "state": {"value": True}, "buffer_paths": []})
+    updates = send(button, click)
+    outputs: list[dict[str, Any]] = []
+    for m in updates:
+        if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == output:
+            outputs = m["content"]["data"].get("state", {}).get("outputs", outputs)
+    said = "".join(o.get("text", "") for o in outputs)
+    assert "1 item · 1 ok" in said
+    assert any("text/html" in o.get("data", {}) for o in outputs)  # the table, in the card
+    assert [json.loads(line)["stdout"] for line in out.read_text().splitlines()] == ["hi\n"]

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gitpilot_jupyter.sandbox.batch import BatchService, items_from_list, read_results, run_batch
+from gitpilot_jupyter.sandbox.batch.runner import counted_over_file, held_records
 from gitpilot_jupyter.sandbox.service import SandboxService
 
 
@@ -125,3 +126,31 @@ def test_env_names_pass_variables_to_every_item_and_are_bound(
     batches = BatchService(SandboxService())
     with_env = batches.plan(items_from_list(given), env=["COURSE_NAME"])
     assert with_env.digest != batches.plan(items_from_list(given)).digest
+
+
+def test_a_rerun_counted_over_its_results_file_tells_the_whole_batch(tmp_path: Path) -> None:
+    out = tmp_path / "results.jsonl"
+    batches = BatchService(SandboxService(require_approval=False))
+    given = [
+        *snippets(3),
+        {"id": "bad", "language": "python", "code": "raise SystemExit(3)"},
+        {"id": "wipe", "language": "bash", "code": "rm -rf /"},
+    ]
+
+    async def go(items: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = batches.plan(items_from_list(items))
+        run = batches.start(batches.claim(batch.batch_id, None), out=out, workers=2)
+        async for _ in run.results():
+            pass
+        return counted_over_file(run.report(), held_records(batch, out))
+
+    first = asyncio.run(go(given))
+    assert (first["ok"], first["failed"], first["blocked"], first["skipped"]) == (3, 1, 1, 0)
+    again = asyncio.run(go(given))  # nothing runs: the counts are the file's
+    assert (again["ok"], again["failed"], again["blocked"], again["skipped"]) == (3, 1, 1, 5)
+    assert again["finished"] == 0 and set(again["this_run"].values()) == {0}
+    # A stale line (the item changed since) is not counted: the new result is.
+    given[3]["code"] = "print('fixed')"
+    third = asyncio.run(go(given))
+    assert (third["ok"], third["failed"], third["skipped"]) == (4, 0, 4)
+    assert third["this_run"]["ok"] == 1 and len(read_results(out)) == 5

@@ -107,7 +107,7 @@ def test_the_cli_runs_a_batch_on_the_server_it_names(strict: LiveServer, tmp_pat
     # Run again: the results file holds the item, so nothing is planned or run again.
     mark = len(strict.log())
     again = cli()
-    assert again.returncode == 0 and "1 already done (skipped)" in again.stderr, again.stderr
+    assert again.returncode == 0 and "1 ok (1 already done)" in again.stderr, again.stderr
     assert requests_after(strict, mark, 1) == ["POST batch/plan", "POST batch/approve"]
 
 

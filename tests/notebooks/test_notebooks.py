@@ -9,7 +9,8 @@ user opens it:
   in-process path (notebook 04 is pointed at a server by its env fallback).
 
 Cells are found by their ids. Notebooks are stored without outputs; they run in
-a copy inside a temp folder, with a private settings folder.
+a copy inside a temp folder, with a private settings folder, and with only what
+``make run`` installs (``make_run_env``: no test tools, whatever this virtualenv holds).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pytest
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 
+from tests.notebooks.make_run_env import make_run_env
 from tests.support.live_server import LiveServer, start_live_server
 from tests.support.system import require_system
 
@@ -122,31 +124,55 @@ def opener(
     tmp_path_factory: pytest.TempPathFactory,
     sandbox_config_dir: Path,
 ) -> Iterator[Any]:
-    """``open(name, env={...})`` runs a notebook in this test's mode; ``.where`` says where."""
+    """``open(name, env={...})`` runs a notebook in this test's mode; ``.where`` says where.
+
+    ``times=2`` runs it again in the same folder (a second Run All: the files the first
+    one wrote are there), answering the last run's cells (``.runs`` holds every run's).
+    The kernel, and the server when there is one, have only what ``make run`` installs
+    (``make_run=False``: this whole test virtualenv), as a newcomer's do.
+    """
     servers: list[LiveServer] = []
 
     class Open:
         where: Opened
+        runs: list[dict[str, Any]]
 
-        def __call__(self, name: str, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+        def __call__(
+            self,
+            name: str,
+            env: Mapping[str, str] | None = None,
+            *,
+            times: int = 1,
+            make_run: bool = True,
+        ) -> dict[str, Any]:
+            env = dict(env or {})
+            if make_run:
+                env.update(make_run_env(tmp_path_factory.mktemp("make-run-env")))
+            self.runs = []
             if mode == "alone":
                 workdir = tmp_path_factory.mktemp("nb-alone")
-                for key, value in (env or {}).items():
-                    os.environ[key] = value
+                before = {key: os.environ.get(key) for key in env}
+                os.environ.update(env)
                 try:
-                    cells = execute_alone(name, workdir)
+                    for _ in range(times):
+                        self.runs.append(execute_alone(name, workdir))
                 finally:
-                    for key in env or {}:
-                        os.environ.pop(key, None)
+                    for key, value in before.items():
+                        if value is None:
+                            os.environ.pop(key, None)
+                        else:
+                            os.environ[key] = value
                 self.where = Opened(workdir, sandbox_config_dir, None)
-                return cells
+                return self.runs[-1]
             venv_kernels = {"JUPYTER_PATH": os.path.join(sys.prefix, "share", "jupyter")}
             server = start_live_server(
-                tmp_path_factory.mktemp("nb-server"), env={**venv_kernels, **(env or {})}
+                tmp_path_factory.mktemp("nb-server"), env={**venv_kernels, **env}
             )
             servers.append(server)
             self.where = Opened(server.root_dir, server.config_dir, server)
-            return execute_on_server(name, server)
+            for _ in range(times):
+                self.runs.append(execute_on_server(name, server))
+            return self.runs[-1]
 
     yield Open()
     for server in servers:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -105,3 +106,24 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
     """Every well-formed result line of a results file."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     return [r for r in map(_parse, lines) if r is not None]
+
+
+def held_results(path: str | Path, digests: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+    """The records of a batch's items in a results file, first copy of each, read line by line.
+
+    ``digests`` maps the batch's item ids to their run digests (as :meth:`ResultLog.open`
+    takes them); a record of another digest is an older version of the item, left out.
+    Nothing when the file does not exist (nothing was recorded yet).
+    """
+    seen: set[str] = set()
+    if not Path(path).exists():
+        return
+    with Path(path).open(encoding="utf-8") as lines:
+        for line in lines:
+            record = _parse(line)
+            if record is None:
+                continue
+            rid = str(record["id"])
+            if rid not in seen and digests.get(rid) == record.get("digest"):
+                seen.add(rid)
+                yield record

@@ -65,14 +65,22 @@ def item_text(batch: BatchPlan, item_id: str) -> str:
 
 
 def report_text(report: dict[str, Any]) -> str:
-    """The last lines after a batch: counts, where results are, what did not run and why."""
-    parts = [f"{report['ok']} ok"]
-    for name in ("failed", "timed_out", "blocked", "error", "skipped"):
-        if report[name]:
-            label = "already done (skipped)" if name == "skipped" else name.replace("_", " ")
-            parts.append(f"{report[name]} {label}")
+    """The last lines after a batch: counts, where results are, what did not run and why.
+
+    The counts are those of the report: over the whole results file once the face
+    has counted them there (``counted_over_file``), so a resumed batch
+    says what its file holds, e.g. ``31 failed · 1 blocked · 268 ok (300 already done)``.
+    """
+    parts = [
+        f"{report[name]} {name.replace('_', ' ')}"
+        for name in ("failed", "timed_out", "blocked", "error")
+        if report[name]
+    ]
+    parts.append(
+        f"{report['ok']} ok" + (f" ({report['skipped']} already done)" if report["skipped"] else "")
+    )
     lines = [
-        f"[batch] {report['total']} items · "
+        f"[batch] {report['total']} item{'' if report['total'] == 1 else 's'} · "
         + " · ".join(parts)
         + f" · {report['elapsed_sec']:.1f} s on {report['executor']}"
     ]
@@ -90,3 +98,30 @@ def report_text(report: dict[str, Any]) -> str:
             f"({_ids(report['lost'])}) were not recorded: a rerun tries them again"
         )
     return "\n".join(lines)
+
+
+#: The table's first columns, what a teacher reads; then the rest of the envelope.
+TABLE_FIRST = ("id", "status", "exit_code", "summary", "duration_ms", "stdout", "stderr")
+#: The table's last columns: the ids and digests that tie a row to its plan and audit lines.
+TABLE_LAST = ("run_id", "plan_id", "sandbox_id", "digest")
+
+
+def summary_line(record: dict[str, Any]) -> str:
+    """What an item said, in one line: the last line of its output (of stderr first when it
+    failed: the error), else why it did not run."""
+    streams = ("stdout", "stderr") if record.get("status") == "ok" else ("stderr", "stdout")
+    for name in (*streams, "reason", "error"):
+        lines = str(record.get(name) or "").strip().splitlines()
+        if lines:
+            return lines[-1].strip()
+    return ""
+
+
+def table_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The results as a table: its columns (what a teacher reads first) and one row per record."""
+    rows = [{**record, "summary": summary_line(record)} for record in records]
+    seen = dict.fromkeys(key for row in rows for key in row)
+    first = [name for name in TABLE_FIRST if name in seen]
+    last = [name for name in TABLE_LAST if name in seen]
+    columns = first + [name for name in seen if name not in first and name not in last] + last
+    return columns, [{name: row.get(name) for name in columns} for row in rows]

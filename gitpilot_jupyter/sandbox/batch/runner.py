@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections import Counter
+from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ..plans import ExecutionPlan
 from .executors import Answer, Executor
-from .output import ResultLog
+from .output import ResultLog, held_results
 from .plan import BatchPlan
 
 #: Status of a record: the snippet ran (ok / failed / timed_out), was refused, or could not run.
@@ -242,3 +243,20 @@ class BatchRun:
             "lost": self.lost,
             **self.progress.to_dict(),
         }
+
+
+def held_records(batch: BatchPlan, out: str | Path) -> Iterable[dict[str, Any]]:
+    """The batch's records in its results file (earlier runs' and this one's), one per item."""
+    return held_results(out, {item_id: plan.digest for item_id, plan in batch.items.items()})
+
+
+def counted_over_file(report: dict[str, Any], held: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """``report`` with its status counts taken over every record the results file holds.
+
+    A resumed run tells the truth about the whole batch: ``ok``, ``failed``... count
+    the items of earlier runs too, ``skipped`` (already done) says how many of them
+    there were, and ``this_run`` keeps the counts of what ran this time.
+    """
+    counts = Counter(str(record.get("status")) for record in held)
+    this_run = {name: report[name] for name in STATUSES}
+    return {**report, **{name: counts[name] for name in STATUSES}, "this_run": this_run}
