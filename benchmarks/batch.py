@@ -45,7 +45,7 @@ def run(ctx: Context) -> list[Measure]:
     figures["local"] = _throughput(ctx, "local", n)
     for workers in (1, 2):
         with dask_processes(ctx.workdir / f"dask-{workers}", workers=workers, threads=1) as dask:
-            figures[f"dask{workers}"] = _throughput(ctx, f"dask{workers}", n, cluster=dask.address)
+            figures[f"dask{workers}"] = _throughput(ctx, f"dask{workers}", n, cluster=dask.access)
     measures = []
     labels = {
         "local": "this machine, one run per core (default)",

@@ -13,6 +13,7 @@ from ..client.base import SandboxClient
 from ..client.batches import BatchWatch, approve_and_run_batch, final_report
 from ..client.server import TOKEN_ENV
 from ..sandbox.batch import BatchPlan, BatchProgress, load_source
+from ..sandbox.batch.cluster import add_tls_options, cluster_from_args
 from ..sandbox.batch.render import batch_plan_text, item_text, report_text
 from ..sandbox.batch.runner import counted_over_file, held_records
 from ..sandbox.errors import InvalidRequest
@@ -56,8 +57,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--cluster",
         metavar="ADDRESS|local",
-        help="run on a Dask scheduler (tcp://host:8786), or 'local' for a LocalCluster",
+        help="run on a Dask scheduler reached with mutual TLS (tls://host:8786, with the "
+        "--tls-* options or Dask's TLS settings), or 'local' for a LocalCluster on loopback",
     )
+    add_tls_options(p)
     p.add_argument(
         "--server",
         metavar="URL",
@@ -160,8 +163,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
         return 2
     progress = _Progress()
     watch = BatchWatch(on_progress=progress)
+    cluster = cluster_from_args(args)
     run = approve_and_run_batch(
-        client, batch, watch=watch, out=args.out, workers=args.workers, cluster=args.cluster
+        client, batch, watch=watch, out=args.out, workers=args.workers, cluster=cluster
     )
     try:
         run_sync(run)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..sandbox.backend import OutputCallback
-from ..sandbox.batch import BatchItem, BatchPlan
+from ..sandbox.batch import BatchItem, BatchPlan, ClusterAccess
 from ..sandbox.batch.runner import BatchWatch
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.matrixlab.ops import LIFECYCLE_ACTIONS, ProgressCallback
@@ -171,7 +171,7 @@ class SandboxClient(abc.ABC):
         watch: BatchWatch,
         out: str | Path | None = None,
         workers: int | None = None,
-        cluster: str | None = None,
+        cluster: str | ClusterAccess | None = None,
     ) -> dict[str, Any]:
         """Run the approved ``batch`` where this client runs; answer its report.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..sandbox.batch import BatchPlan
+from ..sandbox.batch import BatchPlan, ClusterAccess
 from ..sandbox.batch.runner import BatchWatch, cancelled_report
 from .base import SandboxClient
 
@@ -25,7 +25,7 @@ async def approve_and_run_batch(
     watch: BatchWatch,
     out: str | Path | None = None,
     workers: int | None = None,
-    cluster: str | None = None,
+    cluster: str | ClusterAccess | None = None,
 ) -> dict[str, Any]:
     """Approve ``batch`` as the caller (when the server asks for approval) and run it.
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..sandbox.backend import OutputCallback
-from ..sandbox.batch import BatchItem, BatchPlan, BatchService
+from ..sandbox.batch import BatchItem, BatchPlan, BatchService, ClusterAccess
 from ..sandbox.batch.runner import BatchWatch
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.local.pool import PoolConfig
@@ -120,7 +120,7 @@ class LocalClient(SandboxClient):
         watch: BatchWatch,
         out: str | Path | None = None,
         workers: int | None = None,
-        cluster: str | None = None,
+        cluster: str | ClusterAccess | None = None,
     ) -> dict[str, Any]:
         claimed = self.batches.claim(
             batch.batch_id, token, session_id=self.session_id, user=self.user

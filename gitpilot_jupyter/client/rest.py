@@ -17,7 +17,7 @@ from typing import Any, cast
 import httpx
 
 from ..sandbox.backend import OutputCallback
-from ..sandbox.batch import BatchItem, BatchPlan, BatchProgress, ResultLog
+from ..sandbox.batch import BatchItem, BatchPlan, BatchProgress, ClusterAccess, ResultLog
 from ..sandbox.batch.plan import MAX_BATCHES
 from ..sandbox.batch.runner import BatchWatch, cancelled_report
 from ..sandbox.claims import AgentPlan, ClaimAnswer
@@ -223,7 +223,7 @@ class RestClient(SandboxClient):
         watch: BatchWatch,
         out: str | Path | None = None,
         workers: int | None = None,
-        cluster: str | None = None,
+        cluster: str | ClusterAccess | None = None,
     ) -> dict[str, Any]:
         if cluster is not None:
             raise InvalidRequest(

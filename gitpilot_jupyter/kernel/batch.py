@@ -27,6 +27,7 @@ from IPython.display import display as _display
 from ..client.base import SandboxClient
 from ..client.batches import BatchWatch, approve_and_run_batch, final_report
 from ..sandbox.batch import as_items, items_from_list
+from ..sandbox.batch.cluster import add_tls_options, cluster_from_args
 from ..sandbox.batch.render import batch_plan_text, item_text, report_text, table_rows
 from ..sandbox.batch.runner import counted_over_file, held_records
 from ..sandbox.request import RunOptions
@@ -37,8 +38,8 @@ display: Callable[..., None] = _display
 
 USAGE = (
     "%sandbox batch SOURCE [--each CMD] [--out FILE] [--workers N] [--cluster ADDRESS|local] "
-    "[--timeout N] [--deadline SEC] [--backend B] [--network] [--env NAME] [--yes] [--plan] "
-    "[--show ID]"
+    "[--tls-ca-file PEM --tls-cert PEM --tls-key PEM] [--timeout N] [--deadline SEC] "
+    "[--backend B] [--network] [--env NAME] [--yes] [--plan] [--show ID]"
 )
 
 
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out")
     p.add_argument("--workers", type=int)
     p.add_argument("--cluster")
+    add_tls_options(p)
     p.add_argument("--timeout", type=int)
     p.add_argument("--deadline", type=int)
     p.add_argument("--backend")
@@ -128,7 +130,7 @@ def batch_line(
                     watch=watch,
                     out=args.out,
                     workers=args.workers,
-                    cluster=args.cluster,
+                    cluster=cluster_from_args(args),
                 )
             )
         report = final_report(client, batch, watch, args.out)

@@ -169,6 +169,13 @@ class ClusterUnavailable(SandboxError):
     status = 503
 
 
+class ClusterInsecure(SandboxError):
+    """A Dask cluster reached without mutual TLS: whoever reaches its scheduler runs code on it."""
+
+    code = "cluster_insecure"
+    status = 400
+
+
 class NotPlanOwner(ApprovalError):
     """An approval token made for another person's plan (under an identity provider with users)."""
 

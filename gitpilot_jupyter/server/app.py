@@ -14,6 +14,7 @@ from typing import Any
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, validate
 
+from ..sandbox.batch.cluster import cluster_option
 from ..sandbox.errors import InvalidSetting
 from ..sandbox.local.isolation import ISOLATION_CHOICES, Isolator
 from ..sandbox.local.layered import default_isolator
@@ -207,9 +208,22 @@ class SandboxApp(ExtensionApp):
     batch_cluster = Unicode(
         "",
         help="Where POST /api/sandbox/batch runs items: empty = on this server's machine "
-        "(one run per core); a Dask scheduler address (tcp://host:8786) = as tasks on that "
-        "cluster, whose worker nodes run them with their own local sandbox; 'local' = a Dask "
-        "LocalCluster started per batch.",
+        "(one run per core); a Dask scheduler address reached with mutual TLS "
+        "(tls://host:8786, see batch_tls_*) = as tasks on that cluster, whose worker nodes "
+        "run them with their own local sandbox; 'local' = a Dask LocalCluster on loopback "
+        "started per batch. A plain tcp:// address is refused (cluster_insecure).",
+    ).tag(config=True)
+
+    batch_tls_ca_file = Unicode(
+        "", help="The certificate authority of batch_cluster's TLS (empty: Dask's settings)."
+    ).tag(config=True)
+
+    batch_tls_cert = Unicode(
+        "", help="The server's certificate for batch_cluster's mutual TLS (empty: Dask's)."
+    ).tag(config=True)
+
+    batch_tls_key = Unicode(
+        "", help="Its private key, when not in the batch_tls_cert file (empty: Dask's)."
     ).tag(config=True)
 
     service_class = Type(
@@ -320,7 +334,9 @@ class SandboxApp(ExtensionApp):
         if warmed:
             self.log.info("gitpilot sandbox: warm pool started for %s", ", ".join(warmed))
         self.settings[SERVICE_KEY] = self.service
-        self.settings[BATCH_CLUSTER_KEY] = self.batch_cluster or None
+        self.settings[BATCH_CLUSTER_KEY] = cluster_option(
+            self.batch_cluster, self.batch_tls_ca_file, self.batch_tls_cert, self.batch_tls_key
+        )
 
     def initialize_handlers(self) -> None:
         """Mount one handler per resource under ``/api/sandbox``."""

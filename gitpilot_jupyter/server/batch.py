@@ -24,7 +24,7 @@ from .stream import LineSink, StreamingHandler
 HEARTBEAT_SEC = 1.0
 #: Where the server keeps its batch service, beside the sandbox service.
 BATCH_SERVICE_KEY = "gitpilot_sandbox_batches"
-#: Where the app puts ``SandboxApp.batch_cluster`` (None: this machine).
+#: Where the app puts ``SandboxApp.batch_cluster`` and its TLS files (None: this machine).
 BATCH_CLUSTER_KEY = "gitpilot_sandbox_batch_cluster"
 
 

@@ -8,11 +8,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from distributed import Client
 from traitlets.config import Config
 
 from gitpilot_jupyter.sandbox.batch import (
@@ -44,6 +44,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_duplicates_nothing(
     out = tmp_path / "results.jsonl"
     workers = dask_cluster.workers()
     command = [str(BIN), "batch", str(items), "--out", str(out), "--cluster", dask_cluster.address]
+    command += dask_cluster.tls_args
     proc = subprocess.Popen(
         [*command, "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -53,7 +54,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_duplicates_nothing(
             break
         time.sleep(0.05)
     # What w1 is running or holds at the moment it dies: Dask must rerun those elsewhere.
-    with Client(dask_cluster.address, timeout=10) as client:
+    with dask_cluster.client() as client:
         held = set(client.processing(workers=[workers["w1"]])[workers["w1"]])
     done_at_kill = len(out.read_text().splitlines())
     dask_cluster.kill("w1")
@@ -88,16 +89,18 @@ def test_a_local_cluster_runs_the_python_api(tmp_path: Path) -> None:
     results = list(run_batch(items, out=out, cluster="local", workers=2))
     assert sorted(int(r["stdout"]) for r in results) == [i * i for i in range(12)]
     assert len({r["worker"] for r in results}) >= 1
-    assert all(r["worker"].startswith("tcp://127.0.0.1:") for r in results)
+    # On loopback only, over TLS with a throw-away certificate (cryptography is installed).
+    assert all(r["worker"].startswith("tls://127.0.0.1:") for r in results)
     assert sorted(r["id"] for r in read_results(out)) == sorted(str(i) for i in range(12))
 
 
-def test_an_unreachable_scheduler_says_how_to_fix_it() -> None:
+def test_an_unreachable_scheduler_says_how_to_fix_it(tmp_path: Path) -> None:
     batches = BatchService(SandboxService(require_approval=False))
     batch = batches.plan(items_from_list([{"id": 1, "language": "bash", "code": "echo 1"}]))
+    unreachable = DaskProcesses(tmp_path).access  # its certificates, and no scheduler
     run = batches.start(
         batches.claim(batch.batch_id, None),
-        executor=DaskExecutor("tcp://127.0.0.1:9", connect_timeout=1),
+        executor=DaskExecutor(replace(unreachable, address="tls://127.0.0.1:9"), connect_timeout=1),
     )
 
     async def go() -> None:
@@ -106,14 +109,20 @@ def test_an_unreachable_scheduler_says_how_to_fix_it() -> None:
 
     with pytest.raises(ClusterUnavailable) as failed:
         asyncio.run(go())
-    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in failed.value.message
+    assert "cannot reach the Dask scheduler at tls://127.0.0.1:9" in failed.value.message
     assert "dask scheduler" in failed.value.message and failed.value.status == 503
 
 
 @pytest.fixture
 def jp_server_config(dask_cluster: DaskProcesses) -> Config:
     """The server of the REST test below: ``SandboxApp.batch_cluster`` names the scheduler."""
-    return server_config(batch_cluster=dask_cluster.address)
+    access = dask_cluster.access
+    return server_config(
+        batch_cluster=access.address,
+        batch_tls_ca_file=access.tls_ca_file,
+        batch_tls_cert=access.tls_cert,
+        batch_tls_key=access.tls_key,
+    )
 
 
 async def test_the_server_sends_rest_batches_to_its_configured_cluster(

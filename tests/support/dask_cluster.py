@@ -1,5 +1,7 @@
 """A Dask cluster as separate machines would have it: a scheduler and workers, each a process.
 
+They speak Dask's TLS with mutual authentication, as a batch requires: one throw-away
+certificate (``Security.temporary()``) is the authority and every side's certificate.
 Used by the batch tests and the batch benchmark.
 """
 
@@ -15,6 +17,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from gitpilot_jupyter.sandbox.batch import ClusterAccess
 
 # The magic tests: an IPython shell, and a real ipykernel.
 from tests.kernel.conftest import shell, venv_kernelspec  # noqa: F401
@@ -35,26 +40,58 @@ class DaskProcesses:
     address: str = ""
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def __post_init__(self) -> None:
+        from distributed import Security
+
+        pem = Security.temporary()
+        (self.folder / "ca.pem").write_text(pem.tls_ca_file)
+        (self.folder / "cert.pem").write_text(pem.tls_client_cert)
+        (self.folder / "key.pem").write_text(pem.tls_client_key)
+
+    @property
+    def tls_args(self) -> list[str]:
+        """The certificate options of ``dask scheduler`` and ``dask worker``."""
+        f = self.folder
+        return ["--tls-ca-file", f"{f}/ca.pem", "--tls-cert", f"{f}/cert.pem",
+                "--tls-key", f"{f}/key.pem"]  # fmt: skip
+
+    @property
+    def access(self) -> ClusterAccess:
+        """How a batch reaches this cluster (its address and a certificate it accepts)."""
+        f = self.folder
+        return ClusterAccess(self.address, f"{f}/ca.pem", f"{f}/cert.pem", f"{f}/key.pem")
+
+    def client(self) -> Any:
+        """A synchronous ``distributed.Client`` of this cluster (use it as a context)."""
+        from distributed import Client
+
+        return Client(self.address, timeout=10, security=self.access.security())
+
+    def start(
+        self, name: str, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         # The child gets its own copy of the log's descriptor; ours is closed at once.
         with (self.folder / f"{name}.log").open("wb") as log:
             proc = subprocess.Popen(
-                [DASK, *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                [DASK, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **(env or {})},
             )
         self.procs[name] = proc
         return proc
 
-    def start_worker(self, name: str, threads: int = 2) -> None:
+    def start_worker(self, name: str, threads: int = 2, env: dict[str, str] | None = None) -> None:
+        """A ``dask worker`` on loopback; ``env`` is added to its environment (its settings)."""
         self.start(
             name, "worker", self.address, "--name", name, "--nthreads", str(threads),
-            "--no-nanny", "--no-dashboard", "--host", "127.0.0.1",
+            "--no-nanny", "--no-dashboard", "--host", "127.0.0.1", *self.tls_args, env=env,
         )  # fmt: skip
 
     def workers(self) -> dict[str, str]:
         """``{name: address}`` of the workers the scheduler knows now."""
-        from distributed import Client
-
-        with Client(self.address, timeout=10) as client:
+        with self.client() as client:
             found = client.scheduler_info(n_workers=-1)["workers"]
         return {w["name"]: addr for addr, w in found.items()}
 
@@ -81,14 +118,17 @@ class DaskProcesses:
 
 
 @contextlib.contextmanager
-def dask_processes(folder: Path, workers: int = 2, threads: int = 2) -> Iterator[DaskProcesses]:
-    """``dask scheduler`` and ``workers`` ``dask worker`` processes (w1, w2...) on loopback."""
+def dask_processes(
+    folder: Path, workers: int = 2, threads: int = 2, env: dict[str, str] | None = None
+) -> Iterator[DaskProcesses]:
+    """``dask scheduler`` and ``workers`` ``dask worker`` processes (w1, w2...) on loopback,
+    over mutual TLS; ``env`` is added to the workers' environment."""
     folder.mkdir(parents=True, exist_ok=True)
     cluster = DaskProcesses(folder)
     file = folder / "scheduler.json"
     cluster.start(
-        "scheduler", "scheduler", "--host", "127.0.0.1", "--port", "0",
-        "--no-dashboard", "--scheduler-file", str(file),
+        "scheduler", "scheduler", "--host", "127.0.0.1", "--port", "0", "--protocol", "tls",
+        "--no-dashboard", "--scheduler-file", str(file), *cluster.tls_args,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + START_TIMEOUT_SEC
@@ -99,7 +139,7 @@ def dask_processes(folder: Path, workers: int = 2, threads: int = 2) -> Iterator
         time.sleep(0.1)
         cluster.address = json.loads(file.read_text())["address"]
         for n in range(1, workers + 1):
-            cluster.start_worker(f"w{n}", threads)
+            cluster.start_worker(f"w{n}", threads, env)
         cluster.wait_for_workers(workers)
         yield cluster
     finally:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from .api import arun_batch, as_items, run_batch
+from .cluster import ClusterAccess
 from .executors import DaskExecutor, LocalExecutor, default_workers, make_executor
 from .items import BatchItem, items_from_list, load_folder, load_jsonl, load_source
 from .output import ResultLog, read_results
@@ -20,6 +21,7 @@ __all__ = [
     "BatchRun",
     "BatchService",
     "BatchStore",
+    "ClusterAccess",
     "DaskExecutor",
     "LocalExecutor",
     "ResultLog",

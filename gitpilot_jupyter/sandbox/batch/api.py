@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..service import SandboxService
+from .cluster import ClusterAccess
 from .items import BatchItem, items_from_list, load_source
 from .plan import BatchPlan
 from .runner import BatchProgress, BatchRun
@@ -35,7 +36,7 @@ async def arun_batch(
     *,
     out: str | Path | None = None,
     workers: int | None = None,
-    cluster: str | None = None,
+    cluster: str | ClusterAccess | None = None,
     timeout_sec: int | None = None,
     backend: str | None = None,
     allow_network: bool | None = None,

@@ -11,14 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import os
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ClusterUnavailable, SandboxError
 from ..plans import ExecutionPlan
-from .worker import plan_payload, run_answer, run_item
+from .cluster import (
+    ClusterAccess,
+    cluster_access,
+    cluster_addresses,
+    distributed,
+    start_local_cluster,
+)
+from .plan import BatchPlan
+from .worker import manifest_payload, plan_payload, run_answer, run_item
 
 if TYPE_CHECKING:
     from ..service import SandboxService
@@ -28,13 +35,9 @@ Answer = dict[str, Any]
 CONNECT_TIMEOUT_SEC = 10
 #: How often a finished item's result is fetched again when the worker holding it died.
 FETCH_TRIES = 3
-#: The value of ``cluster`` that starts a Dask ``LocalCluster`` on this machine.
-LOCAL_CLUSTER = "local"
-
-
-def _distributed() -> Any:
-    """The ``distributed`` module, untyped on purpose (its own hints are partial)."""
-    return importlib.import_module("distributed")
+#: Items kept submitted per worker thread (one running, one queued), and at least.
+IN_FLIGHT_PER_THREAD = 2
+MIN_IN_FLIGHT = 4
 
 
 def default_workers() -> int:
@@ -51,8 +54,10 @@ class Executor(Protocol):
     #: Where items run, as the report names it (``local``, ``dask local``, a scheduler address).
     name: str
 
-    def map(self, items: Sequence[tuple[str, ExecutionPlan]]) -> AsyncIterator[tuple[str, Answer]]:
-        """Run ``items``; yield ``(id, answer)`` as each one finishes."""
+    def map(
+        self, items: Sequence[tuple[str, ExecutionPlan]], batch: BatchPlan
+    ) -> AsyncIterator[tuple[str, Answer]]:
+        """Run ``items`` of the approved ``batch``; yield ``(id, answer)`` as each finishes."""
 
 
 class LocalExecutor:
@@ -69,9 +74,9 @@ class LocalExecutor:
         self.name = f"local ({self.workers} at a time)"
 
     async def map(
-        self, items: Sequence[tuple[str, ExecutionPlan]]
+        self, items: Sequence[tuple[str, ExecutionPlan]], batch: BatchPlan
     ) -> AsyncIterator[tuple[str, Answer]]:
-        """A pool of ``workers`` coroutines pulling items in order."""
+        """A pool of ``workers`` coroutines pulling items in order (approved here)."""
         queue = iter(items)
         finished: asyncio.Queue[tuple[str, Answer]] = asyncio.Queue()
 
@@ -93,50 +98,58 @@ class LocalExecutor:
 class DaskExecutor:
     """Items as Dask tasks: each runs :func:`~.worker.run_item` on whichever worker gets it.
 
-    ``address`` is a scheduler address (``tcp://host:8786``) or ``local`` for a
-    ``LocalCluster`` of ``workers`` single-threaded worker processes on this machine.
-    A worker that dies mid-batch has its tasks rerun elsewhere by Dask.
+    ``cluster`` is a ``tls://`` scheduler address reached with mutual TLS, or
+    ``local`` for a ``LocalCluster`` of ``workers`` single-threaded worker processes
+    on loopback (see :mod:`.cluster`). At most ``in_flight`` items are submitted at a
+    time, and each result is fetched and released as soon as it is done: it leaves
+    the worker at once, so a worker that dies later has nothing of it to rerun, and
+    worker memory holds ``in_flight`` results at most whatever the batch size. An item
+    whose worker died before its result was fetched has no result yet: Dask runs it
+    again elsewhere.
     """
 
     def __init__(
         self,
-        address: str,
+        cluster: str | ClusterAccess,
         workers: int | None = None,
         user: str | None = None,
         connect_timeout: float = CONNECT_TIMEOUT_SEC,
+        in_flight: int | None = None,
     ) -> None:
         if workers is not None and workers < 1:
             raise SandboxError("--workers must be at least 1", code="invalid_request")
-        self.address = address
+        self.access = cluster_access(cluster)
+        self.access.check()
+        self.address = self.access.address
         self.workers = workers
         self.user = user
         self.connect_timeout = connect_timeout
+        self.in_flight = in_flight
         self.name = (
             f"dask LocalCluster ({workers or default_workers()} workers)"
-            if address == LOCAL_CLUSTER
-            else f"dask {address}"
+            if self.access.local
+            else f"dask {self.address}"
         )
 
     async def _connect(self) -> tuple[Any, Any]:
         try:
-            dd = _distributed()
+            dd = distributed()
         except ImportError:
             raise ClusterUnavailable(
                 "running a batch on Dask needs dask and distributed: "
                 "pip install 'gitpilot-jupyter[batch]'"
             ) from None
         cluster = None
+        security = None if self.access.local else self.access.security()
         try:
-            if self.address == LOCAL_CLUSTER:
-                cluster = await dd.LocalCluster(
-                    n_workers=self.workers or default_workers(),
-                    threads_per_worker=1,
-                    processes=True,
-                    dashboard_address=None,
-                    asynchronous=True,
-                )
+            if self.access.local:
+                cluster = await start_local_cluster(self.workers or default_workers())
+                security = cluster.security
             client = await dd.Client(
-                cluster or self.address, asynchronous=True, timeout=self.connect_timeout
+                cluster or self.address,
+                asynchronous=True,
+                timeout=self.connect_timeout,
+                security=security,
             )
         except (OSError, TimeoutError, ValueError) as exc:
             if cluster is not None:
@@ -147,20 +160,43 @@ class DaskExecutor:
             ) from None
         return client, cluster
 
+    async def _window(self, client: Any) -> tuple[int, list[str]]:
+        """How many items to keep submitted, and the cluster's addresses to block."""
+        identity = await client.scheduler.identity(n_workers=-1)
+        threads = sum(int(w.get("nthreads", 1)) for w in identity.get("workers", {}).values())
+        window = self.in_flight or max(IN_FLIGHT_PER_THREAD * threads, MIN_IN_FLIGHT)
+        return window, cluster_addresses(identity)
+
     async def map(
-        self, items: Sequence[tuple[str, ExecutionPlan]]
+        self, items: Sequence[tuple[str, ExecutionPlan]], batch: BatchPlan
     ) -> AsyncIterator[tuple[str, Answer]]:
-        """Submit every item, yield answers in completion order, cancel the rest on close."""
+        """Submit a window of items, yield each answer as it finishes and release its
+        future at once, submit the next; cancel the rest on close."""
         client, cluster = await self._connect()
-        futures: list[Any] = []
+        dd = distributed()
+        futures: dict[str, Any] = {}
         try:
-            keys = [f"gitpilot-{plan.digest[7:23]}-{plan.plan_id}" for _, plan in items]
-            futures = client.map(
-                run_item, [plan_payload(plan, self.user) for _, plan in items], key=keys, pure=False
-            )
-            ids = {future.key: item_id for future, (item_id, _) in zip(futures, items, strict=True)}
+            window, addresses = await self._window(client)
+            entries = [(i, p.digest) for i, p in batch.items.items()]
+            manifest = manifest_payload(batch.digest, batch.deadline_sec, entries)
+            [approved] = await client.scatter([manifest], broadcast=True, hash=False)
+            todo = iter(items)
+            ids: dict[str, str] = {}
             fetches: dict[str, int] = {}
-            finished = _distributed().as_completed(futures)
+            finished = dd.as_completed()
+
+            def submit() -> None:
+                for item_id, plan in todo:
+                    payload = plan_payload(plan, self.user)
+                    payload.update(id=item_id, cluster=addresses)
+                    key = f"gitpilot-{plan.digest[7:23]}-{plan.plan_id}"
+                    future = client.submit(run_item, payload, approved, key=key, pure=False)
+                    futures[key], ids[key] = future, item_id
+                    finished.add(future)
+                    if len(futures) >= window:
+                        return
+
+            submit()
             async for future in finished:
                 try:
                     answer: Answer = await future
@@ -171,9 +207,12 @@ class DaskExecutor:
                         continue
                     # Lost for good (KilledWorker after Dask's retries): not the item's fault.
                     answer = {"error": f"{type(exc).__name__}: {exc}", "code": None, "worker": None}
-                yield ids[future.key], answer
+                # Released before it is recorded: from here nothing can run it again.
+                futures.pop(future.key).release()
+                submit()
+                yield ids.pop(future.key), answer
         finally:
-            pending = [f for f in futures if not f.done()]
+            pending = [f for f in futures.values() if not f.done()]
             with contextlib.suppress(Exception):
                 if pending:
                     await client.cancel(pending)
@@ -188,10 +227,11 @@ def make_executor(
     service: SandboxService,
     *,
     workers: int | None = None,
-    cluster: str | None = None,
+    cluster: str | ClusterAccess | None = None,
     user: str | None = None,
 ) -> Executor:
-    """This machine (``cluster`` None), a ``LocalCluster`` (``local``) or a scheduler address."""
+    """This machine (``cluster`` None), a ``LocalCluster`` (``local``) or a ``tls://``
+    scheduler (:class:`ClusterAccess`)."""
     if cluster:
         return DaskExecutor(cluster, workers, user)
     return LocalExecutor(service, workers, user)

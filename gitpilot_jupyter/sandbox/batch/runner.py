@@ -203,7 +203,7 @@ class BatchRun:
                     todo.append((item_id, plan))
             self._tick()
             pending = dict.fromkeys(item_id for item_id, _ in todo)
-            answers = self.executor.map(todo).__aiter__() if todo else None
+            answers = self.executor.map(todo, batch).__aiter__() if todo else None
             loop = asyncio.get_running_loop()
             deadline = loop.time() + batch.deadline_sec
             try:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import ApprovalError
 from ..service import SandboxService
+from .cluster import ClusterAccess
 from .executors import Executor, make_executor
 from .items import BatchItem
 from .plan import BatchPlan, BatchStore, manifest_digest, plan_batch
@@ -124,7 +125,7 @@ class BatchService:
         *,
         out: str | Path | None = None,
         workers: int | None = None,
-        cluster: str | None = None,
+        cluster: str | ClusterAccess | None = None,
         executor: Executor | None = None,
         on_progress: Callable[[BatchProgress], None] | None = None,
         user: str | None = None,

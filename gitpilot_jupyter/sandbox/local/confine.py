@@ -99,11 +99,25 @@ NET_FIX = (
 )
 
 
+#: Networks this process's network-on runs must not reach besides those around the host:
+#: what a backend serving others adds (a batch worker: its Dask cluster's machines).
+_ALSO_BLOCKED: set[str] = set()
+
+
+def block_also(networks: Iterable[str]) -> None:
+    """Keep every later network-on run of this process from ``networks`` too (IPv4 CIDRs;
+    the egress-only network has no IPv6 route, and no way to the host's loopback)."""
+    for network in networks:
+        net = ipaddress.ip_network(network, strict=False)
+        if isinstance(net, ipaddress.IPv4Network) and not net.is_loopback:
+            _ALSO_BLOCKED.add(str(net))
+
+
 def blocked_networks() -> list[str]:
     """What a network-on run must not reach: :data:`AROUND_RANGES`, every address of this
     host, the subnet of every route it has but the default one (bridges and links of any
-    name: containers, VMs), and the default gateway itself."""
-    out = set(AROUND_RANGES)
+    name: containers, VMs), the default gateway itself, and what :func:`block_also` added."""
+    out = set(AROUND_RANGES) | _ALSO_BLOCKED
     with contextlib.suppress(OSError):
         lines = Path("/proc/net/fib_trie").read_text().splitlines()
         for before, line in itertools.pairwise(lines):
