@@ -94,9 +94,12 @@ class BatchRunHandler(StreamingHandler):
                 user=self.username,
             )
 
+        async def start() -> Any:  # a cluster it may not use is refused here (cluster_insecure)
+            cluster = self.settings.get(BATCH_CLUSTER_KEY)
+            return batches.start(batch, workers=workers, cluster=cluster, user=self.username)
+
         batch = await self.call(claim())
-        cluster = self.settings.get(BATCH_CLUSTER_KEY)
-        run = batches.start(batch, workers=workers, cluster=cluster, user=self.username)
+        run = await self.call(start())
 
         async def work(sink: LineSink | None) -> dict[str, Any]:
             results: list[dict[str, Any]] = []

@@ -44,6 +44,7 @@ class DaskProcesses:
         from distributed import Security
 
         pem = Security.temporary()
+        self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / "ca.pem").write_text(pem.tls_ca_file)
         (self.folder / "cert.pem").write_text(pem.tls_client_cert)
         (self.folder / "key.pem").write_text(pem.tls_client_key)
