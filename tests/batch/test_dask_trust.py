@@ -6,6 +6,8 @@ A real scheduler and two workers, each its own process (:mod:`tests.support.dask
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -27,8 +29,10 @@ from gitpilot_jupyter.sandbox.batch.worker import manifest_payload, plan_payload
 from gitpilot_jupyter.sandbox.errors import ClusterInsecure, ClusterUnavailable
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.batch.test_rest import approve, plan_batch
+from tests.containment.world import built_world
 from tests.server.helpers import server_config
-from tests.support.dask_cluster import DaskProcesses
+from tests.support.dask_cluster import DASK, DaskProcesses
+from tests.support.system import require_system
 
 BIN = Path(sys.executable).parent / "jupyter-sandbox"
 #: What the snippets of these tests print when they got somewhere.
@@ -148,6 +152,61 @@ def test_a_network_on_item_cannot_reach_its_loopback_scheduler(
     assert record["status"] == "ok", record
     lines = record["stdout"].splitlines()
     assert len(lines) == len(targets) and REACHED not in record["stdout"], lines
+
+
+def _in_ns(namespace: str, command: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            ["ip", "netns", "exec", namespace, *command], stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def test_a_network_on_item_cannot_reach_a_scheduler_beyond_the_gateway(tmp_path: Path) -> None:
+    """The issue's second machine: a scheduler on a public-looking address that only the
+    default route leads to (nothing around the host blocks it), its worker and the batch
+    in the world's "host" namespace. The item reaches the world, not the scheduler."""
+    if os.geteuid() != 0:
+        pytest.skip("making network namespaces needs root")
+    require_system("slirp4netns", shutil.which("slirp4netns") is not None, "not on PATH")
+    require_system("ip", shutil.which("ip") is not None, "iproute2 not on PATH")
+    certs = DaskProcesses(tmp_path / "certs")
+    procs: list[subprocess.Popen[bytes]] = []
+    with built_world() as world:
+        scheduler = world.web_addr.rsplit(".", 1)[0] + ".11"  # beside the world's web server
+        subprocess.run(
+            ["ip", "-n", world.net_ns, "addr", "add", f"{scheduler}/32", "dev", "lo"], check=True
+        )
+        address = f"tls://{scheduler}:8786"
+        try:
+            procs.append(_in_ns(world.net_ns, [DASK, "scheduler", "--host", scheduler,
+                "--port", "8786", "--protocol", "tls", "--no-dashboard", *certs.tls_args],
+                tmp_path / "scheduler.log"))  # fmt: skip
+            procs.append(_in_ns(world.host_ns, [DASK, "worker", address, "--host",
+                world.host_addr, "--no-nanny", "--no-dashboard", "--nthreads", "1",
+                *certs.tls_args], tmp_path / "worker.log"))  # fmt: skip
+            targets = [(world.web_addr, 8080), (scheduler, 8786)]
+            items = tmp_path / "items.jsonl"
+            code = PROBE % {"targets": targets}
+            items.write_text(json.dumps({"id": "net", "language": "python", "code": code}))
+            out = tmp_path / "out.jsonl"
+            batch = [str(BIN), "batch", str(items), "--out", str(out), "--network", "--yes",
+                     "--deadline", "90", "--cluster", address, *certs.tls_args]  # fmt: skip
+            done = subprocess.run(
+                ["ip", "netns", "exec", world.host_ns, *batch],
+                capture_output=True,
+                text=True,
+                timeout=150,
+            )
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.wait(timeout=10)
+    assert done.returncode == 0, done.stderr
+    [record] = read_results(out)
+    assert record["status"] == "ok" and record["worker"].startswith(f"tls://{world.host_addr}:")
+    reached, scheduler_line = record["stdout"].splitlines()
+    assert reached == f"{world.web_addr} 8080 {REACHED}"  # the network is on
+    assert scheduler_line.startswith(f"{scheduler} 8786 nowhere:"), scheduler_line
 
 
 @pytest.fixture
