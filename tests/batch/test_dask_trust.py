@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,19 @@ from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.batch.test_rest import approve, plan_batch
 from tests.containment.world import built_world
 from tests.server.helpers import server_config
-from tests.support.dask_cluster import DASK, DaskProcesses
+from tests.support.dask_cluster import DASK, DaskProcesses, dask_processes
 from tests.support.system import require_system
 
 BIN = Path(sys.executable).parent / "jupyter-sandbox"
 #: What the snippets of these tests print when they got somewhere.
 REACHED = "REACHED"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaskProcesses]:
+    """One scheduler and two workers for the module's tests (none of them kills one)."""
+    with dask_processes(tmp_path_factory.mktemp("dask")) as made:
+        yield made
 
 
 def test_a_plain_tcp_scheduler_is_refused_with_the_reason_and_the_fix(tmp_path: Path) -> None:
@@ -80,31 +88,29 @@ def _one_item_batch(access: Any) -> Any:
 
 
 async def test_the_scheduler_refuses_a_certificate_of_another_authority(
-    dask_cluster: DaskProcesses, tmp_path: Path
+    cluster: DaskProcesses, tmp_path: Path
 ) -> None:
     stranger = DaskProcesses(tmp_path / "stranger").access  # a throw-away authority of its own
-    run = _one_item_batch(replace(stranger, address=dask_cluster.address))
+    run = _one_item_batch(replace(stranger, address=cluster.address))
     with pytest.raises(ClusterUnavailable) as failed:
         async for _ in run.results():
             pass
-    assert f"cannot reach the Dask scheduler at {dask_cluster.address}" in failed.value.message
+    assert f"cannot reach the Dask scheduler at {cluster.address}" in failed.value.message
 
 
 def test_off_sent_to_a_worker_that_does_not_allow_it_is_refused(
-    dask_cluster: DaskProcesses, tmp_path: Path
+    cluster: DaskProcesses, tmp_path: Path
 ) -> None:
     marker = tmp_path / "ran-on-the-host"
     items = [{"id": "x", "language": "bash", "code": f"touch {marker}; echo {REACHED}"}]
-    records = list(run_batch(items, backend="off", cluster=dask_cluster.access, out=None))
+    records = list(run_batch(items, backend="off", cluster=cluster.access, out=None))
     assert [r["status"] for r in records] == ["error"]
     assert records[0]["code"] == "backend_not_allowed" and "'off'" in records[0]["error"]
-    assert records[0]["worker"] in dask_cluster.workers().values()
+    assert records[0]["worker"] in cluster.workers().values()
     assert not marker.exists()
 
 
-def test_a_forged_task_is_refused_by_the_worker(
-    dask_cluster: DaskProcesses, tmp_path: Path
-) -> None:
+def test_a_forged_task_is_refused_by_the_worker(cluster: DaskProcesses, tmp_path: Path) -> None:
     marker = tmp_path / "forged-ran"
     batches = BatchService(SandboxService(require_approval=False))
     batch = batches.plan(items_from_list([{"id": "a", "language": "bash", "code": "echo a"}]))
@@ -114,7 +120,7 @@ def test_a_forged_task_is_refused_by_the_worker(
     forged_plan = replace(approved, code=f"touch {marker}")
     forged = {**plan_payload(forged_plan, None), "id": "a"}
     made_up = manifest_payload("sha256:" + "0" * 64, batch.deadline_sec, entries)
-    with dask_cluster.client() as client:
+    with cluster.client() as client:
         # The approved item runs; its code changed, or a manifest of its own, is refused.
         good = client.submit(run_item, {**plan_payload(approved, None), "id": "a"}, manifest)
         assert good.result(timeout=60)["result"]["stdout"] == "a\n"
@@ -139,13 +145,13 @@ for host, port in %(targets)r:
 
 
 def test_a_network_on_item_cannot_reach_its_loopback_scheduler(
-    dask_cluster: DaskProcesses,
+    cluster: DaskProcesses,
 ) -> None:
-    host, port = dask_cluster.address.removeprefix("tls://").rsplit(":", 1)
-    worker_ports = [int(a.rsplit(":", 1)[1]) for a in dask_cluster.workers().values()]
+    host, port = cluster.address.removeprefix("tls://").rsplit(":", 1)
+    worker_ports = [int(a.rsplit(":", 1)[1]) for a in cluster.workers().values()]
     targets = [(host, int(port)), *((host, p) for p in worker_ports)]
     items = [{"id": "net", "language": "python", "code": PROBE % {"targets": targets}}]
-    [record] = run_batch(items, allow_network=True, cluster=dask_cluster.access)
+    [record] = run_batch(items, allow_network=True, cluster=cluster.access)
     if record["status"] == "error":  # no egress-only network here: network-on is refused
         assert record["code"] == "network_unavailable", record
         return
