@@ -1,8 +1,8 @@
 """Where a batch's items run: on this machine, or as tasks on a Dask cluster.
 
-Both executors take ``(item id, plan)`` pairs and yield ``(item id, answer)`` in
-the order items finish. An answer is ``{"result": envelope}`` or ``{"error",
-"code"}``, plus ``worker`` and ``host``. A ``code`` of ``None`` marks a failure of
+Both executors take ``(item id, plan)`` pairs of an approved batch and yield
+``(item id, answer)`` in the order items finish. An answer is ``{"result": envelope}``
+or ``{"error", "code"}``, plus ``worker`` and ``host``. A ``code`` of ``None`` marks a failure of
 the machinery (a worker lost for good), not of the item: such an item is not
 recorded, so a rerun tries it again. Closing the iterator cancels what is left.
 """
@@ -156,7 +156,9 @@ class DaskExecutor:
                 await cluster.close()
             raise ClusterUnavailable(
                 f"cannot reach the Dask scheduler at {self.address}: {exc}; start one with "
-                "`dask scheduler` (and workers with `dask worker ADDRESS`), or use --cluster local"
+                "`dask scheduler --protocol tls` and its certificates (workers with `dask worker "
+                "ADDRESS` and theirs), give this side a certificate of the same authority, "
+                "or use --cluster local"
             ) from None
         return client, cluster
 

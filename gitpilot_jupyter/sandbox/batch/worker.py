@@ -61,7 +61,9 @@ def payload_plan(payload: dict[str, Any]) -> ExecutionPlan:
     return ExecutionPlan(**payload["plan"])
 
 
-def manifest_payload(digest: str, deadline_sec: int, entries: list[tuple[str, str]]) -> Any:
+def manifest_payload(
+    digest: str, deadline_sec: int, entries: list[tuple[str, str]]
+) -> dict[str, Any]:
     """The approved manifest as the worker checks it: its digest and every entry."""
     return {"digest": digest, "deadline_sec": deadline_sec, "items": [list(e) for e in entries]}
 
@@ -145,7 +147,8 @@ def checked_plan(service: SandboxService, payload: dict[str, Any], manifest: Any
     spec = service.spec(plan.options())  # this node's settings and allowed backends
     if approved is None or spec.digest != approved:
         raise ApprovalError(
-            f"item {payload.get('id')!r} is not the one the manifest approved: refused",
+            f"item {payload.get('id')!r} is not the one the manifest approved: refused (the "
+            "run this worker builds from its own settings must have the approved digest)",
             code="approval_mismatch",
         )
     return dataclasses.replace(plan, spec=spec)
