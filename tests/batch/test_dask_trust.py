@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
 from gitpilot_jupyter.sandbox.batch import (
@@ -158,6 +160,19 @@ def test_a_network_on_item_cannot_reach_its_loopback_scheduler(
     assert record["status"] == "ok", record
     lines = record["stdout"].splitlines()
     assert len(lines) == len(targets) and REACHED not in record["stdout"], lines
+
+
+def test_the_magic_takes_the_certificate_options(
+    cluster: DaskProcesses, shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pandas", None)  # a list of dicts, simpler to read
+    shell.run_cell('items = [{"id": i, "language": "bash", "code": f"echo {i}"} for i in range(4)]')
+    with pytest.raises(UsageError, match=r"refusing the Dask scheduler.*\[cluster_insecure\]"):
+        shell.run_line_magic("sandbox", "batch items --cluster tcp://127.0.0.1:9")
+    tls = " ".join(cluster.tls_args)
+    results = shell.run_line_magic("sandbox", f"batch items --cluster {cluster.address} {tls}")
+    assert sorted(r["stdout"] for r in results) == ["0\n", "1\n", "2\n", "3\n"]
+    assert {r["worker"] for r in results} <= set(cluster.workers().values())
 
 
 def _in_ns(namespace: str, command: list[str], log: Path) -> subprocess.Popen[bytes]:
