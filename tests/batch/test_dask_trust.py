@@ -28,8 +28,14 @@ from gitpilot_jupyter.sandbox.batch import (
     read_results,
     run_batch,
 )
-from gitpilot_jupyter.sandbox.batch.worker import manifest_payload, plan_payload, run_item
+from gitpilot_jupyter.sandbox.batch.worker import (
+    block_cluster,
+    manifest_payload,
+    plan_payload,
+    run_item,
+)
 from gitpilot_jupyter.sandbox.errors import ClusterInsecure, ClusterUnavailable
+from gitpilot_jupyter.sandbox.local import confine
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.batch.test_rest import approve, plan_batch
 from tests.containment.world import built_world
@@ -173,6 +179,16 @@ def test_the_magic_takes_the_certificate_options(
     results = shell.run_line_magic("sandbox", f"batch items --cluster {cluster.address} {tls}")
     assert sorted(r["stdout"] for r in results) == ["0\n", "1\n", "2\n", "3\n"]
     assert {r["worker"] for r in results} <= set(cluster.workers().values())
+
+
+def test_a_worker_blocks_its_clusters_addresses_for_network_on_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(confine, "_ALSO_BLOCKED", set())
+    before = set(confine.blocked_networks())
+    block_cluster(["tls://203.0.113.7:8786", "tls://127.0.0.1:40001", "tcp://[2001:db8::1]:1"])
+    # (loopback is out of reach already, and the egress-only network has no IPv6)
+    assert set(confine.blocked_networks()) - before == {"203.0.113.7/32"}
 
 
 def _in_ns(namespace: str, command: list[str], log: Path) -> subprocess.Popen[bytes]:

@@ -155,8 +155,9 @@ async def start_local_cluster(workers: int) -> Any:
 def address_host(address: str) -> str:
     """The host of a Dask address (``tls://10.0.0.5:8786`` -> ``10.0.0.5``)."""
     location = address.split("://", 1)[-1]
-    host = location.rsplit(":", 1)[0] if location.count(":") == 1 else location
-    return host.strip("[]")
+    if location.startswith("["):  # [IPv6]:port
+        return location[1 : location.find("]")]
+    return location.rsplit(":", 1)[0] if location.count(":") == 1 else location
 
 
 def host_networks(addresses: Iterable[str | None]) -> list[str]:
