@@ -61,9 +61,10 @@ def test_killing_a_worker_mid_batch_reruns_no_recorded_item(
     # The killed worker had finished items whose results were recorded: none ran again.
     assert [i for i, w in recorded_at_kill.items() if w == workers["w1"]]
     assert {i: runs[i] for i in recorded_at_kill if runs[i] != 1} == {}
-    # An item may run twice only when its result was not recorded when w1 died.
+    # An item may run twice only when its result was not recorded when w1 died: one of
+    # the window in flight (2 per worker thread).
     again = {i for i, n in runs.items() if n > 1}
-    assert again.isdisjoint(recorded_at_kill) and len(again) <= 4  # w1's two threads, queued
+    assert again.isdisjoint(recorded_at_kill) and len(again) <= 8, again
 
 
 def _held(dask_worker: Any) -> int:
