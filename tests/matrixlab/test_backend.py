@@ -314,9 +314,9 @@ async def test_a_file_runs_folder_leaves_out_what_never_belongs_in_a_workspace(
     result = await matrixlab_service.run(
         approval["approval_token"],
         expected=RunOptions(
-            language=plan.language,
-            code=plan.code,
-            timeout_sec=plan.timeout_sec,
+            language=plan.spec.language,
+            code=plan.spec.code,
+            timeout_sec=plan.spec.timeout_sec,
             backend="matrixlab",
         ),
     )
@@ -364,10 +364,10 @@ async def test_a_file_run_sends_its_folder_and_runs_the_approved_text(
     result = await matrixlab_service.run(
         approval["approval_token"],
         expected=RunOptions(
-            language=plan.language,
-            code=plan.code,
+            language=plan.spec.language,
+            code=plan.spec.code,
             stdin="ok",
-            timeout_sec=plan.timeout_sec,
+            timeout_sec=plan.spec.timeout_sec,
             backend="matrixlab",
         ),
     )
@@ -376,7 +376,7 @@ async def test_a_file_run_sends_its_folder_and_runs_the_approved_text(
     sent = sent_requests(runner_standin)[-1]
     assert sent["path"] == "/run"
     files = workspace_files(sent["body"])
-    assert files["job.py"] == plan.code and files["pkg/helper.py"] == "WORD = 'from helper'\n"
+    assert files["job.py"] == plan.spec.code and files["pkg/helper.py"] == "WORD = 'from helper'\n"
 
 
 async def test_output_past_the_runners_cap_keeps_the_exit_and_the_timeout(

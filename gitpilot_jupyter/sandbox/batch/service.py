@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ApprovalError
+from ..plans import ExecutionPlan
 from ..service import SandboxService
 from .executors import Executor, make_executor
 from .items import BatchItem
@@ -135,15 +136,15 @@ class BatchService:
         )
         return BatchRun(batch, executor, out=out, on_progress=on_progress)
 
-    def _audit(self, event: str, plan: Any, user: str | None, **extra: Any) -> None:
+    def _audit(self, event: str, plan: ExecutionPlan, user: str | None, **extra: Any) -> None:
         if self.service.audit is None:
             return
         data = {
             "user": user,
             "plan_id": plan.plan_id,
             "digest": plan.digest,
-            "language": plan.language,
-            "backend": plan.backend,
+            "language": plan.spec.language,
+            "backend": plan.spec.backend,
             **extra,
         }
         self.service.audit(event, data)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SandboxError
 from ..plans import ExecutionPlan
-from ..request import Caller
+from ..request import Caller, RunOptions
 
 if TYPE_CHECKING:
     from ..service import SandboxService
@@ -26,11 +26,11 @@ _service: SandboxService | None = None
 
 
 def plan_payload(plan: ExecutionPlan, user: str | None) -> dict[str, Any]:
-    """What a task carries: the item's whole plan (code and stdin included) and the user.
+    """What a task carries: the item's plan, the request it answers (stdin included), the user.
 
     Not its run spec: the worker builds that again with its own node's limits.
     """
-    return {"plan": dataclasses.asdict(dataclasses.replace(plan, spec=None)), "user": user}
+    return {"plan": plan.to_dict(), "options": plan.options().to_body(), "user": user}
 
 
 def where() -> str:
@@ -54,11 +54,21 @@ def _worker_service() -> SandboxService:
 
 
 async def run_answer(
-    service: SandboxService, plan: ExecutionPlan, user: str | None, worker: str
+    service: SandboxService,
+    plan: ExecutionPlan,
+    user: str | None,
+    worker: str,
+    *,
+    options: RunOptions | None = None,
 ) -> dict[str, Any]:
-    """Run ``plan`` on ``service``: ``{result | error, code, worker, host}``."""
+    """Run ``plan`` on ``service``: ``{result | error, code, worker, host}``.
+
+    ``options``: the request of a task's plan, whose spec ``service`` builds again.
+    """
     answer: dict[str, Any] = {"worker": worker, "host": socket.gethostname()}
     try:
+        if options is not None:
+            plan = dataclasses.replace(plan, spec=service.spec(options))
         result = await service.run_plan(plan, Caller(user=user))
     except SandboxError as exc:
         answer.update(error=exc.message, code=exc.code)
@@ -69,5 +79,7 @@ async def run_answer(
 
 def run_item(payload: dict[str, Any]) -> dict[str, Any]:
     """The Dask task: run one item on this worker with the node's own sandbox."""
-    plan = ExecutionPlan(**payload["plan"])
-    return asyncio.run(run_answer(_worker_service(), plan, payload.get("user"), where()))
+    plan = ExecutionPlan.from_dict(payload["plan"])
+    options = RunOptions.from_body(payload["options"])
+    answer = run_answer(_worker_service(), plan, payload.get("user"), where(), options=options)
+    return asyncio.run(answer)

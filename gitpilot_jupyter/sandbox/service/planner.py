@@ -155,11 +155,8 @@ class Planner:
             plan_id=new_plan_id(),
             goal=goal,
             source="file_run" if file and source == "api" else source,
-            language=lang,
+            spec=spec,
             command=command,
-            backend=name,
-            timeout_sec=timeout,
-            network=network,
             checks=checks,
             warnings=warnings + scan(lang, code),
             blocked=blocked_label is not None,
@@ -167,12 +164,7 @@ class Planner:
             requires_approval=self._require_approval(),
             digest=spec.digest,
             created_at=self.plans.clock(),
-            code=code,
-            stdin=stdin,
-            file=file,
             session_id=session_id,
-            env=list(names),
-            spec=spec,
         )
 
     def _disk_check(self, disk_mb: int) -> Check:

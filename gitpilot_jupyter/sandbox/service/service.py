@@ -295,12 +295,9 @@ class SandboxService:
             approval = self.workflow.redeem(
                 approval_token, digest=None, session_id=caller.session_id, user=caller.user
             )
-            if approval.spec is None:  # a plan made before specs (cannot happen in one process)
-                raise InvalidRequest("this approval has no run attached; plan and approve again")
-            spec: RunSpec | None = approval.spec
+            spec = approval.plan.spec
         else:
             approval, spec = self._check_long_form(expected, approval_token, caller)
-        assert spec is not None
         return await self.executor.execute(
             spec,
             plan_id=approval.plan_id if approval is not None else None,
@@ -331,7 +328,7 @@ class SandboxService:
                 session_id=caller.session_id,
                 user=caller.user,
             )
-            spec = approval.spec or spec
+            spec = approval.plan.spec
         if invalid is not None:
             raise invalid
         assert spec is not None
@@ -347,13 +344,11 @@ class SandboxService:
         """Run ``plan`` under the same policy as :meth:`run`, without asking for its token.
 
         For the core's own callers that hold an approval covering the plan (a batch
-        approved as a whole); never for a face passing on a request. A plan that
-        crossed a process boundary (no spec attached) has its spec built again by
-        :meth:`spec`, the one definition of a run.
+        approved as a whole); never for a face passing on a request. The plan's spec
+        runs (a Dask worker gives its plan the spec its own :meth:`spec` built).
         """
-        spec = plan.spec or self.spec(plan.options())
         return await self.executor.execute(
-            spec, plan_id=plan.plan_id, user=caller.user, on_output=on_output
+            plan.spec, plan_id=plan.plan_id, user=caller.user, on_output=on_output
         )
 
     def cancel(self, run_id: str, caller: Caller = _ANYONE) -> dict[str, Any]:
