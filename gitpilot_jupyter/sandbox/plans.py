@@ -112,7 +112,7 @@ class ExecutionPlan:
         return self.high_risk and not confirmed
 
     def options(self) -> RunOptions:
-        """The request this plan answers, as :meth:`SandboxService.spec` takes it."""
+        """The request this plan answers, as :meth:`~.service.planner.Planner.spec` takes it."""
         spec = self.spec
         return RunOptions(
             language=spec.language,

@@ -22,7 +22,7 @@ from ..errors import InvalidRequest, PlanNotFound, SandboxError, UnknownLanguage
 from ..languages import language_for_path
 from ..plans import Approval, ExecutionPlan, PlanStore
 from ..records import PlanWarning
-from ..request import Caller, RunOptions
+from ..request import RunOptions
 from ..scan import scan
 from ..spec import RunSpec
 from .items import BatchItem
@@ -188,7 +188,7 @@ def plan_batch(
                 allow_network=allow_network,
                 env=env or (),
             )
-            plans[it.id] = service.describe(options, Caller(session_id=session_id))
+            plans[it.id] = service.planner.describe(options, session_id=session_id)
         except SandboxError as exc:
             raise type(exc)(f"item {it.id!r}: {exc.message}", code=exc.code) from None
         if it.file is not None and it.code is not None:

@@ -68,7 +68,7 @@ async def run_answer(
     answer: dict[str, Any] = {"worker": worker, "host": socket.gethostname()}
     try:
         if options is not None:
-            plan = dataclasses.replace(plan, spec=service.spec(options))
+            plan = dataclasses.replace(plan, spec=service.planner.spec(options))
         result = await service.run_plan(plan, Caller(user=user))
     except SandboxError as exc:
         answer.update(error=exc.message, code=exc.code)

@@ -52,9 +52,14 @@ class Planner:
         self.root_dir = root_dir
 
     def spec(self, options: RunOptions, *, code: str | None = None) -> RunSpec:
-        """The one definition of a run (see :meth:`.service.SandboxService.spec`).
+        """The one definition of a run: what planning describes and a long-form run checks.
 
-        ``code`` is the text to run when it is not ``options.code`` (a file's).
+        Canonical language, the timeout clamped by the policy (the settings' default
+        within the server's maximum), network and backend resolved from the settings,
+        the server variables passed through (``env``, checked names), the resource
+        limits in force and, for a file run, the file. Raises the typed error of the
+        first bad field. ``code`` is the text to run when it is not ``options.code``
+        (a file's).
         """
         name, effective = self.resolver.resolve(options.backend)
         settings = effective.settings
@@ -86,9 +91,9 @@ class Planner:
         session_id: str | None = None,
         file_text: str | None = None,
     ) -> ExecutionPlan:
-        """The plan for a request, neither kept nor audited.
-
-        See :meth:`.service.SandboxService.describe`.
+        """The plan for a request, neither kept nor audited (a batch plans its items with it;
+        :meth:`.service.SandboxService.plan` keeps it). ``file_text`` is ``options.file``'s
+        content when the caller has read it already.
         """
         language, code, file = options.language, options.code, options.file
         source, stdin = options.source, options.stdin
