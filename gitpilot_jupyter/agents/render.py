@@ -100,10 +100,10 @@ def render_result(
 
 def describe_plan(plan: ExecutionPlan) -> list[str]:
     """The lines that tell a model (and the human it relays to) what the plan would run."""
-    network = "on" if plan.network else "off"
+    network = "on" if plan.spec.network else "off"
     lines = [
-        f"Plan: {plan.goal} · backend {plan.backend} · "
-        f"timeout {plan.timeout_sec} s · network {network}",
+        f"Plan: {plan.goal} · backend {plan.spec.backend} · "
+        f"timeout {plan.spec.timeout_sec} s · network {network}",
     ]
     for warning in plan.warnings:
         lines.append(f"Warning ({warning['severity']}): {warning['label']}: {warning['detail']}")

@@ -207,7 +207,7 @@ class AgentSandbox:
             reply.plan = plan.to_dict()
             return reply
         text = render.render_result(
-            result, command=shown, timeout_sec=plan.timeout_sec, limit=self.max_output_bytes
+            result, command=shown, timeout_sec=plan.spec.timeout_sec, limit=self.max_output_bytes
         )
         return AgentReply("completed", text, plan=plan.to_dict(), result=result)
 

@@ -18,9 +18,10 @@ def print_plan(plan: ExecutionPlan, stream: TextIO = sys.stdout) -> None:
     """The plan as a short block of text (control and bidi characters shown as escapes)."""
     w = stream.write
     w(f"Plan {plan.plan_id}: {escape_text(plan.goal)}\n")
+    spec = plan.spec
     w(
-        f"  language {plan.language} · backend {plan.backend} · timeout {plan.timeout_sec} s · "
-        f"network {'on' if plan.network else 'off'}\n"
+        f"  language {spec.language} · backend {spec.backend} · timeout {spec.timeout_sec} s · "
+        f"network {'on' if spec.network else 'off'}\n"
     )
     w(f"  command  {' '.join(plan.command)}\n")
     for check in plan.checks:
@@ -36,7 +37,7 @@ def print_plan_code(
     plan: ExecutionPlan, stream: TextIO = sys.stdout, *, max_lines: int = PREVIEW_LINES
 ) -> None:
     """The plan's code as an approver must see it: escaped, with every cut stated."""
-    preview = code_preview(plan.code, max_lines=max_lines)
+    preview = code_preview(plan.spec.code, max_lines=max_lines)
     for line in preview.lines:
         stream.write(f"  | {line}\n")
     for note in preview.notes:

@@ -174,9 +174,9 @@ class LocalClient(SandboxClient):
     async def test_matrixlab(
         self, url: str | None = None, token: str | None = None
     ) -> dict[str, Any]:
-        return await self.service.test_matrixlab(url=url, token=token)
+        return await self.service.matrixlab.test_connection(url=url, token=token)
 
     async def lifecycle(
         self, action: str, progress: ProgressCallback | None = None
     ) -> dict[str, Any]:
-        return await self.service.lifecycle(action, progress, user=self.user)
+        return await self.service.matrixlab.lifecycle(action, progress, user=self.user)

@@ -18,7 +18,6 @@ import httpx
 
 from ..sandbox.backend import OutputCallback
 from ..sandbox.batch import BatchItem, BatchPlan, BatchProgress, ClusterAccess, ResultLog
-from ..sandbox.batch.plan import MAX_BATCHES
 from ..sandbox.batch.runner import BatchWatch, cancelled_report
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.errors import InvalidRequest, SandboxError
@@ -64,8 +63,6 @@ class RestClient(SandboxClient):
         self.token = token
         self.timeout = timeout
         self.path = "REST"
-        #: The items and options of the batches planned here, to resume one (``out``).
-        self._planned: dict[str, tuple[list[BatchItem], RunOptions, int | None]] = {}
 
     def _timeout(self, read_timeout: float | None = None) -> httpx.Timeout:
         return httpx.Timeout(self.timeout, read=read_timeout or self.timeout)
@@ -205,11 +202,7 @@ class RestClient(SandboxClient):
         if deadline_sec is not None:
             body["deadline_sec"] = deadline_sec
         answer = await self._call("POST", "batch/plan", body)
-        batch = BatchPlan.from_dict(answer["batch"])
-        self._planned[batch.batch_id] = (list(items), options, deadline_sec)
-        while len(self._planned) > MAX_BATCHES:  # the server forgets them too
-            del self._planned[next(iter(self._planned))]
-        return batch
+        return BatchPlan.from_dict(answer["batch"])
 
     async def approve_batch(self, batch_id: str) -> dict[str, Any]:
         body = {"batch_id": batch_id, "session_id": self.session_id}
@@ -231,8 +224,8 @@ class RestClient(SandboxClient):
                 "--cluster is for the in-process path"
             )
         log = ResultLog(out) if out is not None else None
-        # Items whose results ``out`` holds already are skipped, as in-process: the rest
-        # is planned and approved again as a batch of its own (the server's audit shows it).
+        # Items whose results ``out`` holds already are skipped, as in-process: the server
+        # runs the approved batch without them (the results file is on this side).
         done = log.open({i: p.digest for i, p in batch.items.items()}) if log else {}
         skipped = len(done)
         progress: BatchProgress | None = None
@@ -248,17 +241,11 @@ class RestClient(SandboxClient):
                 progress = _with_skipped(BatchProgress.from_dict(event), skipped)
                 watch.progress(progress)
 
+        body: dict[str, Any] = {"batch_id": batch.batch_id, "approval_token": token}
+        body.update(session_id=self.session_id, workers=workers, skip=list(done) or None)
+        body = {k: v for k, v in body.items() if v is not None or k == "approval_token"}
         try:
-            target, token = await self._rest_of(batch, done) if done else (batch, token)
-            report: dict[str, Any]
-            if target is None:  # every item is done: nothing runs
-                report = cancelled_report(batch, [], None, executor=self.path, out=out)
-                report.update(stopped=None, not_run=[])
-            else:
-                body: dict[str, Any] = {"batch_id": target.batch_id, "approval_token": token}
-                body.update(session_id=self.session_id, workers=workers)
-                body = {k: v for k, v in body.items() if v is not None or k == "approval_token"}
-                report = await self._stream("batch", body, line, read_timeout=None)
+            report = await self._stream("batch", body, line, read_timeout=None)
         except (asyncio.CancelledError, KeyboardInterrupt):
             # Closing the stream stops the batch on the server; report what came back.
             watch.report = cancelled_report(
@@ -273,19 +260,6 @@ class RestClient(SandboxClient):
         report["out"] = str(log.path) if log is not None else None
         watch.report = report
         return report
-
-    async def _rest_of(
-        self, batch: BatchPlan, done: Mapping[str, str]
-    ) -> tuple[BatchPlan | None, str | None]:
-        """The batch of the items not done yet, approved (``None`` when all are done)."""
-        items, options, deadline = self._planned[batch.batch_id]
-        rest = [item for item in items if item.id not in done]
-        if not rest:
-            return None, None
-        again = await self.plan_batch(rest, options, deadline_sec=deadline)
-        if not again.requires_approval:
-            return again, None
-        return again, str((await self.approve_batch(again.batch_id))["approval_token"])
 
     async def pending(self) -> list[ExecutionPlan]:
         answer = await self._call("GET", "plans")

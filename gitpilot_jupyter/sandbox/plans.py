@@ -10,12 +10,13 @@ so whoever approved it can see it run and stop it.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,35 +55,40 @@ PLAN_TTL_SEC = 3600
 
 @dataclass
 class ExecutionPlan:
-    """What would run, where, under which rules, and what the scan found."""
+    """What would run (its :class:`RunSpec`), under which rules, and what was decided of it.
+
+    The plan holds the spec it describes: approving the plan lets that very spec run.
+    Beside it are the plan's own fields: its id, the digest an approval binds to
+    (the spec's for a single run), the checks and warnings, whether it is blocked,
+    who made it and when.
+    """
 
     plan_id: str
     goal: str
     source: str
-    language: str
+    #: What approving this plan lets run (frozen; the API shows its fields flat).
+    spec: RunSpec
     command: list[str]
-    backend: str
-    timeout_sec: int
-    network: bool
     checks: list[Check]
     warnings: list[PlanWarning]
     blocked: bool
     requires_approval: bool
     digest: str
     created_at: float
-    code: str
-    stdin: str | None = None
-    file: str | None = None
     blocked_reason: str | None = None
     session_id: str | None = None
-    #: Names of server variables passed through to the run (values are never shown).
-    env: list[str] = field(default_factory=list)
-    #: What approving this plan lets run (kept server-side; never sent over the wire).
-    spec: RunSpec | None = field(default=None, repr=False, compare=False)
+    #: A batch item's file whose text is already the spec's code: shown as the plan's
+    #: ``file``, never sent with the run (the spec has no file then).
+    read_from: str | None = None
     #: The identity that made the plan (``None`` under a shared-token login).
     owner: str | None = None
     #: The run of this approved plan while it is under way (set when the run starts).
     run_id: str | None = None
+
+    @property
+    def file(self) -> str | None:
+        """The file the plan runs or was read from (``None`` for a snippet)."""
+        return self.spec.file or self.read_from
 
     @property
     def waiting(self) -> bool:
@@ -106,30 +112,33 @@ class ExecutionPlan:
         return self.high_risk and not confirmed
 
     def options(self) -> RunOptions:
-        """The request this plan answers, as :meth:`SandboxService.spec` takes it."""
+        """The request this plan answers, as :meth:`~.service.planner.Planner.spec` takes it."""
+        spec = self.spec
         return RunOptions(
-            language=self.language,
-            code=self.code,
-            file=self.file,
-            stdin=self.stdin,
-            timeout_sec=self.timeout_sec,
-            backend=self.backend,
-            allow_network=self.network,
-            env=tuple(self.env),
+            language=spec.language,
+            code=spec.code,
+            file=spec.file,
+            stdin=spec.stdin,
+            timeout_sec=spec.timeout_sec,
+            backend=spec.backend,
+            allow_network=spec.network,
+            env=spec.env,
             source=self.source,
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan as the API shows it (stdin and session are not echoed)."""
+        """The plan as the API shows it, its spec's fields flat (stdin and session are not
+        echoed, the limits are the server's)."""
+        spec = self.spec
         return {
             "plan_id": self.plan_id,
             "goal": self.goal,
             "source": self.source,
-            "language": self.language,
+            "language": spec.language,
             "command": self.command,
-            "backend": self.backend,
-            "timeout_sec": self.timeout_sec,
-            "network": self.network,
+            "backend": spec.backend,
+            "timeout_sec": spec.timeout_sec,
+            "network": spec.network,
             "checks": self.checks,
             "warnings": self.warnings,
             "blocked": self.blocked,
@@ -137,15 +146,39 @@ class ExecutionPlan:
             "requires_approval": self.requires_approval,
             "digest": self.digest,
             "created_at": self.created_at,
-            "code": self.code,
+            "code": spec.code,
             "file": self.file,
-            "env": list(self.env),
+            "env": list(spec.env),
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ExecutionPlan:
-        """Rebuild a plan received as JSON (unknown keys are ignored)."""
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+    def from_dict(cls, data: Mapping[str, Any], *, spec: RunSpec | None = None) -> ExecutionPlan:
+        """Rebuild a plan received as JSON (unknown keys are ignored).
+
+        Its spec is ``spec`` when given (a Dask worker builds its own, with its node's
+        limits), else the one the flat fields describe: what the plan shows, with
+        the default limits and ``stdin`` only when the data carries it. The digest
+        stays the one the planner gave (the server's, over the stdin it was not sent).
+        """
+        if spec is None:
+            spec = RunSpec(
+                language=data["language"],
+                code=data["code"],
+                stdin=data.get("stdin"),
+                timeout_sec=data["timeout_sec"],
+                network=data["network"],
+                backend=data["backend"],
+                env=tuple(data.get("env") or ()),
+                file=data.get("file"),
+            )
+        own = {k: data[k] for k in _OWN_FIELDS if k in data}
+        return cls(spec=spec, **own)
+
+
+#: The fields of a plan beside its spec, as :meth:`ExecutionPlan.to_dict` shows them.
+_OWN_FIELDS = tuple(
+    f.name for f in dataclasses.fields(ExecutionPlan) if f.name not in ("spec", "read_from")
+)
 
 
 @dataclass
@@ -192,16 +225,13 @@ class Approval:
     session_id: str | None
     user: str | None
     expires_at: float
+    #: The approved plan (never sent over the wire): its spec is what the token runs,
+    #: and its run is linked to it while under way.
+    plan: ExecutionPlan = field(repr=False, compare=False)
     approved_by: str = "user"
     used: bool = field(default=False)
-    #: The approved plan's file (a file run), so a backend may send its folder along.
-    file: str | None = None
-    #: The approved plan's run, which a run by token alone executes.
-    spec: RunSpec | None = field(default=None, repr=False, compare=False)
     #: The identity that made the plan; only it may run the approval.
     owner: str | None = None
-    #: The approved plan itself, so its run can be linked to it (never sent over the wire).
-    plan: ExecutionPlan | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self, now: float) -> dict[str, Any]:
         """The approve answer."""
@@ -383,8 +413,6 @@ class PlanStore:
                 user=user,
                 expires_at=now + self.ttl_sec,
                 approved_by=approved_by,
-                file=plan.file,
-                spec=plan.spec,
                 owner=plan.owner,
                 plan=plan,
             )

@@ -2,7 +2,7 @@
 
 A plan describes a :class:`RunSpec`; approving the plan binds a token to the
 spec's digest; running the approved plan runs that very spec. The spec is built
-by one function (:meth:`~.service.SandboxService.spec`) for planning and for the
+by one function (:meth:`~.service.planner.Planner.spec`) for planning and for the
 long form of a run, so the two can never derive a run differently (a timeout
 clamped in one place and not in the other was such a bug).
 """

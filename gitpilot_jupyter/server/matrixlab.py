@@ -24,7 +24,7 @@ class ConnectionTestHandler(SandboxHandler):
         """Reachability, latency, version, Docker and capabilities of a Runner, with a hint."""
         body = self.body("MatrixlabTestRequest")
         report = await self.call(
-            self.service.test_matrixlab(
+            self.service.matrixlab.test_connection(
                 url=body.get("matrixlab_url"), token=body.get("matrixlab_token")
             )
         )
@@ -38,7 +38,7 @@ class LifecycleStatusHandler(SandboxHandler):
     @authorized
     async def get(self) -> None:
         """Installed, running, Docker available, lifecycle enabled, images, url."""
-        self.write_json(await self.call(self.service.lifecycle("status")))
+        self.write_json(await self.call(self.service.matrixlab.lifecycle("status")))
 
 
 class LifecycleActionHandler(StreamingHandler):
@@ -60,6 +60,6 @@ class LifecycleActionHandler(StreamingHandler):
                 assert sink is not None
                 await sink({"type": "progress", **event})
 
-            return await service.lifecycle(action, progress if sink else None, user=user)
+            return await service.matrixlab.lifecycle(action, progress if sink else None, user=user)
 
         await self.answer(work)

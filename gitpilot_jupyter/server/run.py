@@ -71,10 +71,10 @@ class RunHandler(StreamingHandler):
     def on_connection_close(self) -> None:
         """The client went away before the answer: stop its run (the audit still records it)."""
         super().on_connection_close()
-        if self._run_id is not None and self._run_id in self.service.active_runs():
-            self.log.info("sandbox run %s: the client went away; stopping it", self._run_id)
-            with contextlib.suppress(SandboxError):  # it ended meanwhile
+        if self._run_id is not None:
+            with contextlib.suppress(SandboxError):  # it is over already (or never started)
                 self.service.cancel(self._run_id, self.caller())
+                self.log.info("sandbox run %s: the client went away; stopping it", self._run_id)
 
 
 class PlanAndRunHandler(RunHandler):

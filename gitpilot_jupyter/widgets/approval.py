@@ -71,11 +71,12 @@ def plan_html(plan: ExecutionPlan) -> str:
     def e(text: str) -> str:
         return html.escape(escape_text(text))
 
+    spec = plan.spec
     rows = [
         f"<b>{e(plan.goal)}</b> <code>{e(plan.plan_id)}</code>",
         f"source <b>{e(plan.source)}</b> · "
-        f"language <b>{e(plan.language)}</b> · backend <b>{e(plan.backend)}</b> · "
-        f"timeout <b>{plan.timeout_sec} s</b> · network <b>{'on' if plan.network else 'off'}</b>",
+        f"language <b>{e(spec.language)}</b> · backend <b>{e(spec.backend)}</b> · "
+        f"timeout <b>{spec.timeout_sec} s</b> · network <b>{'on' if spec.network else 'off'}</b>",
     ]
     rows.append(
         " · ".join(
@@ -90,7 +91,7 @@ def plan_html(plan: ExecutionPlan) -> str:
             f"<div style='color:{colour}'>⚠ <b>{e(w['severity'])}</b>: "
             f"{e(w['label'])}: {e(w['detail'])}</div>"
         )
-    rows.append(code_html(plan.code))
+    rows.append(code_html(spec.code))
     rows.append(f"<span style='color:#616161'>digest <code>{e(plan.digest)}</code></span>")
     return "".join(f"<div>{row}</div>" for row in rows)
 

@@ -140,5 +140,5 @@ def batch_html(batch: BatchPlan) -> str:
         plan = batch.item(item_id)
         warnings = "; ".join(f"{w['label']}: {w['detail']}" for w in plan.warnings)
         parts.append(f"<div><b>{html.escape(item_id)}</b>: ⚠ {html.escape(warnings)}</div>")
-        parts.append(code_html(plan.code))
+        parts.append(code_html(plan.spec.code))
     return "".join(parts)

@@ -22,6 +22,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator } from '@jupyterlab/translation';
 import { listIcon, runIcon, settingsIcon } from '@jupyterlab/ui-components';
 
+import { DEFAULTS } from './defaults';
 import { confirmPassThrough } from './dialog';
 import { runFile, selectedRunnableFile } from './filerun';
 import { messageOf } from './flow';
@@ -215,9 +216,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
           // The Settings Editor's Sandbox page shows and edits the server's settings.
           new SettingsSync(settings, model, confirmPassThrough);
         })
-        .catch(() => startPolling(30));
+        .catch(() => startPolling(DEFAULTS.refreshInterval));
     } else {
-      startPolling(30);
+      startPolling(DEFAULTS.refreshInterval);
     }
     void model.refresh();
   }

@@ -4,6 +4,7 @@
 
 import { ISignal, Signal } from '@lumino/signaling';
 
+import { VisiblePoll } from './poll';
 import type { SandboxClient } from './request';
 import type { IPlan, IStatus } from './types';
 
@@ -15,7 +16,7 @@ export class SandboxModel {
   private _status: IStatus | null = null;
   private _error: string | null = null;
   private _waiting = 0;
-  private _timer: number | undefined;
+  private readonly _poll = new VisiblePoll(() => void this.refresh());
   private readonly _changed = new Signal<this, void>(this);
 
   constructor(readonly client: SandboxClient) {}
@@ -80,20 +81,12 @@ export class SandboxModel {
 
   /** Refresh every `seconds` while the page is visible (0 stops). */
   poll(seconds: number): void {
-    window.clearInterval(this._timer);
-    this._timer = undefined;
-    if (seconds > 0) {
-      this._timer = window.setInterval(() => {
-        if (document.visibilityState !== 'hidden') {
-          void this.refresh();
-        }
-      }, seconds * 1000);
-    }
+    this._poll.start(seconds);
   }
 
   /** Stop polling. */
   dispose(): void {
-    this.poll(0);
+    this._poll.stop();
     Signal.clearData(this);
   }
 }

@@ -10,6 +10,7 @@
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
+import { DEFAULTS } from './defaults';
 import { confirmPassThrough } from './dialog';
 import { trans } from './i18n';
 import { backendLabel, BACKENDS, statusText, TOKEN_NOTE } from './labels';
@@ -182,7 +183,7 @@ export class SandboxPanel extends Widget {
   private matrixlabCard(): HTMLElement {
     const card = el('fieldset', 'jp-gitpilot-card');
     card.appendChild(el('legend', '', trans.__('MatrixLab connection')));
-    this.url.placeholder = 'http://localhost:8765';
+    this.url.placeholder = DEFAULTS.matrixlab_url;
     this.token.autocomplete = 'off';
     this.token.addEventListener('input', () => (this.tokenCleared = false));
     this.clearToken.type = 'button';
@@ -242,7 +243,7 @@ export class SandboxPanel extends Widget {
     this.url.value = s.matrixlab_url ?? '';
     this.image.value = s.matrixlab_image ?? '';
     this.network.checked = !!s.allow_network;
-    this.timeout.value = String(s.timeout_sec ?? 120);
+    this.timeout.value = String(s.timeout_sec);
     this.token.value = '';
     this.tokenCleared = false;
     this.token.placeholder = status.has_token

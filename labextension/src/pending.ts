@@ -15,6 +15,7 @@ import { Widget } from '@lumino/widgets';
 import { trans } from './i18n';
 import { AGENT_SOURCE, SandboxModel } from './model';
 import { escapeText } from './escape';
+import { VisiblePoll } from './poll';
 import { ResponseError } from './request';
 import { badge, el, formatDuration, isRisky, renderPlan } from './render';
 import type { IPlan, IRunningPlan } from './types';
@@ -338,7 +339,7 @@ export class PendingPlansPanel extends Widget {
   private readonly runningList = el('div', 'jp-gitpilot-running-list');
   private readonly runningSection = el('div', 'jp-gitpilot-running-section');
   private readonly runningCards = new Map<string, RunningCard>();
-  private timer: number | undefined;
+  private readonly poller = new VisiblePoll(() => void this.refresh());
 
   constructor(private readonly model: SandboxModel) {
     super();
@@ -481,15 +482,7 @@ export class PendingPlansPanel extends Widget {
 
   /** Poll every `seconds` while the page is visible (0 stops). */
   poll(seconds: number): void {
-    window.clearInterval(this.timer);
-    this.timer = undefined;
-    if (seconds > 0) {
-      this.timer = window.setInterval(() => {
-        if (document.visibilityState !== 'hidden') {
-          void this.refresh();
-        }
-      }, seconds * 1000);
-    }
+    this.poller.start(seconds);
   }
 
   protected onAfterAttach(): void {

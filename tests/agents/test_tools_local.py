@@ -164,16 +164,16 @@ def test_private_in_process_plans_say_who_can_approve() -> None:
 
 def test_claim_secret_is_needed_and_hands_the_token_over_once(service: SandboxService) -> None:
     made = run_sync(service.plan(RunOptions(language="python", code="print(1)"), agent=True))
-    secret = service.claims.open(made.plan_id)
+    secret = service.workflow.claims.open(made.plan_id)
     with pytest.raises(ApprovalError) as wrong:
-        service.claims.claim(made.plan_id, "guessed")
+        service.workflow.claims.claim(made.plan_id, "guessed")
     assert wrong.value.code == "claim_invalid"
-    assert service.claims.claim(made.plan_id, secret).state == "pending"
+    assert service.workflow.claims.claim(made.plan_id, secret).state == "pending"
     service.plans.approve(made.plan_id)
-    answer = service.claims.claim(made.plan_id, secret)
+    answer = service.workflow.claims.claim(made.plan_id, secret)
     assert answer.state == "approved" and answer.approval_token
     with pytest.raises(ApprovalError):
-        service.claims.claim(made.plan_id, secret)
+        service.workflow.claims.claim(made.plan_id, secret)
 
 
 def test_module_functions_follow_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

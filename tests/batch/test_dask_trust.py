@@ -125,7 +125,7 @@ def test_a_forged_task_is_refused_by_the_worker(cluster: DaskProcesses, tmp_path
     entries = [(i, p.digest) for i, p in batch.items.items()]
     manifest = manifest_payload(batch.digest, batch.deadline_sec, entries)
     approved = batch.items["a"]
-    forged_plan = replace(approved, code=f"touch {marker}")
+    forged_plan = replace(approved, spec=replace(approved.spec, code=f"touch {marker}"))
     forged = {**plan_payload(forged_plan, None), "id": "a"}
     made_up = manifest_payload("sha256:" + "0" * 64, batch.deadline_sec, entries)
     with cluster.client() as client:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gitpilot_jupyter.sandbox.batch import BatchService, items_from_list, load_folder, load_jsonl
+from gitpilot_jupyter.sandbox.batch import (
+    BatchService,
+    items_from_list,
+    load_folder,
+    load_jsonl,
+    worker,
+)
 from gitpilot_jupyter.sandbox.errors import (
     ApprovalError,
     FileAccessError,
@@ -50,8 +57,8 @@ def test_the_plan_shows_count_languages_warnings_and_blocked(batches: BatchServi
     assert summary["high_risk"] == ["sys"]
     assert {"label": "os.system", "severity": "high", "items": 1} in summary["warnings"]
     # The approver can open any item: its full plan, code included.
-    assert batch.item("sys").code == "import os\nos.system('ls')"
-    assert batch.item("js").language == "javascript"
+    assert batch.item("sys").spec.code == "import os\nos.system('ls')"
+    assert batch.item("js").spec.language == "javascript"
     with pytest.raises(PlanNotFound):
         batch.item("nope")
 
@@ -198,3 +205,24 @@ def test_files_run_through_each_are_scanned_in_their_own_language(
     assert batch.summary()["high_risk"] == ["sneaky.py"]
     [warning] = [w for w in batch.item("sneaky.py").warnings if w["label"] == "os.system"]
     assert warning["severity"] == "high" and warning["detail"].startswith("in sneaky.py: ")
+
+
+def test_a_dask_task_carries_the_items_stdin_and_no_file_for_its_label(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The JSONL sits outside the worker's root: the item's file is only a label of its code.
+    (tmp_path / "items").mkdir()
+    (tmp_path / "items" / "greet.sh").write_text('read -r name; echo "hi $name"\n')
+    jsonl = tmp_path / "items" / "items.jsonl"
+    jsonl.write_text('{"id": "g", "file": "greet.sh", "stdin": "ada\\n"}\n')
+    node = SandboxService(root_dir=tmp_path / "elsewhere", require_approval=True)
+    monkeypatch.setattr(worker, "_service", node)
+    batch = BatchService(node).plan(load_jsonl(jsonl))
+    plan = batch.item("g")
+    assert (plan.file, plan.spec.file, plan.to_dict()["file"]) == ("greet.sh", None, "greet.sh")
+    payload = {**json.loads(json.dumps(worker.plan_payload(plan, "ada"))), "id": "g"}  # shipped
+    entries = [(i, p.digest) for i, p in batch.items.items()]
+    manifest = worker.manifest_payload(batch.digest, batch.deadline_sec, entries)
+    answer = worker.run_item(payload, manifest)
+    assert answer["result"]["stdout"] == "hi ada\n", answer
+    assert answer["result"]["plan_id"] == plan.plan_id

@@ -77,6 +77,20 @@ async def test_changing_one_item_refuses_the_token(api: Api) -> None:
     assert ran.code == 200 and ran.body["report"]["ok"] == 2
 
 
+async def test_a_resumed_run_skips_the_items_the_caller_holds(api: Api) -> None:
+    batch = await plan_batch(api)
+    token = await approve(api, batch["batch_id"])
+    body = {"batch_id": batch["batch_id"], "approval_token": token, "skip": ["a", "nope"]}
+    refused = await api("POST", "api/sandbox/batch", body)
+    assert (refused.code, refused.body["code"]) == (400, "invalid_request"), refused.text
+    body["skip"] = ["a", "c"]  # the token was not spent; the approved manifest runs, less a, c
+    ran = await api("POST", "api/sandbox/batch", body)
+    assert ran.code == 200, ran.text
+    assert sorted(r["id"] for r in ran.body["results"]) == ["b", "wipe"]
+    report = ran.body["report"]
+    assert (report["digest"], report["total"], report["failed"]) == (batch["digest"], 2, 1)
+
+
 async def test_the_run_streams_items_and_progress_as_ndjson(api: Api) -> None:
     items = [{"id": str(i), "language": "bash", "code": f"echo {i}"} for i in range(5)]
     batch = await plan_batch(api, items)

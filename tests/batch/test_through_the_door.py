@@ -75,7 +75,10 @@ def test_a_kernels_batch_runs_on_the_server_its_cells_go_to(
 
 def test_the_cli_runs_a_batch_on_the_server_it_names(strict: LiveServer, tmp_path: Path) -> None:
     items = tmp_path / "items.jsonl"
-    items.write_text(json.dumps({"id": "a", "language": "python", "code": "print(6 * 7)"}) + "\n")
+    given = [("a", "print(6 * 7)"), ("b", "print('b')"), ("c", "print('c')")]
+    items.write_text(
+        "".join(json.dumps({"id": i, "language": "python", "code": c}) + "\n" for i, c in given)
+    )
     out = tmp_path / "results.jsonl"
     env = {**os.environ, "GITPILOT_JUPYTER_TOKEN": strict.token}
 
@@ -98,17 +101,25 @@ def test_the_cli_runs_a_batch_on_the_server_it_names(strict: LiveServer, tmp_pat
     ran = cli()
     assert ran.returncode == 0, ran.stderr
     assert f"timeout {SERVER_MAX_TIMEOUT_SEC} s" in ran.stderr
-    assert [(r["id"], r["stdout"]) for r in read_results(out)] == [("a", "42\n")]
+    ran_first = {r["id"]: r["stdout"] for r in read_results(out)}
+    assert ran_first == {"a": "42\n", "b": "b\n", "c": "c\n"}
     assert requests_after(strict, mark, 3) == [
         "POST batch/plan",
         "POST batch/approve",
         "POST batch",
     ]
-    # Run again: the results file holds the item, so nothing is planned or run again.
+    # Resume as after a stop before b finished: the server runs the approved batch without
+    # the items the results file holds (no second plan and approval of the rest).
+    out.write_text("".join(line for line in out.read_text().splitlines(True) if '"b"' not in line))
     mark = len(strict.log())
     again = cli()
-    assert again.returncode == 0 and "1 ok (1 already done)" in again.stderr, again.stderr
-    assert requests_after(strict, mark, 1) == ["POST batch/plan", "POST batch/approve"]
+    assert again.returncode == 0 and "3 ok (2 already done)" in again.stderr, again.stderr
+    assert sorted((r["id"], r["stdout"]) for r in read_results(out)) == sorted(ran_first.items())
+    assert requests_after(strict, mark, 3) == [
+        "POST batch/plan",
+        "POST batch/approve",
+        "POST batch",
+    ]
 
 
 def run(kernel: BlockingKernelClient, code: str) -> str:

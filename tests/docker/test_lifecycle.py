@@ -52,11 +52,11 @@ def commands(answer: dict[str, Any]) -> list[str]:
 async def test_start_run_stop_start_again(lifecycle_service: SandboxService) -> None:
     service = lifecycle_service
     token = service.settings.effective().settings.matrixlab_token
-    before = await service.lifecycle("status")
+    before = await service.matrixlab.lifecycle("status")
     assert before["docker_available"] is True and before["installed"] is True
     assert before["running"] is False and before["container"] is None
 
-    started, gap = await without_blocking_the_loop(service.lifecycle("start"))
+    started, gap = await without_blocking_the_loop(service.matrixlab.lifecycle("start"))
     assert started["ok"] is True and started["running"] is True, started
     assert gap < 1.0, f"the event loop was blocked for {gap:.2f} s"
     run_line = commands(started)[0]
@@ -71,17 +71,17 @@ async def test_start_run_stop_start_again(lifecycle_service: SandboxService) -> 
     assert (result.exit_code, result.stdout, result.backend) == (0, "42\n", "matrixlab")
     assert result.sandbox_id
 
-    again = await service.lifecycle("start")
+    again = await service.matrixlab.lifecycle("start")
     assert again["ok"] is True and again["container"]["id"] == container_id
     assert again["steps"][0]["stdout"] == "already running"
 
-    stopped = await service.lifecycle("stop")
+    stopped = await service.matrixlab.lifecycle("stop")
     assert stopped["ok"] is True and stopped["running"] is False
     assert stopped["container"]["state"] == "exited"
     assert commands(stopped)[0] == f"docker stop {before['container_name']}"
     assert commands(stopped)[1].startswith("find ") and "-name 'job-*'" in commands(stopped)[1]
 
-    restarted = await service.lifecycle("start")
+    restarted = await service.matrixlab.lifecycle("start")
     assert restarted["ok"] is True and restarted["running"] is True
     assert commands(restarted)[0] == f"docker start {before['container_name']}"
     assert restarted["container"]["id"] == container_id
@@ -97,7 +97,7 @@ async def test_install_skips_present_images_and_reports_a_real_pull_failure(
     async def progress(event: dict[str, Any]) -> None:
         events.append(event)
 
-    answer = await lifecycle_service.lifecycle("install", progress)
+    answer = await lifecycle_service.matrixlab.lifecycle("install", progress)
     assert answer["ok"] is False and missing in answer["error"]
     steps = {step["cmd"]: step for step in answer["steps"]}
     for image in (RUNNER_IMAGE, BASE_IMAGE):
@@ -112,7 +112,7 @@ async def test_start_without_the_runner_image_says_install_first(
     lifecycle_service: SandboxService, monkeypatch: Any
 ) -> None:
     monkeypatch.setenv("GITPILOT_MATRIXLAB_RUNNER_IMAGE", "gitpilot-test/not-installed:latest")
-    answer = await lifecycle_service.lifecycle("start")
+    answer = await lifecycle_service.matrixlab.lifecycle("start")
     assert answer["ok"] is False and "run install first" in answer["error"]
     assert answer["container"] is None and answer["installed"] is False
 
@@ -139,7 +139,7 @@ async def test_old_job_folders_are_pruned_and_new_ones_kept(
         (folder / "ws" / "main.py").write_text("print(1)\n")
     two_hours_ago = time.time() - 2 * JOBS_MAX_AGE_SEC
     os.utime(old, (two_hours_ago, two_hours_ago))
-    started = await lifecycle_service.lifecycle("start")
+    started = await lifecycle_service.matrixlab.lifecycle("start")
     assert started["ok"] is True, started
     prune = started["steps"][-1]
     assert prune["cmd"].startswith(f"find {jobs} ") and prune["stdout"] == "removed 1 job folder"
@@ -158,7 +158,7 @@ async def test_a_non_default_socket_is_mounted_where_the_runner_looks(
     socket = tmp_path / "engine.sock"
     socket.symlink_to("/var/run/docker.sock")
     monkeypatch.setenv("GITPILOT_MATRIXLAB_DOCKER_SOCKET", str(socket))
-    started = await lifecycle_service.lifecycle("start")
+    started = await lifecycle_service.matrixlab.lifecycle("start")
     # The stand-in image, like the real Runner, will not start without /var/run/docker.sock.
     assert started["ok"] is True and started["running"] is True, started
     assert f"-v {socket}:/var/run/docker.sock" in commands(started)[0]
@@ -171,7 +171,7 @@ async def test_a_missing_socket_is_refused_before_any_container(
     lifecycle_service: SandboxService, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("GITPILOT_MATRIXLAB_DOCKER_SOCKET", str(tmp_path / "nothing.sock"))
-    answer = await lifecycle_service.lifecycle("start")
+    answer = await lifecycle_service.matrixlab.lifecycle("start")
     assert answer["ok"] is False and "GITPILOT_MATRIXLAB_DOCKER_SOCKET" in answer["error"]
     assert answer["container"] is None
 
@@ -182,7 +182,7 @@ async def test_a_runner_that_crashes_at_start_is_removed_not_left_restarting(
     # The base image's command exits at once: a crash loop under --restart unless-stopped.
     monkeypatch.setenv("GITPILOT_MATRIXLAB_RUNNER_IMAGE", BASE_IMAGE)
     began = time.monotonic()
-    answer = await lifecycle_service.lifecycle("start")
+    answer = await lifecycle_service.matrixlab.lifecycle("start")
     assert answer["ok"] is False and "did not become healthy" in answer["error"]
     assert time.monotonic() - began < 20, "it waited for a container that had crashed"
     assert commands(answer)[-1] == f"docker rm -f {answer['container_name']}"
@@ -198,7 +198,7 @@ async def test_start_waits_on_the_published_port_and_says_the_url_differs(
 ) -> None:
     port = free_port()
     monkeypatch.setenv("GITPILOT_MATRIXLAB_PORT", str(port))
-    started = await lifecycle_service.lifecycle("start")
+    started = await lifecycle_service.matrixlab.lifecycle("start")
     assert started["ok"] is True, started
     health = next(s for s in started["steps"] if s["cmd"].startswith("curl "))
     assert health["cmd"] == f"curl -fsS http://127.0.0.1:{port}/health"
@@ -208,12 +208,12 @@ async def test_start_waits_on_the_published_port_and_says_the_url_differs(
 async def test_status_of_a_running_runner_with_a_wrong_token_says_so(
     lifecycle_service: SandboxService,
 ) -> None:
-    started = await lifecycle_service.lifecycle("start")
+    started = await lifecycle_service.matrixlab.lifecycle("start")
     assert started["ok"] is True, started
     lifecycle_service.settings.update(
         {"matrixlab_token": "not-the-runners", "backend": "matrixlab"}
     )
-    status = await lifecycle_service.lifecycle("status")
+    status = await lifecycle_service.matrixlab.lifecycle("status")
     assert status["running"] is True
     assert "rejected the token (401)" in status["health_error"]
     assert (await lifecycle_service.status())["ok"] is False

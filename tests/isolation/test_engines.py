@@ -95,7 +95,7 @@ def test_with_no_engine_a_plan_is_refused_with_the_reason_and_the_fix(
         settings=SettingsStore(sandbox_config_dir), isolator=LayeredIsolator("none")
     )
     with pytest.raises(ContainmentUnavailable) as refused:
-        service.describe(RunOptions(language="python", code="print(1)"))
+        service.planner.describe(RunOptions(language="python", code="print(1)"))
     assert refused.value.status == 409 and refused.value.code == "containment_unavailable"
     assert "cannot keep a snippet away from your files" in str(refused.value)
     assert "GITPILOT_SANDBOX_ALLOW_UNCONTAINED=1" in str(refused.value)
@@ -124,14 +124,14 @@ def test_a_platform_without_an_engine_points_to_matrixlab(
 def test_the_namespace_free_engine_names_its_gaps_in_the_plan(sandbox_config_dir: Path) -> None:
     backend = make_backend("landlock")
     service = SandboxService(settings=SettingsStore(sandbox_config_dir), isolator=backend.isolator)
-    plan = service.describe(RunOptions(language="python", code="print(1)"))
+    plan = service.planner.describe(RunOptions(language="python", code="print(1)"))
     labels = [c["label"] for c in plan.checks if not c["ok"]]
     assert any("no pid namespace" in label for label in labels), labels
     assert any("no private /tmp" in label for label in labels), labels
     assert {"label": "network disabled", "ok": True} in plan.checks
     # Network on would share the host's network: refused before approval.
     with pytest.raises(ContainmentUnavailable) as refused:
-        service.describe(RunOptions(language="python", code="print(1)", allow_network=True))
+        service.planner.describe(RunOptions(language="python", code="print(1)", allow_network=True))
     assert refused.value.code == "network_unavailable"
 
 

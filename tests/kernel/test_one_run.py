@@ -58,7 +58,7 @@ def test_kernel_clients_run_the_plan_as_planned(clamped_server: LiveServer, path
             )
         )
         result = await client.approve_and_run(plan)
-        return plan.timeout_sec, result.backend, result.stdout
+        return plan.spec.timeout_sec, result.backend, result.stdout
 
     timeout, backend, stdout = run_sync(go())
     assert timeout == CLAMPED

@@ -314,9 +314,9 @@ async def test_a_file_runs_folder_leaves_out_what_never_belongs_in_a_workspace(
     result = await matrixlab_service.run(
         approval["approval_token"],
         expected=RunOptions(
-            language=plan.language,
-            code=plan.code,
-            timeout_sec=plan.timeout_sec,
+            language=plan.spec.language,
+            code=plan.spec.code,
+            timeout_sec=plan.spec.timeout_sec,
             backend="matrixlab",
         ),
     )
@@ -364,10 +364,10 @@ async def test_a_file_run_sends_its_folder_and_runs_the_approved_text(
     result = await matrixlab_service.run(
         approval["approval_token"],
         expected=RunOptions(
-            language=plan.language,
-            code=plan.code,
+            language=plan.spec.language,
+            code=plan.spec.code,
             stdin="ok",
-            timeout_sec=plan.timeout_sec,
+            timeout_sec=plan.spec.timeout_sec,
             backend="matrixlab",
         ),
     )
@@ -376,7 +376,7 @@ async def test_a_file_run_sends_its_folder_and_runs_the_approved_text(
     sent = sent_requests(runner_standin)[-1]
     assert sent["path"] == "/run"
     files = workspace_files(sent["body"])
-    assert files["job.py"] == plan.code and files["pkg/helper.py"] == "WORD = 'from helper'\n"
+    assert files["job.py"] == plan.spec.code and files["pkg/helper.py"] == "WORD = 'from helper'\n"
 
 
 async def test_output_past_the_runners_cap_keeps_the_exit_and_the_timeout(
@@ -403,7 +403,7 @@ def _sleep_30(service: SandboxService, run_id: str) -> Coroutine[Any, Any, Any]:
 
 
 async def _under_way(service: SandboxService, run_id: str) -> None:
-    while run_id not in service.active_runs():
+    while run_id not in service.executor.active_runs():
         await asyncio.sleep(0.01)
 
 
@@ -428,7 +428,7 @@ async def test_a_stop_the_backend_does_not_honour_ends_the_run_after_the_grace(
     assert result.cancelled and result.exit_code == -1 and not result.ok
     assert (result.run_id, result.backend) == (run_id, "matrixlab")
     assert 0.4 < waited < 5, waited  # the grace, not the snippet's 30 s
-    assert matrixlab_service.active_runs() == []
+    assert matrixlab_service.executor.active_runs() == []
     # The task that ran it is not left cancelled.
     cancelling = getattr(asyncio.current_task(), "cancelling", None)
     assert cancelling is None or cancelling() == 0
@@ -444,4 +444,4 @@ async def test_a_caller_cancelled_during_a_run_stays_cancelled_and_the_run_ends(
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(running, 10)
-    assert matrixlab_service.active_runs() == []
+    assert matrixlab_service.executor.active_runs() == []

@@ -16,7 +16,7 @@ from tests.unit.test_cli import cli
 @pytest.mark.parametrize("action", ["install", "start", "stop"])
 async def test_mutating_calls_need_the_flag(service: SandboxService, action: str) -> None:
     with pytest.raises(LifecycleDisabled) as caught:
-        await service.lifecycle(action)
+        await service.matrixlab.lifecycle(action)
     assert caught.value.status == 403
     assert "GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1" in caught.value.message
 
@@ -27,9 +27,9 @@ async def test_no_docker_engine_is_503_and_status_says_so(
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
     monkeypatch.setenv("GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE", "1")
     with pytest.raises(DockerUnavailable) as caught:
-        await service.lifecycle("start")
+        await service.matrixlab.lifecycle("start")
     assert caught.value.status == 503 and "no Docker engine answers" in caught.value.message
-    status = await service.lifecycle("status")
+    status = await service.matrixlab.lifecycle("status")
     assert status["docker_available"] is False and status["lifecycle_enabled"] is True
     assert status["running"] is False and "no Docker engine" in status["docker_error"]
     assert any(
@@ -45,19 +45,19 @@ async def test_config_comes_from_server_config_then_env(
     service = SandboxService(
         lifecycle_config=LifecycleConfig(container_name="from-config", runner_image="my/runner:1")
     )
-    status = await service.lifecycle("status")
+    status = await service.matrixlab.lifecycle("status")
     assert (status["container_name"], status["runner_image"]) == ("from-config", "my/runner:1")
     assert status["host_port"] == 8765 and status["jobs_dir"].startswith(str(sandbox_config_dir))
     monkeypatch.setenv("GITPILOT_MATRIXLAB_CONTAINER", "from-env")
     monkeypatch.setenv("GITPILOT_MATRIXLAB_PORT", "9999")
-    status = await service.lifecycle("status")
+    status = await service.matrixlab.lifecycle("status")
     assert (status["container_name"], status["runner_image"]) == ("from-env", "my/runner:1")
     assert "-p 127.0.0.1:9999:8000" in " ".join(status["instructions"])
 
 
 async def test_an_unknown_action_is_a_clear_error(service: SandboxService) -> None:
     with pytest.raises(InvalidRequest, match="unknown lifecycle action 'restart'"):
-        await service.lifecycle("restart")
+        await service.matrixlab.lifecycle("restart")
 
 
 def test_cli_refusal_names_the_flag_and_status_needs_none() -> None:

@@ -113,17 +113,19 @@ async def test_the_service_tests_unsaved_values_and_then_saved_ones(
     service: SandboxService, runner_standin: StandinRunner
 ) -> None:
     service.settings.update({"matrixlab_url": f"http://127.0.0.1:{free_port()}"})
-    assert (await service.test_matrixlab())["reachable"] is False
-    unsaved = await service.test_matrixlab(url=runner_standin.url, token=runner_standin.token)
+    assert (await service.matrixlab.test_connection())["reachable"] is False
+    unsaved = await service.matrixlab.test_connection(
+        url=runner_standin.url, token=runner_standin.token
+    )
     assert unsaved["ok"] is True
     assert service.config()["has_token"] is False  # testing saved nothing
     service.settings.update(
         {"matrixlab_url": runner_standin.url, "matrixlab_token": runner_standin.token}
     )
-    assert (await service.test_matrixlab())["ok"] is True
-    assert (await service.test_matrixlab(token="other"))["token"] == "rejected"
+    assert (await service.matrixlab.test_connection())["ok"] is True
+    assert (await service.matrixlab.test_connection(token="other"))["token"] == "rejected"
     with pytest.raises(InvalidSetting):
-        await service.test_matrixlab(url="ftp://nowhere")
+        await service.matrixlab.test_connection(url="ftp://nowhere")
 
 
 async def test_the_saved_token_never_goes_to_an_unsaved_url(
@@ -131,11 +133,11 @@ async def test_the_saved_token_never_goes_to_an_unsaved_url(
 ) -> None:
     saved, other = start_standin(token="the-saved-token"), start_standin(token="the-saved-token")
     service.settings.update({"matrixlab_url": saved.url, "matrixlab_token": "the-saved-token"})
-    assert (await service.test_matrixlab())["token"] == "accepted"
-    elsewhere = await service.test_matrixlab(url=other.url)
+    assert (await service.matrixlab.test_connection())["token"] == "accepted"
+    elsewhere = await service.matrixlab.test_connection(url=other.url)
     assert elsewhere["token"] == "required" and elsewhere["token_withheld"] is True
     assert "only sent to the saved URL" in elsewhere["hint"]
-    typed = await service.test_matrixlab(url=other.url, token="the-saved-token")
+    typed = await service.matrixlab.test_connection(url=other.url, token="the-saved-token")
     assert typed["ok"] is True
 
 

@@ -20,7 +20,7 @@ from gitpilot_jupyter.sandbox.errors import (
     PolicyViolation,
     UnknownLanguage,
 )
-from gitpilot_jupyter.sandbox.plans import PlanStore
+from gitpilot_jupyter.sandbox.plans import ExecutionPlan, PlanStore
 from gitpilot_jupyter.sandbox.request import Caller, RunOptions
 from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.service import SandboxService
@@ -228,7 +228,7 @@ def test_plans_are_bounded_per_identity(service: SandboxService) -> None:
         )
     assert service.plans.get(alice.plan_id) is alice
     mallorys = [p for p in service.plans.pending() if p.plan_id != alice.plan_id]
-    assert len(mallorys) == 256 and mallorys[-1].code == "print(299)"
+    assert len(mallorys) == 256 and mallorys[-1].spec.code == "print(299)"
 
 
 def test_the_store_has_a_total_bound_that_spares_agent_plans() -> None:
@@ -289,7 +289,7 @@ def test_require_approval_env_switch(
 def test_file_plan_reads_under_root_only(service: SandboxService, tmp_path: Path) -> None:
     (tmp_path / "demo.py").write_text("print('from file')\n")
     plan = sync(service.plan(RunOptions(file="demo.py")))
-    assert plan.language == "python" and plan.code == "print('from file')\n"
+    assert plan.spec.language == "python" and plan.spec.code == "print('from file')\n"
     assert plan.source == "file_run" and plan.goal == "Run demo.py"
     outside = tmp_path.parent / "outside.py"
     outside.write_text("print(1)")
@@ -301,16 +301,31 @@ def test_file_plan_reads_under_root_only(service: SandboxService, tmp_path: Path
 def test_default_backend_and_env_resolution(
     service: SandboxService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert sync(service.plan(RunOptions(language="python", code="1"))).backend == "subprocess"
+    assert sync(service.plan(RunOptions(language="python", code="1"))).spec.backend == "subprocess"
     with pytest.raises(ConfirmationRequired):  # the user never said yes: nothing saved
         sync(service.configure({"backend": "off"}))
-    assert sync(service.plan(RunOptions(language="python", code="1"))).backend == "subprocess"
+    assert sync(service.plan(RunOptions(language="python", code="1"))).spec.backend == "subprocess"
     sync(service.configure({"backend": "off"}, confirm=True))
-    assert sync(service.plan(RunOptions(language="python", code="1"))).backend == "off"
+    assert sync(service.plan(RunOptions(language="python", code="1"))).spec.backend == "off"
     monkeypatch.setenv("GITPILOT_SANDBOX", "subprocess")
-    assert sync(service.plan(RunOptions(language="python", code="1"))).backend == "subprocess"
+    assert sync(service.plan(RunOptions(language="python", code="1"))).spec.backend == "subprocess"
     assert (
-        sync(service.plan(RunOptions(language="python", code="1", backend="off"))).backend == "off"
+        sync(service.plan(RunOptions(language="python", code="1", backend="off"))).spec.backend
+        == "off"
     )
     status = sync(service.status())
     assert status["env_override"] == "GITPILOT_SANDBOX" and status["backend"] == "subprocess"
+
+
+def test_a_plan_rebuilt_from_its_json_shows_the_same_run_and_digest(
+    service: SandboxService,
+) -> None:
+    options = RunOptions(language="py", code="print(input())", stdin="secret", env=["HOME"])
+    plan = sync(service.plan(options))
+    shown = plan.to_dict()
+    assert "stdin" not in shown and shown["env"] == ["HOME"] and shown["language"] == "python"
+    again = ExecutionPlan.from_dict(shown)
+    assert again.to_dict() == shown
+    # The digest is the server's (over the stdin the JSON does not carry), not recomputed.
+    assert again.digest == plan.digest == plan.spec.digest != again.spec.digest
+    assert again.spec.stdin is None and plan.spec.stdin == "secret"

@@ -17,6 +17,7 @@ import pytest
 from gitpilot_jupyter.sandbox.display import code_preview, escape_segments, escape_text
 from gitpilot_jupyter.sandbox.plans import ExecutionPlan
 from gitpilot_jupyter.sandbox.scan import scan
+from gitpilot_jupyter.sandbox.spec import RunSpec
 from gitpilot_jupyter.widgets.approval import plan_html
 
 CASES: dict[str, Any] = json.loads((Path(__file__).parent / "display_cases.json").read_text())
@@ -85,18 +86,21 @@ def _plan(code: str) -> ExecutionPlan:
         plan_id="plan_0123456789abcdef",
         goal="Run evil\u202egnp.py",
         source="api",
-        language="python",
+        spec=RunSpec(
+            language="python",
+            code=code,
+            stdin=None,
+            timeout_sec=120,
+            network=False,
+            backend="subprocess",
+        ),
         command=["python", "inline.py"],
-        backend="subprocess",
-        timeout_sec=120,
-        network=False,
         checks=[],
         warnings=scan("python", code),
         blocked=False,
         requires_approval=True,
         digest="sha256:" + "ab" * 32,
         created_at=0.0,
-        code=code,
     )
 
 

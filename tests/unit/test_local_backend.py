@@ -219,7 +219,7 @@ def test_the_kernel_client_passes_named_variables_and_the_digest_binds_them(
     plan = run_sync(
         client.plan(RunOptions(language="python", code=code, env=["GITPILOT_TEST_NAMED"]))
     )
-    assert plan.env == ["GITPILOT_TEST_NAMED"]
+    assert plan.spec.env == ("GITPILOT_TEST_NAMED",)
     assert any("GITPILOT_TEST_NAMED" in c["label"] for c in plan.checks)
     result = run_sync(client.approve_and_run(plan))
     assert result.stdout == "named-value\n"

@@ -22,8 +22,9 @@ from ..errors import InvalidRequest, PlanNotFound, SandboxError, UnknownLanguage
 from ..languages import language_for_path
 from ..plans import Approval, ExecutionPlan, PlanStore
 from ..records import PlanWarning
-from ..request import Caller, RunOptions
+from ..request import RunOptions
 from ..scan import scan
+from ..spec import RunSpec
 from .items import BatchItem
 
 if TYPE_CHECKING:
@@ -93,8 +94,8 @@ class BatchPlan:
         return {
             "count": self.count,
             "runnable": self.count - len(blocked),
-            "languages": dict(Counter(p.language for p in self.items.values())),
-            "backends": sorted({p.backend for p in self.items.values()}),
+            "languages": dict(Counter(p.spec.language for p in self.items.values())),
+            "backends": sorted({p.spec.backend for p in self.items.values()}),
             "warnings": [
                 {"label": label, "severity": severities[label], "items": n}
                 for label, n in sorted(warnings.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -187,11 +188,11 @@ def plan_batch(
                 allow_network=allow_network,
                 env=env or (),
             )
-            plans[it.id] = service.describe(options, Caller(session_id=session_id))
+            plans[it.id] = service.planner.describe(options, session_id=session_id)
         except SandboxError as exc:
             raise type(exc)(f"item {it.id!r}: {exc.message}", code=exc.code) from None
         if it.file is not None and it.code is not None:
-            plans[it.id].file = it.file
+            plans[it.id].read_from = it.file
         if it.content is not None and it.file is not None:
             plans[it.id].warnings += file_warnings(it.file, it.content, plans[it.id].warnings)
     digest = manifest_digest([(i, p.digest) for i, p in plans.items()], deadline)
@@ -203,6 +204,37 @@ def plan_batch(
         requires_approval=service.require_approval,
         created_at=time.time(),
         session_id=session_id,
+    )
+
+
+def _stand_in(batch: BatchPlan) -> ExecutionPlan:
+    """The plan the batch's token store keeps for ``batch``: its id and manifest digest.
+
+    Its spec only names what the batch spans (language ``batch``, no code): a token
+    of this store redeems the batch (:meth:`BatchStore.redeem`), never this spec.
+    """
+    plans = batch.items.values()
+    spec = RunSpec(
+        language="batch",
+        code="",
+        stdin=None,
+        timeout_sec=0,
+        network=any(p.spec.network for p in plans),
+        backend=",".join(sorted({p.spec.backend for p in plans})),
+    )
+    return ExecutionPlan(
+        plan_id=batch.batch_id,
+        goal=f"Run a batch of {batch.count} snippets",
+        source="api",
+        spec=spec,
+        command=[],
+        checks=[],
+        warnings=[],
+        blocked=False,
+        requires_approval=batch.requires_approval,
+        digest=batch.digest,
+        created_at=batch.created_at,
+        session_id=batch.session_id,
     )
 
 
@@ -226,26 +258,7 @@ class BatchStore:
             self._batches[batch.batch_id] = batch
             while len(self._batches) > self.max_batches:
                 self._batches.popitem(last=False)
-        self.tokens.add(
-            ExecutionPlan(
-                plan_id=batch.batch_id,
-                goal=f"Run a batch of {batch.count} snippets",
-                source="api",
-                language="batch",
-                command=[],
-                backend=",".join(sorted({p.backend for p in batch.items.values()})),
-                timeout_sec=0,
-                network=any(p.network for p in batch.items.values()),
-                checks=[],
-                warnings=[],
-                blocked=False,
-                requires_approval=batch.requires_approval,
-                digest=batch.digest,
-                created_at=batch.created_at,
-                code="",
-                session_id=batch.session_id,
-            )
-        )
+        self.tokens.add(_stand_in(batch))
 
     def get(self, batch_id: str) -> BatchPlan:
         """A known batch (pending or approved), or :class:`PlanNotFound`."""

@@ -20,12 +20,12 @@ def batch_plan_text(batch: BatchPlan) -> str:
     s = batch.summary()
     langs = ", ".join(f"{n} {lang}" for lang, n in sorted(s["languages"].items()))
     first = next(iter(batch.items.values()))
-    mixed = len({p.timeout_sec for p in batch.items.values()}) > 1
+    mixed = len({p.spec.timeout_sec for p in batch.items.values()}) > 1
     lines = [
         f"Batch {batch.batch_id}: {s['count']} snippets ({langs})",
-        f"  backend {', '.join(s['backends'])} · timeout {first.timeout_sec} s per item"
+        f"  backend {', '.join(s['backends'])} · timeout {first.spec.timeout_sec} s per item"
         + (" (some items set their own)" if mixed else "")
-        + f" · network {'on' if first.network else 'off'} · deadline {batch.deadline_sec} s",
+        + f" · network {'on' if first.spec.network else 'off'} · deadline {batch.deadline_sec} s",
         f"  digest {batch.digest}",
     ]
     if not s["warnings"]:
@@ -47,8 +47,8 @@ def item_text(batch: BatchPlan, item_id: str) -> str:
     """One item opened: its plan and its code."""
     plan = batch.item(item_id)
     lines = [
-        f"Item {item_id}: {plan.language} · timeout {plan.timeout_sec} s · "
-        f"network {'on' if plan.network else 'off'} · digest {plan.digest}",
+        f"Item {item_id}: {plan.spec.language} · timeout {plan.spec.timeout_sec} s · "
+        f"network {'on' if plan.spec.network else 'off'} · digest {plan.digest}",
     ]
     if plan.file:
         lines.append(f"  file {plan.file}")
@@ -56,10 +56,10 @@ def item_text(batch: BatchPlan, item_id: str) -> str:
         lines.append(f"  warning ({w['severity']}): {w['label']}: {w['detail']}")
     if plan.blocked:
         lines.append(f"  BLOCKED: {plan.blocked_reason}")
-    if plan.stdin is not None:
-        lines.append(f"  stdin: {len(plan.stdin)} characters")
+    if plan.spec.stdin is not None:
+        lines.append(f"  stdin: {len(plan.spec.stdin)} characters")
     lines.append("-" * 60)
-    lines.append(plan.code.rstrip("\n"))
+    lines.append(plan.spec.code.rstrip("\n"))
     lines.append("-" * 60)
     return "\n".join(lines)
 

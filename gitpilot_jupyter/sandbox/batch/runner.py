@@ -84,8 +84,8 @@ def result_record(item_id: str, plan: ExecutionPlan, answer: Answer) -> dict[str
         record.update(
             status="error",
             worker=answer.get("worker"),
-            language=plan.language,
-            backend=plan.backend,
+            language=plan.spec.language,
+            backend=plan.spec.backend,
             error=answer.get("error"),
             code=answer.get("code"),
         )
@@ -98,8 +98,8 @@ def blocked_record(item_id: str, plan: ExecutionPlan) -> dict[str, Any]:
         "id": item_id,
         "digest": plan.digest,
         "status": "blocked",
-        "language": plan.language,
-        "backend": plan.backend,
+        "language": plan.spec.language,
+        "backend": plan.spec.backend,
         "reason": plan.blocked_reason,
     }
 

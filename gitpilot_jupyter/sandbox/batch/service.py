@@ -8,11 +8,13 @@ manifest, the results file, resuming, and the place items run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ApprovalError
+from ..errors import ApprovalError, InvalidRequest
+from ..plans import ExecutionPlan
 from ..service import SandboxService
 from .cluster import ClusterAccess
 from .executors import Executor, make_executor
@@ -88,14 +90,22 @@ class BatchService:
         session_id: str | None = None,
         env: Sequence[str] | None = None,
         user: str | None = None,
+        skip: Collection[str] = (),
     ) -> BatchPlan:
         """Spend the batch's token; the batch to run.
 
         With ``items`` (sent again, as a single run sends its code) they are planned
         anew and must match the approved manifest, else ``approval_mismatch`` (the
         token is not spent). When the server needs no approval the batch runs as is.
+        ``skip`` names items whose results the caller holds already (a resumed run
+        whose results file is on the caller's side): the approved manifest runs
+        without them, as a results file here skips them (:class:`.runner.BatchRun`).
         """
         batch = self.store.get(batch_id)
+        skipped = set(skip)
+        unknown = sorted(skipped - set(batch.items))
+        if unknown:
+            raise InvalidRequest(f"skip names items batch {batch_id} does not hold: {unknown[:5]}")
         digest = None
         if items is not None:
             again = plan_batch(
@@ -114,10 +124,14 @@ class BatchService:
                 raise ApprovalError(
                     "the items differ from the planned batch", code="approval_mismatch"
                 )
+        else:
+            self.store.redeem(
+                approval_token, batch_id, digest=digest, session_id=session_id, user=user
+            )
+        if not skipped:
             return batch
-        return self.store.redeem(
-            approval_token, batch_id, digest=digest, session_id=session_id, user=user
-        )
+        rest = {i: plan for i, plan in batch.items.items() if i not in skipped}
+        return dataclasses.replace(batch, items=rest)
 
     def start(
         self,
@@ -136,15 +150,15 @@ class BatchService:
         )
         return BatchRun(batch, executor, out=out, on_progress=on_progress)
 
-    def _audit(self, event: str, plan: Any, user: str | None, **extra: Any) -> None:
+    def _audit(self, event: str, plan: ExecutionPlan, user: str | None, **extra: Any) -> None:
         if self.service.audit is None:
             return
         data = {
             "user": user,
             "plan_id": plan.plan_id,
             "digest": plan.digest,
-            "language": plan.language,
-            "backend": plan.backend,
+            "language": plan.spec.language,
+            "backend": plan.spec.backend,
             **extra,
         }
         self.service.audit(event, data)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ApprovalError, SandboxError
 from ..local import confine
 from ..plans import ExecutionPlan
-from ..request import Caller
+from ..request import Caller, RunOptions
 from .cluster import host_networks
 from .plan import manifest_digest
 
@@ -49,16 +49,16 @@ _manifests: OrderedDict[str, dict[str, str]] = OrderedDict()
 
 
 def plan_payload(plan: ExecutionPlan, user: str | None) -> dict[str, Any]:
-    """What a task carries: the item's whole plan (code and stdin included) and the user.
+    """What a task carries: the item's plan, the request it answers (stdin included), the user.
 
     Not its run spec: the worker builds that again with its own node's limits.
     """
-    return {"plan": dataclasses.asdict(dataclasses.replace(plan, spec=None)), "user": user}
+    return {"plan": plan.to_dict(), "options": plan.options().to_body(), "user": user}
 
 
-def payload_plan(payload: dict[str, Any]) -> ExecutionPlan:
-    """The plan a task carries (:func:`plan_payload` undone)."""
-    return ExecutionPlan(**payload["plan"])
+def payload_plan(payload: dict[str, Any]) -> tuple[ExecutionPlan, RunOptions]:
+    """The plan a task carries and its request (:func:`plan_payload` undone)."""
+    return ExecutionPlan.from_dict(payload["plan"]), RunOptions.from_body(payload["options"])
 
 
 def manifest_payload(
@@ -142,9 +142,9 @@ async def run_answer(
 def checked_plan(service: SandboxService, payload: dict[str, Any], manifest: Any) -> ExecutionPlan:
     """The task's plan with the spec this node builds for it, once the approved manifest
     holds that spec's digest for the item; else the refusal."""
-    plan = payload_plan(payload)
+    plan, options = payload_plan(payload)
     approved = approved_digests(manifest).get(str(payload.get("id")))
-    spec = service.spec(plan.options())  # this node's settings and allowed backends
+    spec = service.planner.spec(options)  # this node's settings and allowed backends
     if approved is None or spec.digest != approved:
         raise ApprovalError(
             f"item {payload.get('id')!r} is not the one the manifest approved: refused (the "

@@ -50,7 +50,7 @@ def probe_service(service: SandboxService, *, require_approval: bool = True) -> 
         interpreters=service.interpreters,
         isolator=local.isolator if isinstance(local, SubprocessSandbox) else None,
         require_approval=require_approval,
-        allowed_backends=service.allowed_backends,
+        allowed_backends=service.backends.allowed_backends,
         root_dir=service.root_dir,
     )
 

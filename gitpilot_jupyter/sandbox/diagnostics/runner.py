@@ -16,7 +16,7 @@ TIMEOUT_CHECK_SEC = 2
 
 async def runner_stages(service: SandboxService, probe: SandboxService) -> list[Stage]:
     """Health, Docker behind it, capabilities, token, and a snippet on the Runner."""
-    report = await service.test_matrixlab()
+    report = await service.matrixlab.test_connection()
     url, hint = report["url"], report.get("hint")
     stages: list[Stage] = []
     if not report["reachable"]:
@@ -56,7 +56,7 @@ async def _runner_snippet(probe: SandboxService, report: dict[str, Any]) -> Stag
     name = "runner snippet"
     if report["token"] in ("rejected", "required") or not report["docker_ok"]:
         return Stage(name, FAIL, report["error"], report.get("hint"))
-    if "matrixlab" not in probe.allowed_backends:
+    if "matrixlab" not in probe.backends.allowed_backends:
         return Stage(name, SKIP, "the matrixlab backend is not allowed on this server")
     try:
         result = await run_probe(

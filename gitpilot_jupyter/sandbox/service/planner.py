@@ -8,7 +8,7 @@ the service's (see :mod:`.workflow` and :mod:`.runs`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import EmptyCode, InvalidRequest
@@ -52,9 +52,14 @@ class Planner:
         self.root_dir = root_dir
 
     def spec(self, options: RunOptions, *, code: str | None = None) -> RunSpec:
-        """The one definition of a run (see :meth:`.service.SandboxService.spec`).
+        """The one definition of a run: what planning describes and a long-form run checks.
 
-        ``code`` is the text to run when it is not ``options.code`` (a file's).
+        Canonical language, the timeout clamped by the policy (the settings' default
+        within the server's maximum), network and backend resolved from the settings,
+        the server variables passed through (``env``, checked names), the resource
+        limits in force and, for a file run, the file. Raises the typed error of the
+        first bad field. ``code`` is the text to run when it is not ``options.code``
+        (a file's).
         """
         name, effective = self.resolver.resolve(options.backend)
         settings = effective.settings
@@ -86,33 +91,12 @@ class Planner:
         session_id: str | None = None,
         file_text: str | None = None,
     ) -> ExecutionPlan:
-        """The plan for a request, neither kept nor audited.
-
-        See :meth:`.service.SandboxService.describe`.
+        """The plan for a request, neither kept nor audited (a batch plans its items with it;
+        :meth:`.service.SandboxService.plan` keeps it). ``file_text`` is ``options.file``'s
+        content when the caller has read it already.
         """
-        language, code, file = options.language, options.code, options.file
-        source, stdin = options.source, options.stdin
-        if source not in SOURCES:
-            raise InvalidRequest(f"unknown source {source!r}; expected one of {list(SOURCES)}")
-        if file is not None:
-            if code is not None:
-                raise InvalidRequest("give either code or file, not both")
-            code = self.read_file(file) if file_text is None else file_text
-            lang = canonical_language(language) if language else language_for_path(file)
-        else:
-            if language is None:
-                raise InvalidRequest("language is required", code="missing_field")
-            lang = canonical_language(language)
-            if code is None:
-                raise InvalidRequest("code is required", code="missing_field")
-        check_text("code", code)
-        if stdin is not None:
-            check_text("stdin", stdin)
-        if not code.strip():
-            raise EmptyCode("there is no code to run")
-        if len(code) > MAX_CODE_CHARS:
-            raise InvalidRequest(f"code is longer than {MAX_CODE_CHARS} characters")
-        spec = self.spec(options.but(language=lang), code=code)
+        spec = self._requested_spec(options, file_text)
+        lang, code, file, source = spec.language, spec.code, spec.file, options.source
         name, names, timeout, network = spec.backend, spec.env, spec.timeout_sec, spec.network
         runner = self.resolver.backend(name)
         refused = runner.refusal(allow_network=network)
@@ -144,22 +128,15 @@ class Planner:
             checks += more_checks
             warnings += more_warnings
         if names:
-            unset = [n for n in names if n not in os.environ]
-            label = "passes the server's " + ", ".join(names)
-            if unset:
-                label += f" (not set on the server: {', '.join(unset)})"
-            checks.append({"label": label, "ok": not unset})
+            checks.append(env_check(names))
         lines = code.count("\n") + (0 if code.endswith("\n") else 1)
         goal = f"Run {file}" if file else f"Run a {lang} snippet ({lines} line{'s' * (lines != 1)})"
         return ExecutionPlan(
             plan_id=new_plan_id(),
             goal=goal,
             source="file_run" if file and source == "api" else source,
-            language=lang,
+            spec=spec,
             command=command,
-            backend=name,
-            timeout_sec=timeout,
-            network=network,
             checks=checks,
             warnings=warnings + scan(lang, code),
             blocked=blocked_label is not None,
@@ -167,13 +144,35 @@ class Planner:
             requires_approval=self._require_approval(),
             digest=spec.digest,
             created_at=self.plans.clock(),
-            code=code,
-            stdin=stdin,
-            file=file,
             session_id=session_id,
-            env=list(names),
-            spec=spec,
         )
+
+    def _requested_spec(self, options: RunOptions, file_text: str | None) -> RunSpec:
+        """The spec of a request to plan, its fields checked first: the source, code or a
+        file (read unless ``file_text`` is its text), the language, the text itself."""
+        language, code, file = options.language, options.code, options.file
+        source, stdin = options.source, options.stdin
+        if source not in SOURCES:
+            raise InvalidRequest(f"unknown source {source!r}; expected one of {list(SOURCES)}")
+        if file is not None:
+            if code is not None:
+                raise InvalidRequest("give either code or file, not both")
+            code = self.read_file(file) if file_text is None else file_text
+            lang = canonical_language(language) if language else language_for_path(file)
+        else:
+            if language is None:
+                raise InvalidRequest("language is required", code="missing_field")
+            lang = canonical_language(language)
+            if code is None:
+                raise InvalidRequest("code is required", code="missing_field")
+        check_text("code", code)
+        if stdin is not None:
+            check_text("stdin", stdin)
+        if not code.strip():
+            raise EmptyCode("there is no code to run")
+        if len(code) > MAX_CODE_CHARS:
+            raise InvalidRequest(f"code is longer than {MAX_CODE_CHARS} characters")
+        return self.spec(options.but(language=lang), code=code)
 
     def _disk_check(self, disk_mb: int) -> Check:
         """The plan's line on the run's writable space: capped (verified layer) or not."""
@@ -254,3 +253,12 @@ def network_label(backend: str, network: bool) -> str:
     if is_off(backend):
         return OFF_NETWORK_CHECK
     return "network allowed" if network else "network disabled"
+
+
+def env_check(names: Sequence[str]) -> Check:
+    """The plan's line on the server variables passed through: failed when one is unset."""
+    unset = [n for n in names if n not in os.environ]
+    label = "passes the server's " + ", ".join(names)
+    if unset:
+        label += f" (not set on the server: {', '.join(unset)})"
+    return {"label": label, "ok": not unset}

@@ -257,8 +257,8 @@ class RunExecutor:
                 )
             self._runs[request.run_id] = active
         # A run of an approved plan is linked to it while under way (Pending Plans' Stop).
-        store = self.plans if approval is not None and approval.plan is not None else None
-        if store is not None and approval is not None and approval.plan is not None:
+        store = self.plans if approval is not None else None
+        if store is not None and approval is not None:
             store.run_started(approval.plan, request.run_id, approved_by=approval.approved_by)
         try:
             try:

@@ -1,12 +1,13 @@
 """SandboxService: the one door every face calls.
 
 plan -> approve -> run (or run an approved plan by its token alone), pending,
-reject, the agents' plan / claim, status, configure and the MatrixLab lifecycle.
-Each call emits its audit event; no face touches the plan or claim stores.
-A run is defined once, by :meth:`SandboxService.spec` (see :mod:`.spec`).
+reject, the agents' plan / claim, status and configure. Each call emits its audit
+event; no face touches the plan or claim stores nor the parts below (a test of the
+layering keeps it so). A run is defined once, by :meth:`.planner.Planner.spec`
+(see :mod:`gitpilot_jupyter.sandbox.spec`).
 
 The service is the door, not the whole house: it holds its parts (composition,
-no mixins) and keeps every public method here.
+no mixins) and keeps here what the door itself decides.
 
 * :class:`~.resolver.BackendResolver`: which backend a call runs on, the allow-list.
 * :class:`~.planner.Planner`: the run spec and the plan describing it.
@@ -14,7 +15,21 @@ no mixins) and keeps every public method here.
   the agents' tickets and claims (the only user of the plan and claim stores).
 * :class:`~.runs.RunExecutor`: the audited, stoppable execution and the runs under way.
 * :class:`~.status.StatusReporter`: the typed status.
-* :class:`~.matrixlab.ops.MatrixLabOperations`: Test connection and the Runner lifecycle.
+* :class:`~.matrixlab.ops.MatrixLabOperations` (``service.matrixlab``): Test connection
+  and the Runner lifecycle, audited there; faces call it as it is.
+
+What the door decides: the caller's rights (an agent's source, the approval
+switch, a plan's own approver in :meth:`SandboxService.plan_and_run`), the order of
+a run's checks (:meth:`SandboxService.run`), which settings may be saved
+(:meth:`SandboxService.configure`). A few methods hand their call to one part and
+stay all the same: :meth:`~SandboxService.pending`, :meth:`~SandboxService.running`,
+:meth:`~SandboxService.approve`, :meth:`~SandboxService.reject`,
+:meth:`~SandboxService.claim` and :meth:`~SandboxService.cancel` take the
+:class:`~gitpilot_jupyter.sandbox.request.Caller` of a face, which no face may take to
+the workflow or the executor itself; :meth:`~SandboxService.status` is the answer
+a face renders (and :meth:`~SandboxService.configure` returns);
+:meth:`~SandboxService.aclose` ends the door's life. The core's own callers (a batch,
+a Dask worker, diagnostics) use the parts directly.
 """
 
 from __future__ import annotations
@@ -25,14 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from ..backend import OutputCallback
-from ..claims import AgentPlan, ClaimAnswer, ClaimStore
+from ..claims import AgentPlan, ClaimAnswer
 from ..errors import InvalidRequest, PlanBlocked, SandboxError
 from ..languages import Interpreters
 from ..local.isolation import Isolator
 from ..local.off import check_off_confirmed
 from ..local.pool import PoolConfig
 from ..matrixlab.config import LifecycleConfig
-from ..matrixlab.ops import MatrixLabOperations, ProgressCallback
+from ..matrixlab.ops import MatrixLabOperations
 from ..plans import AGENT_SOURCE, Approval, ExecutionPlan, PlannedRun, PlanStore, RunUnderWay
 from ..policy import SandboxPolicy
 from ..records import Status
@@ -144,16 +159,6 @@ class SandboxService:
     # -- resolution -------------------------------------------------------------------
 
     @property
-    def claims(self) -> ClaimStore:
-        """Lets a planner (an agent in ``ask`` mode) collect the token once a human approves."""
-        return self.workflow.claims
-
-    @property
-    def allowed_backends(self) -> tuple[str, ...]:
-        """The backends the administrator allows on this server."""
-        return self.backends.allowed_backends
-
-    @property
     def require_approval(self) -> bool:
         """Whether runs need an approval token (server config, else the env var)."""
         if self._require_approval is not None:
@@ -163,19 +168,6 @@ class SandboxService:
     def _emit(self, event: str, data: dict[str, Any]) -> None:
         if self.audit is not None:
             self.audit(event, data)
-
-    # -- the run spec -----------------------------------------------------------------
-
-    def spec(self, options: RunOptions) -> RunSpec:
-        """The one definition of a run: what planning describes and a long-form run checks.
-
-        Canonical language, the timeout clamped by the policy (the settings' default
-        within the server's maximum), network and backend resolved from the settings,
-        the server variables passed through (``env``, checked names), the resource
-        limits in force and, for a file run, the file. Raises the typed error of the
-        first bad field.
-        """
-        return self.planner.spec(options)
 
     # -- plan -------------------------------------------------------------------------
 
@@ -200,20 +192,11 @@ class SandboxService:
                 "(/api/sandbox/agent/plan, jupyter sandbox mcp)",
                 code="invalid_value",
             )
-        plan = self.describe(options, caller, file_text=file_text)
+        plan = self.planner.describe(options, session_id=caller.session_id, file_text=file_text)
         if agent:
             plan.source = AGENT_SOURCE
         self.workflow.keep(plan, user=caller.user)
         return plan
-
-    def describe(
-        self, options: RunOptions, caller: Caller = _ANYONE, *, file_text: str | None = None
-    ) -> ExecutionPlan:
-        """The plan :meth:`plan` would make, neither kept nor audited (a batch plans with it).
-
-        ``file_text`` is ``options.file``'s content when the caller has read it already.
-        """
-        return self.planner.describe(options, session_id=caller.session_id, file_text=file_text)
 
     async def pending(self, caller: Caller = _ANYONE) -> list[ExecutionPlan]:
         """Plans waiting for someone else's decision that ``caller`` may see, oldest first.
@@ -295,12 +278,9 @@ class SandboxService:
             approval = self.workflow.redeem(
                 approval_token, digest=None, session_id=caller.session_id, user=caller.user
             )
-            if approval.spec is None:  # a plan made before specs (cannot happen in one process)
-                raise InvalidRequest("this approval has no run attached; plan and approve again")
-            spec: RunSpec | None = approval.spec
+            spec = approval.plan.spec
         else:
             approval, spec = self._check_long_form(expected, approval_token, caller)
-        assert spec is not None
         return await self.executor.execute(
             spec,
             plan_id=approval.plan_id if approval is not None else None,
@@ -319,7 +299,7 @@ class SandboxService:
                 check_text(field_name, text)  # a lone surrogate is bad input, never a 500
         self.backends.resolve(expected.backend)  # an unknown or refused backend is a 400 / 403
         try:
-            spec: RunSpec | None = self.spec(expected.but(file=None))
+            spec: RunSpec | None = self.planner.spec(expected.but(file=None))
             invalid: SandboxError | None = None
         except SandboxError as exc:  # refused after the approval check, as the contract orders
             spec, invalid = None, exc
@@ -331,7 +311,7 @@ class SandboxService:
                 session_id=caller.session_id,
                 user=caller.user,
             )
-            spec = approval.spec or spec
+            spec = approval.plan.spec
         if invalid is not None:
             raise invalid
         assert spec is not None
@@ -347,13 +327,11 @@ class SandboxService:
         """Run ``plan`` under the same policy as :meth:`run`, without asking for its token.
 
         For the core's own callers that hold an approval covering the plan (a batch
-        approved as a whole); never for a face passing on a request. A plan that
-        crossed a process boundary (no spec attached) has its spec built again by
-        :meth:`spec`, the one definition of a run.
+        approved as a whole); never for a face passing on a request. The plan's spec
+        runs (a Dask worker gives its plan the spec its own :meth:`spec` built).
         """
-        spec = plan.spec or self.spec(plan.options())
         return await self.executor.execute(
-            spec, plan_id=plan.plan_id, user=caller.user, on_output=on_output
+            plan.spec, plan_id=plan.plan_id, user=caller.user, on_output=on_output
         )
 
     def cancel(self, run_id: str, caller: Caller = _ANYONE) -> dict[str, Any]:
@@ -364,10 +342,6 @@ class SandboxService:
         or when it belongs to another user.
         """
         return self.executor.cancel(run_id, user=caller.user)
-
-    def active_runs(self) -> list[str]:
-        """The ids of the runs under way, oldest first."""
-        return self.executor.active_runs()
 
     async def plan_and_run(
         self,
@@ -416,7 +390,7 @@ class SandboxService:
         warmed = []
         for language in languages:
             try:
-                spec = self.spec(RunOptions(language=language, code="pass"))
+                spec = self.planner.spec(RunOptions(language=language, code="pass"))
             except SandboxError:
                 continue  # not installed, not allowed: its first run says why
             if self.executor.prewarm(spec):
@@ -446,20 +420,6 @@ class SandboxService:
     async def status(self) -> Status:
         """Live backend, masked settings, health, env override, approval and isolation."""
         return await self.reporter.status()
-
-    # -- MatrixLab ------------------------------------------------------------------------
-
-    async def test_matrixlab(
-        self, url: str | None = None, token: str | None = None
-    ) -> dict[str, Any]:
-        """Test connection to a Runner (the saved URL / token unless unsaved ones are given)."""
-        return await self.matrixlab.test_connection(url=url, token=token)
-
-    async def lifecycle(
-        self, action: str, progress: ProgressCallback | None = None, *, user: str | None = None
-    ) -> dict[str, Any]:
-        """``status`` | ``install`` | ``start`` | ``stop`` of the MatrixLab Runner (audited)."""
-        return await self.matrixlab.lifecycle(action, progress, user=user)
 
     async def aclose(self) -> None:
         """Release backend resources."""
