@@ -15,7 +15,8 @@ from typing import Any
 
 from tornado import web
 
-from ..sandbox.batch import BatchService, items_from_list
+from ..sandbox.batch import BatchService, items_from_list, make_executor
+from ..sandbox.batch.executors import Executor
 from .base import SandboxHandler, authorized_execute
 from .handlers import PlanHandler
 from .stream import LineSink, StreamingHandler
@@ -94,12 +95,17 @@ class BatchRunHandler(StreamingHandler):
                 user=self.username,
             )
 
-        async def start() -> Any:  # a cluster it may not use is refused here (cluster_insecure)
+        async def executor() -> Executor:
+            # Where the items would run, checked before the token is spent: a cluster it may
+            # not use (cluster_insecure) or a bad worker count leaves the approval unused.
             cluster = self.settings.get(BATCH_CLUSTER_KEY)
-            return batches.start(batch, workers=workers, cluster=cluster, user=self.username)
+            return make_executor(
+                batches.service, workers=workers, cluster=cluster, user=self.username
+            )
 
+        where = await self.call(executor())
         batch = await self.call(claim())
-        run = await self.call(start())
+        run = batches.start(batch, executor=where)
 
         async def work(sink: LineSink | None) -> dict[str, Any]:
             results: list[dict[str, Any]] = []

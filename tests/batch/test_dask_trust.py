@@ -260,3 +260,9 @@ async def test_rest_refuses_a_plain_tcp_cluster(api: Any) -> None:
     )
     assert answer.code == 400, answer.text
     assert answer.body["code"] == "cluster_insecure"
+    # Refused before the approval was spent: the same token is refused for the same reason,
+    # not as used.
+    again = await api(
+        "POST", "api/sandbox/batch", {"batch_id": batch["batch_id"], "approval_token": token}
+    )
+    assert (again.code, again.body["code"]) == (400, "cluster_insecure"), again.text
