@@ -31,15 +31,19 @@ RUN = Path("/tmp/gitpilot-run-abcd1234")
 PYTHON = Path("/opt/python3.12")
 HOME = Path("/home/alice")
 PLACEHOLDERS = {str(RUN): "{RUN}", str(PYTHON): "{PYTHON}", str(HOME): "{HOME}"}
-#: The server's uid as a non-root user, and the last ids of its subordinate range.
+#: The server's uid as a non-root user, its subordinate range (the last ids, the count)
+#: and a run's own ids from it (.subids).
 SERVER_IDS = (1000, 1000)
-RANGE_END = IdMap(165535, 165535)
+RANGE_END = IdMap(165535, 165535, 65536)
+MAPPED_IDS = (165527, 165527)
 NOBODY = (65534, 65534)
 #: A root server's run: an id of its own (nsfree.RUN_IDS).
 RUN_IDS = (2_100_000_007, 2_100_000_007)
-#: Stand-ins for :func:`.chainsteps.stage_steps` and a run cgroup.
+#: Stand-ins for :func:`.chainsteps.stage_steps` and a run cgroup (a run with a host uid of
+#: its own gets its RLIMIT_NPROC there: counted from its own user namespaces).
 FIRST = (
     "echo 0 >/sys/fs/cgroup/gitpilot/gitpilot-run-0123456789ab/cgroup.procs",
+    "ulimit -p 32",
     "ulimit -f 262144",
     "ulimit -t 30",
 )
@@ -84,6 +88,7 @@ def bwrap_plan(who: str, network: str, mode: str) -> launchplan.LaunchPlan:
         snippet_fifo=mode == "warm",
         prestarted=mode == "prestart",
         server_ids=(0, 0) if who == "root" else SERVER_IDS,
+        mapped_ids=None if who == "root" else MAPPED_IDS,
     )
     return _chain(who).plan(
         [str(PYTHON / "bin/python3"), "inline.py"],
@@ -244,7 +249,7 @@ def test_show_launch_prints_the_bwrap_chain_in_force(
     prefix = Path(sys.prefix).resolve()  # the interpreter's installation is in the view
     assert any(line.endswith(f" {prefix}") for line in off.splitlines()), off
     on = show_launch(tmp_path / "on", "--network", env={ISOLATION_ENV: "bwrap"})
-    assert "--unshare-net" not in on
+    assert "     --unshare-net\n" not in on  # (the option's line; "refused here" names it)
     assert "network: egress only" in on or "refused here" in on, on
 
 
