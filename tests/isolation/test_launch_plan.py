@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gitpilot_jupyter.sandbox.local import launchplan, nsfree, prestart
-from gitpilot_jupyter.sandbox.local.confine import Confinement, HostFacts, IdMap, View
+from gitpilot_jupyter.sandbox.local.confine import Confinement, HostFacts, IdMap, View, relocated
 from gitpilot_jupyter.sandbox.local.isolation import ISOLATION_ENV
 from tests.support.system import require_system
 
@@ -56,9 +56,9 @@ BLOCKED = ("10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.0.2.10/32", "19
 MODES = ("cold", "warm", "prestart")
 
 
-def _view() -> View:
+def _view(python: Path = PYTHON) -> View:
     return View(
-        interpreters=[PYTHON],
+        interpreters=[python],
         cover_dirs=[HOME / ".ssh", HOME / ".local/share/jupyter"],
         cover_files=[HOME / ".netrc"],
     )
@@ -75,8 +75,9 @@ def _chain(who: str) -> Confinement:
     )
 
 
-def bwrap_plan(who: str, network: str, mode: str) -> launchplan.LaunchPlan:
-    """The bwrap engine's plan of a python run for these inputs."""
+def bwrap_plan(who: str, network: str, mode: str, python: Path = PYTHON) -> launchplan.LaunchPlan:
+    """The bwrap engine's plan of a python run for these inputs (``python``: the
+    interpreter's folder)."""
     facts = HostFacts(
         system=(("/usr", None), ("/bin", "usr/bin"), ("/lib", "usr/lib"), ("/etc", None)),
         resolv=None,
@@ -91,10 +92,10 @@ def bwrap_plan(who: str, network: str, mode: str) -> launchplan.LaunchPlan:
         mapped_ids=None if who == "root" else MAPPED_IDS,
     )
     return _chain(who).plan(
-        [str(PYTHON / "bin/python3"), "inline.py"],
+        [str(python / "bin/python3"), "inline.py"],
         workdir=RUN,
         allow_network=network == "on",
-        view=_view(),
+        view=_view(python),
         disk_mb=256,
         bpf=b"\0" * 64,
         facts=facts,
@@ -247,7 +248,7 @@ def test_show_launch_prints_the_bwrap_chain_in_force(
     assert "--unshare-net" in off and "--seccomp 3" in off
     assert "--ro-bind /dev/null /etc/shadow\n" in off
     prefix = Path(sys.prefix).resolve()  # the interpreter's installation is in the view
-    assert any(line.endswith(f" {prefix}") for line in off.splitlines()), off
+    assert any(line.endswith(f" {relocated(prefix)}") for line in off.splitlines()), off
     on = show_launch(tmp_path / "on", "--network", env={ISOLATION_ENV: "bwrap"})
     assert "     --unshare-net\n" not in on  # (the option's line; "refused here" names it)
     assert "network: egress only" in on or "refused here" in on, on

@@ -74,6 +74,12 @@ CGROUP_NS = os.path.exists("/proc/self/ns/cgroup")
 INODES_PER_MB = 64
 #: Where the run's private, size-capped writable space is mounted, inside the run folder.
 STAGE = "stage"
+#: The folders a bwrap run gets empty and its own (``/var/tmp`` is a link to its ``/tmp``).
+PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+#: Where a run sees an interpreter folder that lies in one of :data:`PRIVATE_DIRS` on the
+#: host (a checkout's venv under ``/tmp``), below it at its host path: bound there, its
+#: private folder stays empty.
+RELOCATED = "/run/gitpilot-interpreters"
 SECCOMP_FILE = ".seccomp.bpf"
 #: Where the run's stage is mounted in its own mount namespace when the run drops its
 #: uid (folders anyone can enter): the first that holds no interpreter folder to stage.
@@ -196,6 +202,25 @@ def inside(path: Path, folder: Path) -> bool:
     """True when ``path`` is ``folder`` or below it (both absolute and resolved)."""
     parts = folder.parts
     return path.parts[: len(parts)] == parts
+
+
+def relocated(folder: Path) -> Path:
+    """Where a run sees interpreter folder ``folder``: at its own path, or below
+    :data:`RELOCATED` when it lies in one of :data:`PRIVATE_DIRS`."""
+    if any(inside(folder, Path(private)) for private in PRIVATE_DIRS):
+        return Path(RELOCATED + str(folder))
+    return folder
+
+
+def relocated_command(argv: Sequence[str], interpreters: Sequence[Path]) -> list[str]:
+    """``argv`` with its program at the path the run sees it at (see :func:`relocated`)."""
+    if not argv:
+        return list(argv)
+    program = Path(argv[0])
+    for folder in interpreters:
+        if inside(program, folder):
+            return [str(relocated(folder) / program.relative_to(folder)), *argv[1:]]
+    return list(argv)
 
 
 @functools.cache
@@ -676,10 +701,11 @@ class Confinement:
             )
         if facts.resolv is not None:
             binds.append(("--ro-bind", facts.resolv, "/etc/resolv.conf"))
-        # The run's own /tmp first: an interpreter folder under /tmp is bound back into it.
+        # The run's own /tmp, empty: an interpreter folder that lies in /tmp (or /var/tmp,
+        # /dev/shm) on the host is seen below RELOCATED instead, and its command with it.
         binds.append(("--bind", str(moved / "tmp"), "/tmp"))
         for source, target in zip(view.interpreters, staged, strict=True):
-            binds.append(("--ro-bind", str(moved / target), str(source)))
+            binds.append(("--ro-bind", str(moved / target), str(relocated(source))))
         empty = str(moved / "empty")
         binds += [("--ro-bind", empty, str(folder)) for folder in view.cover_dirs]
         binds += [("--ro-bind", "/dev/null", str(file)) for file in view.cover_files]
@@ -722,7 +748,7 @@ class Confinement:
         return LaunchPlan(
             engine="bwrap",
             steps=tuple(steps),
-            command=tuple(argv),
+            command=tuple(relocated_command(argv, view.interpreters)),
             fds=tuple(fds),
             mounts=tuple(mounts),
             seccomp=launchplan.SECCOMP_BWRAP if bpf is not None else None,
