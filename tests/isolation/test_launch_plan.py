@@ -104,8 +104,11 @@ def bwrap_plan(who: str, network: str, mode: str, python: Path = PYTHON) -> laun
     )
 
 
-def landlock_plan(who: str, network: str) -> launchplan.LaunchPlan:
-    """The namespace-free engine's plan of a python run for these inputs."""
+def landlock_plan(who: str, network: str, mode: str = "cold") -> launchplan.LaunchPlan:
+    """The namespace-free engine's plan of a python run for these inputs; a warm slot's
+    shell is the one the pool starts (:func:`.nsfree.slot_argv`)."""
+    argv = [str(PYTHON / "bin/python3"), "inline.py"]
+    slot = [] if mode == "cold" else nsfree.slot_argv(argv, prestarted=mode == "prestart", env={})
     rules = launchplan.Rules(
         execute=("/usr", str(PYTHON)),
         read=("/etc/hosts", "/etc/passwd", "/etc/ssl/certs"),
@@ -116,7 +119,7 @@ def landlock_plan(who: str, network: str) -> launchplan.LaunchPlan:
     )
     root = who == "root"
     return launchplan.walled_plan(
-        [str(PYTHON / "bin/python3"), "inline.py"],
+        argv,
         rules=rules,
         seccomp=launchplan.SECCOMP_WALLED if network == "off" else launchplan.SECCOMP_WALLED_INET,
         limits=WALLED_LIMITS,
@@ -125,6 +128,8 @@ def landlock_plan(who: str, network: str) -> launchplan.LaunchPlan:
         network="none: no AF_INET/AF_INET6 sockets, TCP denied by Landlock"
         if network == "off"
         else "the host's network (an administrator's opt-in)",
+        slot=slot[: -len(argv)],
+        hook=f"{nsfree.PRESTART_DIR}/{prestart.HOOK_MODULE}.py" if mode == "prestart" else None,
     )
 
 
@@ -143,12 +148,19 @@ CASES = [
         for net in ("off", "on")
         for mode in MODES
     ),
-    *(("landlock", who, net, "cold") for who in ("root", "user") for net in ("off", "on")),
+    *(
+        ("landlock", who, net, mode)
+        for who in ("root", "user")
+        for net in ("off", "on")
+        for mode in MODES
+    ),
 ]
 
 
 def _plan(engine: str, who: str, network: str, mode: str) -> launchplan.LaunchPlan:
-    return bwrap_plan(who, network, mode) if engine == "bwrap" else landlock_plan(who, network)
+    if engine == "bwrap":
+        return bwrap_plan(who, network, mode)
+    return landlock_plan(who, network, mode)
 
 
 @pytest.mark.parametrize(("engine", "who", "network", "mode"), CASES)
