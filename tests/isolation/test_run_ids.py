@@ -10,6 +10,7 @@ subordinate range), as CI runs these tests.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import signal
@@ -26,9 +27,12 @@ from gitpilot_jupyter.sandbox.local import namespaces, nsfree, subids
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.confine import IdMap
 from gitpilot_jupyter.sandbox.local.isolation import ISOLATION_ENV
+from gitpilot_jupyter.sandbox.local.pool import PoolConfig
+from gitpilot_jupyter.sandbox.results import RunResult
 from tests.support.processes import wait_for_process
 
 from .conftest import SMALL, make_backend, run
+from .pooling import request
 from .test_launch_plan import show_launch
 
 F_SETPIPE_SZ, F_GETPIPE_SZ = 1031, 1032
@@ -204,6 +208,28 @@ def test_show_launch_names_a_runs_own_host_ids(tmp_path: Path, sandbox_config_di
         assert f"--map-users={uid},65534,1\n" in text and f"--map-groups={gid},65534,1\n" in text
     assert f"runs as: uid {uid}, gid {gid}, supplementary groups: none\n" in text, text
     assert "ulimit -p " in text or "pids.max" in text  # (its processes capped in its own ns)
+
+
+def test_waiting_slots_take_nothing_of_a_runs_processes() -> None:
+    """Without a pids cgroup a warm pool still works where each run and slot has a uid
+    of its own: a slot's processes are counted in its own user namespaces, so runs
+    through the pool, with slots waiting beside them, start all they may."""
+    isolator = own_ids_backend(cgroups=False).isolator
+    backend = SubprocessSandbox(isolator=isolator, pool=PoolConfig(mode="always", max_slots=3))
+    assert backend.pool_error() is None, backend.pool_error()
+
+    async def runs() -> list[RunResult]:
+        try:
+            return [await backend.run(request(STARTS)) for _ in range(3)]
+        finally:
+            await backend.aclose()
+
+    results = asyncio.run(runs())
+    assert all(r.warm for r in results[1:]), [r.warm for r in results]
+    for result in results:
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout.split() == ["started", "10"], result.stdout
+        assert {"own-uid", "rlimit-nproc"} <= set(result.isolation), result.isolation
 
 
 # -- the claims of a non-root server's ids -----------------------------------------------
