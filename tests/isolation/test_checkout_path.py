@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import gitpilot_jupyter
-from gitpilot_jupyter.sandbox.local.confine import RELOCATED
+from gitpilot_jupyter.sandbox.local.confine import RELOCATED, View
 
 from .conftest import require_mechanism
 from .test_launch_plan import PYTHON, bwrap_plan
@@ -38,7 +38,7 @@ LOOK = '''
 import json, os, sys
 print(json.dumps({"tmp": os.listdir("/tmp"), "var_tmp": os.listdir("/var/tmp"),
     "shm": os.listdir("/dev/shm"), "here": os.path.basename(os.getcwd()),
-    "prefix": sys.prefix}))
+    "prefix": sys.prefix, "jupyter": os.listdir(sys.prefix + "/share/jupyter")}))
 '''
 
 async def main():
@@ -71,6 +71,9 @@ def venv_in_tmp() -> Iterator[Path]:
         )
         (packages,) = venv.glob("lib/python*/site-packages")
         (packages / "outer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+        # Jupyter's folder in the venv (jupyter_path() has it): hidden from every run.
+        (venv / "share" / "jupyter").mkdir(parents=True)
+        (venv / "share" / "jupyter" / "secret.json").write_text("{}")
         yield venv
     finally:
         shutil.rmtree(top, ignore_errors=True)
@@ -104,17 +107,24 @@ def test_a_servers_interpreter_under_tmp_leaves_the_runs_tmp_empty(venv_in_tmp: 
         assert inside["var_tmp"] == inside["tmp"] and inside["shm"] == [], inside
         # The snippet ran on the server's own interpreter, seen below RELOCATED.
         assert inside["prefix"] == RELOCATED + str(venv_in_tmp), inside
+        assert inside["jupyter"] == [], inside  # covered where the run sees it
 
 
 @pytest.mark.parametrize("who", ["root", "user"])
 def test_the_plan_binds_an_interpreter_under_tmp_below_relocated(who: str) -> None:
-    """The launch plan says it: the folder bound below RELOCATED, the command with it,
-    nothing bound into the run's /tmp; an interpreter elsewhere stays at its own path."""
+    """The launch plan says it: the folder bound below RELOCATED, the command with it, a
+    hidden folder inside it covered there, nothing bound into the run's /tmp; an
+    interpreter elsewhere stays at its own path."""
     venv = Path("/tmp/gp-checkout/.venv")
-    plan = bwrap_plan(who, "off", "cold", python=venv)
+    jupyter = venv / "share/jupyter"  # (jupyter_path() hides sys.prefix's share/jupyter)
+    view = View(interpreters=[venv], cover_dirs=[jupyter], cover_files=[venv / "etc/token"])
+    plan = bwrap_plan(who, "off", "cold", python=venv, view=view)
     assert plan.command[0] == f"{RELOCATED}{venv}/bin/python3", plan.command
     bound = [m.target for m in plan.mounts if m.op == "--ro-bind"]
-    assert f"{RELOCATED}{venv}" in bound and not any(t.startswith("/tmp") for t in bound)
+    moved = {f"{RELOCATED}{venv}", f"{RELOCATED}{jupyter}", f"{RELOCATED}{venv}/etc/token"}
+    assert moved <= set(bound) and not any(t.startswith("/tmp") for t in bound), bound
+    covers = [m.source for m in plan.mounts if m.target == f"{RELOCATED}{jupyter}"]
+    assert covers == ["/mnt/empty"], covers  # (after the folder's own bind: it covers it)
     elsewhere = bwrap_plan(who, "off", "cold")
     assert elsewhere.command[0] == str(PYTHON / "bin/python3")
     assert str(PYTHON) in [m.target for m in elsewhere.mounts if m.op == "--ro-bind"]

@@ -75,9 +75,11 @@ def _chain(who: str) -> Confinement:
     )
 
 
-def bwrap_plan(who: str, network: str, mode: str, python: Path = PYTHON) -> launchplan.LaunchPlan:
+def bwrap_plan(
+    who: str, network: str, mode: str, python: Path = PYTHON, view: View | None = None
+) -> launchplan.LaunchPlan:
     """The bwrap engine's plan of a python run for these inputs (``python``: the
-    interpreter's folder)."""
+    interpreter's folder; ``view``: else the golden files' one)."""
     facts = HostFacts(
         system=(("/usr", None), ("/bin", "usr/bin"), ("/lib", "usr/lib"), ("/etc", None)),
         resolv=None,
@@ -95,7 +97,7 @@ def bwrap_plan(who: str, network: str, mode: str, python: Path = PYTHON) -> laun
         [str(python / "bin/python3"), "inline.py"],
         workdir=RUN,
         allow_network=network == "on",
-        view=_view(python),
+        view=view or _view(python),
         disk_mb=256,
         bpf=b"\0" * 64,
         facts=facts,

@@ -212,15 +212,20 @@ def relocated(folder: Path) -> Path:
     return folder
 
 
+def seen_at(path: Path, interpreters: Sequence[Path]) -> Path:
+    """Where a run sees ``path`` of the host: below its interpreter folder's
+    :func:`relocated` place when it lies in one, else at its own path."""
+    for folder in interpreters:
+        if inside(path, folder):
+            return relocated(folder) / path.relative_to(folder)
+    return path
+
+
 def relocated_command(argv: Sequence[str], interpreters: Sequence[Path]) -> list[str]:
-    """``argv`` with its program at the path the run sees it at (see :func:`relocated`)."""
+    """``argv`` with its program at the path the run sees it at (see :func:`seen_at`)."""
     if not argv:
         return list(argv)
-    program = Path(argv[0])
-    for folder in interpreters:
-        if inside(program, folder):
-            return [str(relocated(folder) / program.relative_to(folder)), *argv[1:]]
-    return list(argv)
+    return [str(seen_at(Path(argv[0]), interpreters)), *argv[1:]]
 
 
 @functools.cache
@@ -707,8 +712,10 @@ class Confinement:
         for source, target in zip(view.interpreters, staged, strict=True):
             binds.append(("--ro-bind", str(moved / target), str(relocated(source))))
         empty = str(moved / "empty")
-        binds += [("--ro-bind", empty, str(folder)) for folder in view.cover_dirs]
-        binds += [("--ro-bind", "/dev/null", str(file)) for file in view.cover_files]
+        # (A cover inside a relocated interpreter folder covers it where the run sees it.)
+        seen = functools.partial(seen_at, interpreters=view.interpreters)
+        binds += [("--ro-bind", empty, str(seen(folder))) for folder in view.cover_dirs]
+        binds += [("--ro-bind", "/dev/null", str(seen(file))) for file in view.cover_files]
         binds += [("--dev", "", "/dev"), ("--proc", "", "/proc")]
         binds.append(("--bind", str(moved / "shm"), "/dev/shm"))
         binds += [("--dir", "", "/var"), ("--symlink", "../tmp", "/var/tmp")]
