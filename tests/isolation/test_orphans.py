@@ -22,7 +22,7 @@ from gitpilot_jupyter.sandbox.local.pool import POOL_ENV
 from tests.support.live_server import LiveServer, start_live_server
 
 from .conftest import require_mechanism
-from .test_pool import rest_run
+from .pooling import rest_run
 
 
 def _run_folders(tmp: Path) -> set[Path]:

@@ -126,11 +126,18 @@ class SubprocessSandbox(SandboxBackend):
         python = self.interpreters.resolve("python") or sys.executable
         if self.isolator.fingerprint([python, "inline.py"], allow_network=False) is None:
             return "only the bubblewrap launch chain can be started ahead"
-        if "rlimit-nproc" in self.isolator.layers() and self.isolator.engine != nsfree.ENGINE:
+        layers = self.isolator.layers()
+        if (
+            "rlimit-nproc" in layers
+            and "own-uid" not in layers
+            and self.isolator.engine != nsfree.ENGINE
+        ):
             # The kernel counts RLIMIT_NPROC over every process of the server's user
             # namespaces: waiting slots would take the runs' allowance (and their own).
-            # (The namespace-free engine has none: a root server's slots have a uid each,
-            # and a user's slot counts what runs when it starts, as a cold run does.)
+            # (Not where each run and slot has a uid of its own: bwrap's then count each
+            # in its own user namespaces, see chainsteps.stage_steps. The namespace-free
+            # engine has none: a root server's slots have a uid each, and a user's slot
+            # counts what runs when it starts, as a cold run does.)
             return (
                 "runs' process cap is RLIMIT_NPROC, which counts waiting slots and runs "
                 f"together (no pids cgroup): {cgroup_fix()}"
