@@ -11,6 +11,22 @@ from typing import IO
 _READ_SIZE = 65536
 
 
+def read_pipe(fd: int, reader: asyncio.StreamReader) -> bool:
+    """Feed what the readable pipe ``fd`` holds to ``reader``; True at its end (the
+    fd's reader callback is then removed: the caller closes it and ends ``reader``)."""
+    try:
+        data = os.read(fd, _READ_SIZE)
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        data = b""
+    if data:
+        reader.feed_data(data)
+        return False
+    asyncio.get_running_loop().remove_reader(fd)
+    return True
+
+
 class WarmChild:
     """A slot's chain once handed out, with the surface the backend uses of a process.
 
@@ -60,16 +76,8 @@ class WarmChild:
             loop.add_reader(self._init_pidfd, self._init_exited)
 
     def _readable(self, pipe: IO[bytes], reader: asyncio.StreamReader) -> None:
-        try:
-            data = os.read(pipe.fileno(), _READ_SIZE)
-        except (BlockingIOError, InterruptedError):
+        if not read_pipe(pipe.fileno(), reader):
             return
-        except OSError:
-            data = b""
-        if data:
-            reader.feed_data(data)
-            return
-        asyncio.get_running_loop().remove_reader(pipe.fileno())
         self._pipes.remove((pipe, reader))
         pipe.close()
         reader.feed_eof()
