@@ -105,12 +105,12 @@ def test_exit_status_output_cap_and_stdin_are_the_runs(backend: SubprocessSandbo
         language="python",
         code="import sys; print(sys.stdin.read())",
         timeout_sec=20,
-        stdin="hello",
+        stdin="abcdef",
         limits=SMALL,
         max_output_bytes=3,
     )
     result = asyncio.run(backend.run(request))
-    assert result.stdout == "hel" and result.truncated
+    assert result.stdout == "abc" and result.truncated
 
 
 def test_a_timed_out_run_is_killed_with_everything_it_started(
