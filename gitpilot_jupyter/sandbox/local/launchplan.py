@@ -238,7 +238,12 @@ def walled_plan(
     return LaunchPlan(
         engine="landlock",
         steps=(
-            Step((), "the server's child, between fork and exec, in this order", tuple(inside)),
+            Step(
+                (),
+                "the launcher's child (a warm slot: the server's), between fork and exec, "
+                "in this order",
+                tuple(inside),
+            ),
         ),
         command=tuple(command),
         rules=rules,
