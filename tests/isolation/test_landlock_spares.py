@@ -62,3 +62,25 @@ def test_a_spare_whose_folder_was_replaced_is_not_used(
     fd = spares.ruleset(rules_for(run, shared), deny_tcp=True, scoped=True)
     seen = walled(Wall(fd), TRY_READ, str(shared / "note")).stdout
     assert seen == f"{shared / 'note'} new\n"
+
+
+def test_a_spare_whose_entry_of_a_split_folder_was_saved_over_is_not_used(
+    tmp_path: Path, spares: nsfree._Spares
+) -> None:
+    # A folder split around a secret (as /etc is): its entries are rules of their own,
+    # and a spare knows them by the folder's state. An atomic save of one is seen.
+    etc, run = tmp_path / "etc", tmp_path / "run"
+    etc.mkdir()
+    run.mkdir()
+    (etc / "secret").write_text("secret")
+    (etc / "hosts").write_text("old")
+    entries = nsfree.allowed_under([etc], [etc / "secret"])
+    assert entries == [etc / "hosts"]
+    rules = FsRules(execute=interpreter_rules(), read=tuple(map(str, entries)), write=(str(run),))
+    spares.make_ahead(rules, deny_tcp=True, scoped=True)
+    (etc / "hosts.new").write_text("new")
+    os.rename(etc / "hosts.new", etc / "hosts")
+    fd = spares.ruleset(rules, deny_tcp=True, scoped=True)
+    paths = [str(etc / "hosts"), str(etc / "secret")]
+    seen = walled(Wall(fd), TRY_READ, *paths).stdout.splitlines()
+    assert seen == [f"{paths[0]} new", f"{paths[1]} PermissionError"]
