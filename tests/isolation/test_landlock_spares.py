@@ -26,6 +26,13 @@ def spares() -> Iterator[nsfree._Spares]:
     own.close()
 
 
+def made(top: Path, *names: str) -> list[Path]:
+    """New folders ``names`` in ``top``."""
+    for name in names:
+        (top / name).mkdir()
+    return [top / name for name in names]
+
+
 def rules_for(run: Path, shared: Path) -> FsRules:
     return FsRules(execute=interpreter_rules(), read=(str(shared),), write=(str(run),))
 
@@ -52,9 +59,7 @@ def test_a_spare_gives_its_run_folder_and_not_the_one_before(
 def test_a_spare_whose_folder_was_replaced_is_not_used(
     tmp_path: Path, spares: nsfree._Spares
 ) -> None:
-    shared, run = tmp_path / "shared", tmp_path / "run"
-    shared.mkdir()
-    run.mkdir()
+    shared, run = made(tmp_path, "shared", "run")
     spares.make_ahead(rules_for(run, shared), deny_tcp=True, scoped=True)
     os.rename(shared, tmp_path / "old")  # an atomic replace: same path, another folder
     shared.mkdir()
@@ -69,9 +74,7 @@ def test_a_spare_whose_entry_of_a_split_folder_was_saved_over_is_not_used(
 ) -> None:
     # A folder split around a secret (as /etc is): its entries are rules of their own,
     # and a spare knows them by the folder's state. An atomic save of one is seen.
-    etc, run = tmp_path / "etc", tmp_path / "run"
-    etc.mkdir()
-    run.mkdir()
+    etc, run = made(tmp_path, "etc", "run")
     (etc / "secret").write_text("secret")
     (etc / "hosts").write_text("old")
     entries = nsfree.allowed_under([etc], [etc / "secret"])
