@@ -85,10 +85,17 @@ def allowed_under(roots: Iterable[Path], excluded: Sequence[Path]) -> list[Path]
     not exist is left out. Kept while every folder it listed is the same (one
     ``stat`` each: ``/etc`` and the few below it that hold a secret).
     """
+    return list(_allowed_under(roots, excluded)[0])
+
+
+def _allowed_under(
+    roots: Iterable[Path], excluded: Sequence[Path]
+) -> tuple[list[Path], tuple[tuple[str, object], ...]]:
+    """:func:`allowed_under`'s paths (not to be changed), and each folder it listed."""
     key = (tuple(sorted(set(roots))), tuple(excluded))
     kept = _ALLOWED.get(key)  # one read: worker threads call this too
     if kept is not None and all(_folder_state(p) == state for p, state in kept[1]):
-        return list(kept[0])
+        return kept
     out: list[Path] = []
     listed: list[tuple[str, object]] = []
     todo = list(key[0])
@@ -110,8 +117,8 @@ def allowed_under(roots: Iterable[Path], excluded: Sequence[Path]) -> list[Path]
     out.sort()
     if len(_ALLOWED) >= _ALLOWED_KEPT:
         _ALLOWED.clear()
-    _ALLOWED[key] = (out, tuple(listed))
-    return list(out)
+    found = _ALLOWED[key] = (out, tuple(listed))
+    return found
 
 
 @functools.cache
@@ -123,6 +130,15 @@ def _system_roots() -> tuple[tuple[Path, ...], Path | None]:
     return tuple(sorted(roots)), etc
 
 
+#: The secrets left out of every rule (as they resolve now: one may be a link).
+_SECRETS = (*SECRET_DIRS, *SECRET_FILES)
+#: What :func:`fs_rules` found, by (interpreter folders, secrets, hidden paths): the
+#: paths to execute and to read, whether the hidden paths stay out, and each folder
+#: listed to find them (kept while each is the same, as :func:`allowed_under` does).
+_RulesFound = tuple[tuple[str, ...], tuple[str, ...], bool, tuple[tuple[str, object], ...]]
+_RULES: dict[object, _RulesFound] = {}
+
+
 def fs_rules(argv0: str, workdir: Path, hidden: Sequence[Path]) -> tuple[landlock.FsRules, bool]:
     """The run's file-system allowlist, and whether every hidden path stays out of it.
 
@@ -130,21 +146,38 @@ def fs_rules(argv0: str, workdir: Path, hidden: Sequence[Path]) -> tuple[landloc
     :meth:`.layered.LayeredIsolator.hidden_paths`): left out of every tree the run
     sees, as are the system's secrets (:data:`.confine.SECRET_DIRS`, ``SECRET_FILES``).
     False when one of them holds an interpreter folder, which a run cannot do without.
+    Worked out again only when a folder listed for it changed (a run's ``prepare``
+    otherwise spent ~0.5 ms sorting and converting the same ~165 paths).
     """
+    needed = tuple(needed_paths(argv0))
+    secrets = tuple(os.path.realpath(p) for p in _SECRETS if os.path.lexists(p))
+    key = (needed, secrets, tuple(hidden))
+    kept = _RULES.get(key)  # one read: worker threads call this too
+    if kept is None or not all(_folder_state(p) == state for p, state in kept[3]):
+        kept = _rules_now(needed, secrets, hidden)
+        if len(_RULES) >= _ALLOWED_KEPT:
+            _RULES.clear()
+        _RULES[key] = kept
+    execute, read, stays_out, _ = kept
+    rules = landlock.FsRules(execute=execute, read=read, write=(str(workdir),), devices=DEVICES)
+    return rules, stays_out
+
+
+def _rules_now(
+    needed: Sequence[Path], secrets: Sequence[str], hidden: Sequence[Path]
+) -> _RulesFound:
     system, etc = _system_roots()
-    interpreters = [p for p in needed_paths(argv0) if not any(inside(p, s) for s in system)]
-    secrets = [Path(p) for p in (*SECRET_DIRS, *SECRET_FILES) if os.path.lexists(p)]
-    excluded = sorted({*(p.resolve() for p in secrets), *hidden})
-    kept = not any(inside(i, h) for i in interpreters for h in hidden)
-    execute = allowed_under([*system, *interpreters], excluded)
-    read = allowed_under([etc], excluded) if etc is not None else []
-    rules = landlock.FsRules(
-        execute=tuple(map(str, execute)),
-        read=tuple(map(str, read)),
-        write=(str(workdir),),
-        devices=DEVICES,
+    interpreters = [p for p in needed if not any(inside(p, s) for s in system)]
+    excluded = sorted({*map(Path, secrets), *hidden})
+    stays_out = not any(inside(i, h) for i in interpreters for h in hidden)
+    execute, listed = _allowed_under([*system, *interpreters], excluded)
+    read, listed_read = _allowed_under([etc], excluded) if etc is not None else ([], ())
+    return (
+        tuple(map(str, execute)),
+        tuple(map(str, read)),
+        stays_out,
+        (*listed, *listed_read),
     )
-    return rules, kept
 
 
 def _identity(rules: landlock.FsRules) -> tuple[object, ...]:
