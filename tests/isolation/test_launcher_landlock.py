@@ -202,3 +202,52 @@ def test_a_wall_that_cannot_be_set_refuses_the_run(
     finally:
         os.close(not_a_ruleset)
     assert not marker.exists()
+
+
+def _ready_children(launcher: int) -> list[int]:
+    """The launcher's children that wait for a run (still its program, not a run's)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) == launcher and b"launcher.py" in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def test_the_next_runs_process_waits_holding_nothing_and_dies_with_the_launcher(
+    backend: SubprocessSandbox,
+) -> None:
+    run(backend, "")  # a run handed to the launcher, which then forks the next one ahead
+    launcher = _launcher_pid()
+    ready: list[int] = []
+    for _ in range(100):
+        ready = _ready_children(launcher)
+        if ready:
+            break
+        time.sleep(0.02)
+    assert len(ready) == 1, ready
+    fds = sorted(int(fd) for fd in os.listdir(f"/proc/{ready[0]}/fd"))
+    targets = [os.readlink(f"/proc/{ready[0]}/fd/{fd}") for fd in fds[3:]]
+    # stdio, its own socket and the pipe that tells the launcher it was taken: nothing else
+    assert len(fds) == 5 and targets[0].startswith(("socket:", "pipe:")), targets
+    os.kill(launcher, signal.SIGKILL)
+    for _ in range(200):
+        if not Path(f"/proc/{ready[0]}").exists() or "Z" in _state(ready[0]):
+            break
+        time.sleep(0.02)
+    assert not Path(f"/proc/{ready[0]}").exists() or "Z" in _state(ready[0])
+    result = run(backend, "print('again')")  # a launcher is started again
+    assert (result.exit_code, result.stdout) == (0, "again\n")
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return "gone"

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .launcher import MAX_FDS, MAX_REQUEST
+from .launcher import MAX_FDS, MAX_REQUEST, receive
 from .pool.child import read_pipe
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,8 @@ class Launcher:
         self._control: socket.socket | None = None
         self._owner = -1
         self._at_exit = False
+        #: Ready children the launcher told of, oldest first.
+        self._ready: list[_Ready] = []
 
     @property
     def pid(self) -> int | None:
@@ -92,6 +94,11 @@ class Launcher:
     def _stop(self) -> None:
         control, proc = self._control, self._proc
         self._control = self._proc = None
+        ready, self._ready = self._ready, []
+        for child in ready:  # they die with the launcher
+            for fd in (child.pidfd, child.sock, child.reply):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         if control is not None and self._owner == os.getpid():
             control.close()  # the launcher sees the end and exits
         if proc is not None and self._owner == os.getpid():
@@ -103,32 +110,90 @@ class Launcher:
         with self._lock:
             self._stop()
 
-    def send(self, request: Mapping[str, object], fds: Sequence[int]) -> socket.socket:
-        """Hand the launcher one run; the run's own reply socket (see :mod:`.launcher`).
+    def _take_ready(self, control: socket.socket) -> _Ready | None:
+        """A ready child the launcher told of, else None (locked)."""
+        while True:
+            try:
+                data, fds = receive(control, 4096, 3, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                return None
+            message = marshal.loads(data) if data else None
+            if len(fds) != 3 or not (isinstance(message, tuple) and message[0] == "ready"):
+                for fd in fds:
+                    os.close(fd)
+                if not data:
+                    break  # the launcher is gone: the next send finds out
+                continue
+            self._ready.append(_Ready(int(message[1]), *fds))
+        return self._ready.pop(0) if self._ready else None
+
+    def send(self, request: Mapping[str, object], fds: Sequence[int]) -> Sent:
+        """Hand one run to the launcher's ready child, else to the launcher itself.
 
         A launcher found dead is started again once; a second failure is an error.
         """
         data = marshal.dumps(dict(request))
         if len(data) > MAX_REQUEST or len(fds) + 1 > MAX_FDS:
             raise LauncherError(f"a run's request is too large ({len(data)} bytes)")
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with self._lock:
+            for attempt in (1, 2):
+                control = self._running()
+                ready = self._take_ready(control)
+                while ready is not None:
+                    sent = ready.hand(data, fds)
+                    if sent is not None:
+                        return sent
+                    ready = self._take_ready(control)
+                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                try:
+                    socket.send_fds(control, [data], [theirs.fileno(), *fds])
+                    return Sent(ours, None, -1)
+                except OSError as exc:
+                    ours.close()
+                    self._stop()
+                    if attempt == 2:
+                        raise LauncherError(f"the launcher is not reachable: {exc}") from exc
+                finally:
+                    theirs.close()
+        raise AssertionError("unreachable")
+
+
+@dataclass
+class _Ready:
+    """A run's process forked ahead by the launcher, waiting on its socket for its run."""
+
+    pid: int
+    pidfd: int
+    sock: int
+    reply: int
+
+    def hand(self, data: bytes, fds: Sequence[int]) -> Sent | None:
+        """Send it the run; None (everything of it closed) when it is no longer there."""
+        report_r, report_w = os.pipe()
         try:
-            with self._lock:
-                for attempt in (1, 2):
-                    control = self._running()
-                    try:
-                        socket.send_fds(control, [data], [theirs.fileno(), *fds])
-                        break
-                    except OSError as exc:
-                        self._stop()
-                        if attempt == 2:
-                            raise LauncherError(f"the launcher is not reachable: {exc}") from exc
-        except BaseException:
-            ours.close()
-            raise
+            with socket.socket(fileno=self.sock) as sock:
+                self.sock = -1
+                socket.send_fds(sock, [data], [report_w, *fds])
+        except OSError:
+            os.close(report_r)
+            for fd in (self.pidfd, self.reply):
+                os.close(fd)
+            return None
         finally:
-            theirs.close()
-        return ours
+            os.close(report_w)
+        return Sent(socket.socket(fileno=self.reply), (self.pid, self.pidfd), report_r)
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A run handed over: its reply socket (the launcher's reports), and for a ready
+    child its pid and pidfd, and the pipe that ends at its exec (or says why not)."""
+
+    reply: socket.socket
+    started: tuple[int, int] | None
+    report: int
 
 
 @dataclass(frozen=True)
@@ -147,15 +212,20 @@ class WallParts:
 LAUNCHER = Launcher()
 
 
+def _wake(ready: asyncio.Future[None]) -> None:
+    if not ready.done():  # (readable again before the waiter ran)
+        ready.set_result(None)
+
+
 async def _receive(sock: socket.socket) -> tuple[object, list[int]]:
     """The next message on a run's reply socket, and its fds; ``(None, [])`` at its end."""
     loop = asyncio.get_running_loop()
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(sock, 4096, 1, socket.MSG_CMSG_CLOEXEC)
+            data, fds = receive(sock, 4096, 1)
         except (BlockingIOError, InterruptedError):
             ready = loop.create_future()
-            loop.add_reader(sock.fileno(), ready.set_result, None)
+            loop.add_reader(sock.fileno(), _wake, ready)
             try:
                 await ready
             finally:
@@ -203,7 +273,7 @@ async def launch(
             read, write = os.pipe()
             mine.append(read)
             theirs.append(write)
-        sock = LAUNCHER.send(request, [*theirs, wall.ruleset_fd, *join_fds])
+        sent = LAUNCHER.send(request, [*theirs, wall.ruleset_fd, *join_fds])
     except BaseException:
         for fd in (*theirs, *mine):
             if fd >= 0:
@@ -211,8 +281,9 @@ async def launch(
         raise
     for fd in theirs:
         os.close(fd)
+    sock = sent.reply
     sock.setblocking(False)
-    answer = asyncio.ensure_future(_receive(sock))
+    answer = asyncio.ensure_future(_answer(sent))
     try:
         message, fds = await asyncio.shield(answer)
     except BaseException:
@@ -232,6 +303,47 @@ async def launch(
     run = LaunchedRun(int(message[1]), fds[0], sock, mine[0], mine[1], mine[2])
     await run.attach()
     return run
+
+
+async def _answer(sent: Sent) -> tuple[object, list[int]]:
+    """Whether the run started, as the launcher says it (:func:`_receive`), or for a
+    ready child as its report pipe does: its end at exec, or the reason it failed."""
+    if sent.started is None:
+        return await _receive(sent.reply)
+    pid, pidfd = sent.started
+    try:
+        failure = await _read_to_end(sent.report)
+    except BaseException:
+        os.close(pidfd)
+        raise
+    if failure:
+        os.close(pidfd)
+        return ("failed", failure.decode(errors="replace")), []
+    return ("started", pid), [pidfd]
+
+
+async def _read_to_end(fd: int) -> bytes:
+    """All ``fd`` gives until its end (then closed), read on the running loop."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    out = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except (BlockingIOError, InterruptedError):
+                ready = loop.create_future()
+                loop.add_reader(fd, _wake, ready)
+                try:
+                    await ready
+                finally:
+                    loop.remove_reader(fd)
+                continue
+            if not chunk:
+                return out
+            out += chunk
+    finally:
+        os.close(fd)
 
 
 def _kill_unwanted(sock: socket.socket, answer: asyncio.Future[tuple[object, list[int]]]) -> None:
