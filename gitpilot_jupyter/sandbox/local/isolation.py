@@ -13,13 +13,10 @@ import sys
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..backend import ResourceLimits
 from ..records import IsolationGap, IsolationReport
-
-if TYPE_CHECKING:
-    from .launcherclient import LaunchedRun
+from .launcherclient import LaunchedRun
 
 #: Caps the containment engine: ``auto`` (bwrap, else landlock), ``bwrap``, ``landlock``,
 #: ``unshare`` (namespaces alone, no file-system wall) or ``none``.
@@ -57,7 +54,7 @@ class Launch:
 
     async def start(self, *, cwd: str, env: Mapping[str, str], stdin: bool) -> LaunchedRun | None:
         """Start the run by the launch's own means; None (the default): the backend
-        spawns :attr:`argv` with :attr:`preexec_fn` itself."""
+        spawns ``argv`` with ``preexec_fn`` itself."""
         return None
 
     def on_started(self, pid: int) -> None:

@@ -26,13 +26,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .launcher import MAX_FDS, MAX_REQUEST, receive
-from .pool.child import read_pipe
 
 log = logging.getLogger(__name__)
 
 #: The launcher's program, run by this interpreter with nothing but the stdlib.
 PROGRAM = Path(__file__).with_name("launcher.py")
-_READ_SIZE = 65536
+#: How much of a run's pipe one read takes.
+READ_SIZE = 65536
+
+
+def read_pipe(fd: int, reader: asyncio.StreamReader) -> bool:
+    """Feed what the readable pipe ``fd`` holds to ``reader``; True at its end (the
+    fd's reader callback is then removed: the caller closes it and ends ``reader``)."""
+    try:
+        data = os.read(fd, READ_SIZE)
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        data = b""
+    if data:
+        reader.feed_data(data)
+        return False
+    asyncio.get_running_loop().remove_reader(fd)
+    return True
 
 
 class LauncherError(OSError):
@@ -386,7 +402,7 @@ class LaunchedRun:
         loop = asyncio.get_running_loop()
         readers = []
         for fd in self._fds:
-            reader = asyncio.StreamReader(limit=_READ_SIZE, loop=loop)
+            reader = asyncio.StreamReader(limit=READ_SIZE, loop=loop)
             os.set_blocking(fd, False)
             loop.add_reader(fd, self._readable, fd, reader)
             self._pipes.append((fd, reader))

@@ -8,23 +8,7 @@ import os
 import subprocess
 from typing import IO
 
-_READ_SIZE = 65536
-
-
-def read_pipe(fd: int, reader: asyncio.StreamReader) -> bool:
-    """Feed what the readable pipe ``fd`` holds to ``reader``; True at its end (the
-    fd's reader callback is then removed: the caller closes it and ends ``reader``)."""
-    try:
-        data = os.read(fd, _READ_SIZE)
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
-        data = b""
-    if data:
-        reader.feed_data(data)
-        return False
-    asyncio.get_running_loop().remove_reader(fd)
-    return True
+from ..launcherclient import READ_SIZE, read_pipe
 
 
 class WarmChild:
@@ -60,7 +44,7 @@ class WarmChild:
         readers = []
         for pipe in (self.popen.stdout, self.popen.stderr):
             assert pipe is not None
-            reader = asyncio.StreamReader(limit=_READ_SIZE, loop=loop)
+            reader = asyncio.StreamReader(limit=READ_SIZE, loop=loop)
             if early_stderr and pipe is self.popen.stderr:
                 reader.feed_data(early_stderr)
             os.set_blocking(pipe.fileno(), False)
