@@ -1,9 +1,10 @@
 """The namespace-free wall: Landlock rules, no_new_privs, rlimits and seccomp, by ctypes.
 
 For hosts that forbid user namespaces (a JupyterHub pod, ``docker run`` with the
-default seccomp profile) but allow Landlock and seccomp. A :class:`Wall` is built in
-the server (ruleset fd, compiled BPF, rlimits) and applied in the child between fork
-and exec (``preexec_fn=wall.apply``), in a fixed order: rlimits, the id drop,
+default seccomp profile) but allow Landlock and seccomp. A :class:`~.wall.Wall` is built
+(ruleset fd, compiled BPF, rlimits) and applied in the run's process between fork and
+exec (a cold run's by the launcher's child, :mod:`.launcher`; a warm slot's by the
+server's ``preexec_fn``), in a fixed order: rlimits, the id drop,
 ``PR_SET_NO_NEW_PRIVS``, ``landlock_restrict_self``, the seccomp filter.
 
 Why our own ctypes layer rather than the ``landlockpy`` package (ABI 1-11): the wall

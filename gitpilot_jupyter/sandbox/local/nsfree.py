@@ -2,9 +2,10 @@
 
 In a JupyterHub pod or a ``docker run`` with the default seccomp profile neither
 bubblewrap nor ``unshare`` can make a namespace, but Landlock, seccomp and
-``no_new_privs`` still work. A run is then walled in by those, all set in the child
-between fork and exec (``preexec_fn``: :meth:`.landlock.Wall.apply`), none of which
-the snippet can undo:
+``no_new_privs`` still work. A run is then walled in by those, all set in the run's
+process between fork and exec (:meth:`.wall.Wall.apply`: by the launcher's child for a
+cold run, :mod:`.launcher`; by a ``preexec_fn`` for a warm slot), none of which the
+snippet can undo:
 
 * **Landlock**, a file-system allowlist: the system folders and the interpreter's
   folders read-only and executable, ``/etc`` but its secrets read-only, a few device
