@@ -30,6 +30,7 @@ from ..results import RunResult
 from . import nsfree, prestart
 from .cleanup import AfterRuns, make_run_dir, remove_orphaned_run_dirs_once, remove_tree
 from .isolation import Isolator, Launch
+from .launcherclient import LaunchedRun
 from .layered import cgroup_fix, default_isolator
 from .pool import PoolConfig, PoolKey, Slot, WarmChild, WarmPool
 from .supervise import _feed_slot, _feed_stdin, _kill_group, supervise
@@ -405,13 +406,15 @@ class SubprocessSandbox(SandboxBackend):
 
     async def _spawn(
         self, request: RunRequest, launch: Launch, workdir: Path, result: RunResult
-    ) -> asyncio.subprocess.Process | None:
+    ) -> asyncio.subprocess.Process | LaunchedRun | None:
         """Start a cold run's chain; None (the reason in ``result.stderr``) if it failed."""
+        env = run_env(request.env, workdir)
         try:
-            proc = await asyncio.create_subprocess_exec(
+            started = await launch.start(cwd=str(workdir), env=env, stdin=request.stdin is not None)
+            proc = started or await asyncio.create_subprocess_exec(
                 *launch.argv,
                 cwd=str(workdir),
-                env=run_env(request.env, workdir),
+                env=env,
                 stdin=asyncio.subprocess.PIPE
                 if request.stdin is not None
                 else asyncio.subprocess.DEVNULL,

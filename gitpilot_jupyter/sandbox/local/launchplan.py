@@ -242,7 +242,9 @@ def walled_plan(
         "landlock_restrict_self(the ruleset below)",
         f"seccomp(SECCOMP_SET_MODE_FILTER, {seccomp})",
     ]
-    steps = [Step((), "the server's child, between fork and exec, in this order", tuple(inside))]
+    # A cold run is forked by the launcher (launcher.py); a warm slot by the server itself.
+    parent = "the server's child" if slot else "the launcher's child"
+    steps = [Step((), f"{parent}, between fork and exec, in this order", tuple(inside))]
     fds: tuple[tuple[Fd, str], ...] = ()
     if slot and hook is not None:
         what = (

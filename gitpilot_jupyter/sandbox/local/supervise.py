@@ -19,6 +19,7 @@ from ..backend import OutputCallback, RunRequest
 from ..output import CappedText
 from ..results import RunResult
 from .isolation import Launch
+from .launcherclient import LaunchedRun
 from .pool import Slot, WarmChild, write_all
 
 _READ_SIZE = 65536
@@ -103,7 +104,7 @@ def _close_pipes(proc: Child) -> None:
     asyncio closes them only once every pipe saw EOF; a pipe still held by an
     escaped process would otherwise keep its fd until garbage collection.
     """
-    if isinstance(proc, WarmChild):
+    if isinstance(proc, WarmChild | LaunchedRun):
         proc.close_pipes()
         return
     transport = getattr(proc, "_transport", None)
@@ -111,7 +112,7 @@ def _close_pipes(proc: Child) -> None:
         transport.close()
 
 
-async def _feed_stdin(proc: asyncio.subprocess.Process, data: str) -> None:
+async def _feed_stdin(proc: asyncio.subprocess.Process | LaunchedRun, data: str) -> None:
     if proc.stdin is None:
         return
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
