@@ -233,6 +233,13 @@ def test_closing_inside_the_pools_own_lock_does_not_hang() -> None:
     assert closed.wait(30), "close_now deadlocked on the pool's own lock"
 
 
+def wait_for_an_idle_slot(backend: SubprocessSandbox, within: float = 15.0) -> None:
+    """Until the pool holds a slot ready (a loaded machine refills in more than 0.5 s)."""
+    deadline = time.monotonic() + within
+    while backend.pool_report()["idle"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_calls_each_on_a_loop_of_their_own_stay_warm() -> None:
     # The CLI's commands: each call on a new loop (asyncio.run), which is gone before
     # the pool's workers finish; the refill must not wait for it.
@@ -241,7 +248,7 @@ def test_calls_each_on_a_loop_of_their_own_stay_warm() -> None:
     try:
         for _ in range(6):
             results.append(asyncio.run(backend.run(request("print(1)"))))
-            time.sleep(0.5)
+            wait_for_an_idle_slot(backend)
     finally:
         asyncio.run(backend.aclose())
     assert [r.warm for r in results] == [False] + [True] * 5
@@ -258,7 +265,7 @@ def test_calls_from_kernel_cells_stay_warm() -> None:
     try:
         for _ in range(6):
             asyncio.run(cell())
-            time.sleep(0.5)
+            wait_for_an_idle_slot(backend)
     finally:
         asyncio.run(backend.aclose())
     assert [r.warm for r in results] == [False] + [True] * 5
