@@ -60,7 +60,7 @@ SETTINGS_SECRET_VARS = frozenset(
 PRODUCT_PREFIX = "GITPILOT_"
 #: Jupyter's and the hub's credentials beyond :data:`SERVER_CREDENTIALS` (OAuth secrets,
 #: cookie secrets, crypt keys): any ``JUPYTER*`` / ``JPY_`` name of a secret's kind.
-_JUPYTER_SECRET = re.compile(r"(?:JUPYTER|JPY_)\w*(?:TOKEN|SECRET|KEY|PASSWORD)")
+_JUPYTER_SECRET = re.compile(r"(?:JUPYTER|JPY_)\w*(?:TOKEN|SECRET|KEY|PASSWORD)\w*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
