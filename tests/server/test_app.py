@@ -120,11 +120,47 @@ async def test_settings_dir(api: Api, settings_dir: Path, sandbox_config_dir: Pa
         ("max_timeout_sec", 601),
         ("plan_ttl_sec", 0),
         ("isolation", "docker"),
+        ("env_passthrough", ["A B"]),
+        ("env_passthrough", ["JUPYTER_TOKEN"]),
+        ("env_allowlist", ["GITPILOT_MATRIXLAB_TOKEN"]),
+        ("agent_env_allowlist", ["JUPYTERHUB_API_TOKEN"]),
     ],
 )
 def test_bad_trait_values_are_refused(trait: str, value: object) -> None:
     with pytest.raises(TraitError):
         SandboxApp(**{trait: value})
+
+
+def test_an_env_list_naming_a_product_secret_stops_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GITPILOT_SANDBOX_AGENT_ENV_ALLOWLIST", "GITPILOT_MATRIXLAB_TOKEN")
+    with pytest.raises(TraitError, match=r"agent_env_allowlist .* never passed"):
+        SandboxApp(agent_env_allowlist=["DATABASE_URL"]).build_env_lists()
+
+
+@pytest.mark.parametrize(
+    "jp_server_config",
+    [{"env_allowlist": ["SITE_NAME"], "agent_env_allowlist": ["AGENT_SITE"]}],
+    indirect=True,
+)
+async def test_the_env_allowlists_reach_people_and_agents_apart(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_SITE", "for-agents")
+    code = {"language": "python", "code": "import os; print(os.environ['AGENT_SITE'])"}
+    person = await api("POST", "api/sandbox/plan", {**code, "env": ["AGENT_SITE"]})
+    assert (person.code, person.body["code"]) == (400, "env_not_allowed")
+    agent = await api("POST", "api/sandbox/agent/plan", {**code, "env": ["AGENT_SITE"]})
+    assert agent.code == 200, agent.text
+    assert {"label": "passes the server's AGENT_SITE", "ok": False} in agent.body["plan"]["checks"]
+    refused = await api("POST", "api/sandbox/agent/plan", {**code, "env": ["SITE_NAME"]})
+    assert (refused.code, refused.body["code"]) == (400, "env_not_allowed")
+    auto = await api(
+        "POST", "api/sandbox/agent/plan", {**code, "env": ["AGENT_SITE"], "approve": True}
+    )
+    ran = await api("POST", "api/sandbox/run", {"approval_token": auto.body["approval_token"]})
+    assert ran.code == 200 and ran.body["stdout"] == "for-agents\n", ran.text
 
 
 def test_every_trait_has_help_text() -> None:
