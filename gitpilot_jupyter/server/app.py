@@ -85,19 +85,19 @@ class SandboxApp(ExtensionApp):
         f"Adds to {ENV_LISTS['agent_env_allowlist']}.",
     ).tag(config=True)
 
-    @validate(*ENV_LISTS)
-    def _check_env_list(self, proposal: Any) -> list[str]:
-        value = [str(name) for name in proposal["value"]]
-        try:
-            admin_names(value, setting=proposal["trait"].name)
-        except InvalidSetting as exc:
-            raise TraitError(exc.message) from None
-        return value
-
     def build_env_lists(self) -> dict[str, frozenset[str]]:
-        """Each env list: its trait and its environment variable (refused: a product secret)."""
+        """Each env list: its trait and its environment variable.
+
+        A bad name or a product secret raises :class:`TraitError` here, when the service
+        is built, so the extension does not load at all. (A ``@validate`` would refuse the
+        value while the config loads, and jupyter_server would go on with every trait of
+        this app at its default.)
+        """
         try:
-            return {key: env_list(key) | frozenset(getattr(self, key)) for key in ENV_LISTS}
+            return {
+                key: env_list(key) | admin_names(getattr(self, key), setting=key)
+                for key in ENV_LISTS
+            }
         except InvalidSetting as exc:
             raise TraitError(exc.message) from None
 

@@ -120,10 +120,6 @@ async def test_settings_dir(api: Api, settings_dir: Path, sandbox_config_dir: Pa
         ("max_timeout_sec", 601),
         ("plan_ttl_sec", 0),
         ("isolation", "docker"),
-        ("env_passthrough", ["A B"]),
-        ("env_passthrough", ["JUPYTER_TOKEN"]),
-        ("env_allowlist", ["GITPILOT_MATRIXLAB_TOKEN"]),
-        ("agent_env_allowlist", ["JUPYTERHUB_API_TOKEN"]),
     ],
 )
 def test_bad_trait_values_are_refused(trait: str, value: object) -> None:
@@ -131,7 +127,24 @@ def test_bad_trait_values_are_refused(trait: str, value: object) -> None:
         SandboxApp(**{trait: value})
 
 
+@pytest.mark.parametrize(
+    ("trait", "value", "message"),
+    [
+        ("env_passthrough", ["A B"], "'A B' is not a variable name"),
+        ("env_passthrough", ["JUPYTER_TOKEN"], "approve its own plans"),
+        ("env_allowlist", ["GITPILOT_MATRIXLAB_TOKEN"], "never passed"),
+        ("agent_env_allowlist", ["JUPYTERHUB_API_TOKEN"], "approve its own plans"),
+    ],
+)
 def test_an_env_list_naming_a_product_secret_stops_the_start(
+    trait: str, value: list[str], message: str
+) -> None:
+    with pytest.raises(TraitError, match=message) as info:
+        SandboxApp(**{trait: value}).build_env_lists()
+    assert f"c.SandboxApp.{trait}" in str(info.value)
+
+
+def test_an_env_variable_list_naming_a_product_secret_stops_the_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("GITPILOT_SANDBOX_AGENT_ENV_ALLOWLIST", "GITPILOT_MATRIXLAB_TOKEN")
