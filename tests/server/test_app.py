@@ -229,3 +229,12 @@ async def test_matrixlab_traits_reach_the_lifecycle(api: Api) -> None:
     text = json.dumps(lifecycle)
     assert "example/runner:test" in text and "example/python:test" in text
     assert "gitpilot-admin-runner" in text
+
+
+@pytest.mark.parametrize("jp_server_config", [{"env_allowlist": ["JUPYTER_TOKEN"]}], indirect=True)
+async def test_a_server_whose_list_names_its_token_serves_no_sandbox(
+    jp_fetch: Any, jp_serverapp: Any
+) -> None:
+    answer = await jp_fetch("api", "sandbox", "status", raise_error=False)
+    assert answer.code == 404  # the extension did not load: nothing runs with that list
+    assert SERVICE_KEY not in jp_serverapp.web_app.settings
