@@ -21,7 +21,7 @@ from ..sandbox.local.layered import default_isolator
 from ..sandbox.local.pool import POOL_ENV, POOL_MAX_ENV, PRESTART_ENV, PoolConfig
 from ..sandbox.matrixlab.config import LifecycleConfig
 from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
-from ..sandbox.policy import ENV_PASSTHROUGH_ENV, SandboxPolicy, admin_passthrough, env_names
+from ..sandbox.policy import ENV_LISTS, SandboxPolicy, admin_names, env_list
 from ..sandbox.service import SandboxService
 from ..sandbox.settings import BACKENDS, MAX_TIMEOUT_SEC, SettingsStore
 from . import batch, handlers, matrixlab, run, schemas
@@ -63,12 +63,43 @@ class SandboxApp(ExtensionApp):
         help=f"The longest timeout a snippet may ask for, in seconds (1..{MAX_TIMEOUT_SEC}).",
     ).tag(config=True)
 
+    # The server variables a run receives: the administrator's lists (policy.ENV_LISTS).
     env_passthrough = List(
         Unicode(),
         help="Names of the server's environment variables every run receives (besides PATH, "
         "locale, TZ and TERM; nothing else of the server's environment reaches a snippet). "
-        f"Adds to {ENV_PASSTHROUGH_ENV}. A caller passes more by name (the 'env' field).",
+        f"Adds to {ENV_LISTS['env_passthrough']}. Each plan shows them. The product's own "
+        "secrets (GITPILOT_*, Jupyter and hub tokens) are refused at start.",
     ).tag(config=True)
+    env_allowlist = List(
+        Unicode(),
+        help="Names of the server's environment variables a caller may pass to a run by "
+        "name (the 'env' field, --env NAME); empty: none, a caller naming one is refused. "
+        f"Adds to {ENV_LISTS['env_allowlist']}. Agents use agent_env_allowlist instead. "
+        "The plan shows each passed name as a [!!] line.",
+    ).tag(config=True)
+    agent_env_allowlist = List(
+        Unicode(),
+        help="Names of the server's environment variables an agent (agent/plan, the agent "
+        "tools, jupyter sandbox mcp) may pass by name; empty: none. "
+        f"Adds to {ENV_LISTS['agent_env_allowlist']}.",
+    ).tag(config=True)
+
+    def build_env_lists(self) -> dict[str, frozenset[str]]:
+        """Each env list: its trait and its environment variable.
+
+        A bad name or a product secret raises :class:`TraitError` here, when the service
+        is built, so the extension does not load at all. (A ``@validate`` would refuse the
+        value while the config loads, and jupyter_server would go on with every trait of
+        this app at its default.)
+        """
+        try:
+            return {
+                key: env_list(key) | admin_names(getattr(self, key), setting=key)
+                for key in ENV_LISTS
+            }
+        except InvalidSetting as exc:
+            raise TraitError(exc.message) from None
 
     settings_dir = Unicode(
         "",
@@ -308,6 +339,7 @@ class SandboxApp(ExtensionApp):
     def build_service(self) -> SandboxService:
         """The one service of this server, configured from the traits above."""
         assert self.serverapp is not None
+        env_lists = self.build_env_lists()
         service: SandboxService = self.service_class(
             isolator=self.build_isolator(),
             pool=self.build_pool_config(),
@@ -315,7 +347,9 @@ class SandboxApp(ExtensionApp):
             settings=SettingsStore(self.settings_dir or None),
             policy=SandboxPolicy(
                 max_timeout_sec=self.max_timeout_sec,
-                allowed_vars=admin_passthrough() | frozenset(env_names(self.env_passthrough)),
+                allowed_vars=env_lists["env_passthrough"],
+                caller_vars=env_lists["env_allowlist"],
+                agent_vars=env_lists["agent_env_allowlist"],
             ),
             plans=PlanStore(ttl_sec=self.plan_ttl_sec),
             require_approval=self.require_approval,

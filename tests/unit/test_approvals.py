@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -320,6 +321,7 @@ def test_default_backend_and_env_resolution(
 def test_a_plan_rebuilt_from_its_json_shows_the_same_run_and_digest(
     service: SandboxService,
 ) -> None:
+    service.policy = dataclasses.replace(service.policy, caller_vars=frozenset({"HOME"}))
     options = RunOptions(language="py", code="print(input())", stdin="secret", env=["HOME"])
     plan = sync(service.plan(options))
     shown = plan.to_dict()

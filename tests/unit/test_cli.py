@@ -11,6 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from gitpilot_jupyter.sandbox.policy import ENV_ALLOWLIST_ENV
+
 BIN = Path(sys.executable).parent
 
 
@@ -185,7 +189,8 @@ def test_json_errors_are_a_json_object() -> None:
     assert json.loads(bad.stdout)["error"]["code"] == "invalid_setting"
 
 
-def test_every_flag_reaches_the_plan_through_the_client() -> None:
+def test_every_flag_reaches_the_plan_through_the_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_ALLOWLIST_ENV, "CLI_PROBE")
     # The CLI used to call the service with its own mapping of flags; it now goes
     # through the client layer: each flag must still arrive in the plan.
     plan = cli(
@@ -199,7 +204,7 @@ def test_every_flag_reaches_the_plan_through_the_client() -> None:
         "subprocess",
         "--network",
         "--env",
-        "GITPILOT_CLI_PROBE",
+        "CLI_PROBE",
         "--json",
     )
     assert plan.returncode == 0, plan.stderr
@@ -209,7 +214,7 @@ def test_every_flag_reaches_the_plan_through_the_client() -> None:
         7,
         "subprocess",
     )
-    assert shown["network"] is True and shown["env"] == ["GITPILOT_CLI_PROBE"]
+    assert shown["network"] is True and shown["env"] == ["CLI_PROBE"]
     assert shown["source"] == "api" and shown["code"] == "print(1)"
     off = json.loads(cli("plan", "bash", "-c", "true", "--no-network", "--json").stdout)
     assert off["network"] is False and off["language"] == "bash"
@@ -218,18 +223,35 @@ def test_every_flag_reaches_the_plan_through_the_client() -> None:
 def test_run_passes_named_variables_and_stdin_through_the_client(tmp_path: Path) -> None:
     feed = tmp_path / "in.txt"
     feed.write_text("fed\n", encoding="utf-8")
-    code = "import os; print(input(), *(os.environ.get(f'GITPILOT_CLI_{n}') for n in 'AB'))"
-    args = ["run", "python", "-c", code, "--stdin", str(feed), "--env", "GITPILOT_CLI_A"]
+    code = "import os; print(input(), *(os.environ.get(f'CLI_PROBE_{n}') for n in 'AB'))"
+    args = ["run", "python", "-c", code, "--stdin", str(feed), "--env", "CLI_PROBE_A"]
     done = subprocess.run(
         [str(BIN / "jupyter-sandbox"), *args, "--yes", "--json"],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "GITPILOT_CLI_A": "passed-on", "GITPILOT_CLI_B": "kept-back"},
+        env={
+            **os.environ,
+            "CLI_PROBE_A": "passed-on",
+            "CLI_PROBE_B": "kept-back",
+            ENV_ALLOWLIST_ENV: "CLI_PROBE_A CLI_PROBE_B",
+        },
     )
     assert done.returncode == 0, done.stderr
-    # Only the named variable crosses; the rest of the environment does not.
+    # Only the named variable crosses; the rest of the environment (listed or not) does not.
     assert json.loads(done.stdout)["stdout"] == "fed passed-on None\n"
+
+
+def test_run_refuses_a_variable_the_administrator_did_not_list() -> None:
+    done = subprocess.run(
+        [str(BIN / "jupyter-sandbox"), "run", "python", "-c", "1", "--env", "CLI_PROBE_C"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "CLI_PROBE_C": "kept-back", ENV_ALLOWLIST_ENV: ""},
+    )
+    assert done.returncode == 2 and "kept-back" not in done.stdout + done.stderr
+    assert "CLI_PROBE_C may not be passed" in done.stderr and ENV_ALLOWLIST_ENV in done.stderr
 
 
 def test_config_names_the_settings_file(sandbox_config_dir: Path) -> None:

@@ -178,8 +178,9 @@ class SandboxService:
 
         ``options.env`` names server variables to pass through to the run (``--env NAME``).
         ``agent=True`` is for the agent entry points only: the plan's source becomes
-        ``agent`` (which no caller may give as ``source``) and it counts against the
-        user's agent plans, which no other traffic can evict.
+        ``agent`` (which no caller may give as ``source``), its ``env`` names must be on
+        the agents' allowlist, and it counts against the user's agent plans, which no
+        other traffic can evict.
         """
         file_text = None
         if options.file is not None and options.code is None:
@@ -192,7 +193,9 @@ class SandboxService:
                 "(/api/sandbox/agent/plan, jupyter sandbox mcp)",
                 code="invalid_value",
             )
-        plan = self.planner.describe(options, session_id=caller.session_id, file_text=file_text)
+        plan = self.planner.describe(
+            options, session_id=caller.session_id, file_text=file_text, agent=agent
+        )
         if agent:
             plan.source = AGENT_SOURCE
         self.workflow.keep(plan, user=caller.user)
