@@ -198,10 +198,10 @@ def runner_failure(url: str, exit_code: int, stderr: str) -> BackendFailure:
         # Our wrapper found no interpreter: the image, not the snippet, is at fault.
         command = message.split(MISSING_MARK, 1)[1].split()[0]
         return BackendFailure(
-            f"the MatrixLab Runner at {url} ran the image without `{command}` (exit {exit_code}): "
-            f"the image has no command named {command}, so no snippet of this language can "
-            "run there. Set matrixlab_image to an image that has it, or leave it empty for "
-            "the Runner's default."
+            f"the MatrixLab Runner at {url} could not run the snippet: its image has no "
+            f"`{command}` command (exit {exit_code}), so no snippet of this language runs "
+            "there. Set matrixlab_image to an image that has it, or leave it empty for the "
+            "Runner's default."
         )
     what = {
         RUNNER_ERROR_EXIT: "failed the run",
