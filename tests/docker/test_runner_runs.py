@@ -54,6 +54,16 @@ def run_containers(engine: Any) -> list[Any]:
     return [c for c in found if RUN_TAG_ENV in str(c.get("Command"))]
 
 
+async def sleeper_under_way(
+    engine: Any, service: SandboxService, run_id: str
+) -> tuple[asyncio.Future[Any], str]:
+    """A run of :data:`SLEEPER` through the service, and its container's id once it runs."""
+    running = asyncio.ensure_future(
+        run_here(service, language="bash", code=SLEEPER, backend="matrixlab", run_id=run_id)
+    )
+    return running, await started(engine, service, run_id)
+
+
 async def started(engine: Any, service: SandboxService, run_id: str) -> str:
     """The id of the run's container once it is running."""
     for _ in range(300):
@@ -79,10 +89,7 @@ async def test_stop_removes_the_runs_container_and_keeps_the_envelope(
     docker_engine: Any, runs_service: SandboxService
 ) -> None:
     run_id = "run_" + "a" * 16
-    running = asyncio.ensure_future(
-        run_here(runs_service, language="bash", code=SLEEPER, backend="matrixlab", run_id=run_id)
-    )
-    container = await started(docker_engine, runs_service, run_id)
+    running, container = await sleeper_under_way(docker_engine, runs_service, run_id)
     await asyncio.sleep(0.3)  # "started" is written
     asked = time.monotonic()
     runs_service.cancel(run_id)
@@ -102,10 +109,7 @@ async def test_a_caller_that_gives_up_takes_the_container_with_it(
     docker_engine: Any, runs_service: SandboxService
 ) -> None:
     run_id = "run_" + "b" * 16
-    running = asyncio.ensure_future(
-        run_here(runs_service, language="bash", code=SLEEPER, backend="matrixlab", run_id=run_id)
-    )
-    container = await started(docker_engine, runs_service, run_id)
+    running, container = await sleeper_under_way(docker_engine, runs_service, run_id)
     running.cancel()  # an interrupted cell
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(running, 10)

@@ -345,9 +345,24 @@ class Runner:
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             out, err = proc.communicate()
+            return self._answer(sandbox_id, 124, out, err, started, timed_out=True)
+        return self._answer(sandbox_id, proc.returncode, out, err, started)
+
+    def _answer(
+        self,
+        sandbox_id: str,
+        code: int,
+        out: bytes,
+        err: bytes,
+        started: float,
+        *,
+        timed_out: bool = False,
+    ) -> dict[str, Any]:
+        """The Runner's answer for a step's captured bytes, its quirks included."""
+        if timed_out:
             if err:
                 # The real Runner adds str to the bytes TimeoutExpired carries (its 500 bug).
-                raise Invalid([], "can't concat str to bytes", status=500) from None
+                raise Invalid([], "can't concat str to bytes", status=500)
             return self._result(
                 sandbox_id, 124, out.decode("utf-8", "replace"), "\nTIMEOUT", started
             )
@@ -355,7 +370,7 @@ class Runner:
             stdout, stderr = _text(out), _text(err)
         except UnicodeDecodeError as exc:
             return self._result(sandbox_id, 999, "", f"Runner error: {exc}", started)
-        return self._result(sandbox_id, proc.returncode, stdout, stderr, started)
+        return self._result(sandbox_id, code, stdout, stderr, started)
 
     # -- load (mode busy) -----------------------------------------------------------
     # Seen on Runner 0.1.0 with 12-16 runs at once: requests past its workers wait before
@@ -432,17 +447,7 @@ class Runner:
             if _docker("DELETE", f"/containers/{cid}?force=1")[0] in (204, 404):
                 break
             time.sleep(0.1)
-        if timed_out:
-            if err:
-                raise Invalid([], "can't concat str to bytes", status=500)
-            return self._result(
-                sandbox_id, 124, out.decode("utf-8", "replace"), "\nTIMEOUT", started
-            )
-        try:
-            stdout, stderr = _text(out), _text(err)
-        except UnicodeDecodeError as exc:
-            return self._result(sandbox_id, 999, "", f"Runner error: {exc}", started)
-        return self._result(sandbox_id, code, stdout, stderr, started)
+        return self._answer(sandbox_id, code, out, err, started, timed_out=timed_out)
 
     def _result(
         self, sandbox_id: str, code: int, stdout: str, stderr: str, started: float
