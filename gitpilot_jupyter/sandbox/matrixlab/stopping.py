@@ -49,9 +49,7 @@ def stop_unavailable(url: str, environ: Mapping[str, str]) -> str | None:
         return "the Docker SDK for Python is not installed (pip install 'gitpilot-jupyter[docker]')"
     if lifecycle_enabled(environ) or _loopback(urlparse(url).hostname):
         return None
-    return (
-        "the Runner is on another host and not managed here, so its Docker engine is out of reach"
-    )
+    return "it is on another host and not managed here, so its Docker engine is out of reach"
 
 
 def remove_tagged(tag: str) -> int:
