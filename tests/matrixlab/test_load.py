@@ -166,24 +166,6 @@ def test_the_limit_is_a_setting_with_a_default(monkeypatch: pytest.MonkeyPatch) 
         load.max_runs({load.MAX_RUNS_ENV: "0"})
 
 
-async def test_a_stop_the_runner_cannot_honour_says_the_run_goes_on(
-    runner_standin: StandinRunner,
-) -> None:
-    """The stand-in plays its runs as local processes: no container for a stop to remove."""
-    request = sleeper()
-    request.stop = asyncio.Event()
-    running = asyncio.ensure_future(backend_for(runner_standin).run(request))
-    await asyncio.sleep(0.5)
-    request.stop.set()
-    result = await asyncio.wait_for(running, 5)
-    assert result.cancelled and result.command == ["python", "/workspace/main.py"]
-    assert result.notes[-1] == (
-        "Stop could not stop the run on the Runner (no container of this run is on the "
-        "Docker engine this server reaches): it goes on there until it ends or reaches its "
-        "timeout of 33 s"
-    )
-
-
 def test_a_runner_on_another_host_cannot_be_stopped_and_the_plan_says_so() -> None:
     remote = MatrixLabSandbox(url="http://runner.example:8765", environ={})
     assert remote.limit_notes(ResourceLimits())[-1] == (

@@ -16,6 +16,13 @@ included (section "Behaviour observed on the real Runner 0.1.0"), in every mode:
   whose ``input`` echoes the stdin, as FastAPI does), memory below 128 MB and pids
   below 16; there is no file-size limit;
 * ``/health`` and ``/capabilities`` need no token;
+* the Runner's python image's environment (``PYTHONUNBUFFERED=1``...);
+* no cancel: a run goes on when its client hangs up;
+* ``busy``: requests past ``--workers`` wait before their handler starts, and each
+  run in progress adds ``--start-per-run`` seconds to a container's start;
+* ``--docker-image IMAGE``: runs are real containers on the Docker engine, named and
+  made as the Runner makes them (``mlab-<job>-command-<hex>``, no label, the request's
+  env in the container's command);
 * with ``MATRIXLAB_LOCAL_JOBS_DIR`` set, each run leaves a ``job-*`` folder there
   that is never deleted; ``--require-docker-socket`` exits at start without
   ``/var/run/docker.sock`` (the real Runner's preflight), as in its image.
@@ -37,7 +44,8 @@ inside the run's timeout), ``down-docker`` (health ``ok: false``, runs fail),
 ``slow`` (every answer waits ``--delay`` seconds), ``error500`` (every POST is a
 500), ``error500-timeout`` (every POST is at once a 500 that mentions a timeout),
 ``garbage`` (every POST answers 200 with invalid JSON), ``old`` (no ``/code/run``
-nor ``/run``: a Runner too old), ``no-banner`` (stdout without the banner).
+nor ``/run``: a Runner too old), ``no-banner`` (stdout without the banner), ``busy``
+(``--workers`` at once, ``--delay`` + ``--start-per-run`` per run in progress to start).
 """
 
 from __future__ import annotations
@@ -85,6 +93,16 @@ LANGUAGES = {"python": "main.py", "javascript": "main.js", "node": "main.js", "b
 IMAGE_ALIASES = {
     alias: f"matrix-lab-sandbox-{alias}:latest"
     for alias in ("utils", "python", "node", "go", "rust", "build")
+}
+#: What the Runner's images set in their environment (sandbox-python/Dockerfile of 0.1.0):
+#: unbuffered Python keeps a killed snippet's printed output.
+IMAGE_ENV = {
+    IMAGE_ALIASES["python"]: {
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_CACHE_DIR": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
 }
 #: Repositories the stand-in's "Docker" can run; any other image fails to pull (exit 125).
 RUNNABLE_REPOSITORIES = ("python", "node", "debian", "ubuntu")
@@ -311,6 +329,7 @@ class Runner:
         child_env = {
             "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "LANG": "C.UTF-8",
+            **IMAGE_ENV.get(image, {}),
         }
         timeout = common["timeout"]
         if self.mode == "slow-start":
