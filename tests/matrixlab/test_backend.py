@@ -435,6 +435,9 @@ async def test_a_stop_the_backend_does_not_honour_ends_the_run_after_the_grace(
     await stopper
     assert result.cancelled and result.exit_code == -1 and not result.ok
     assert (result.run_id, result.backend) == (run_id, "matrixlab")
+    # Even so, the envelope has the backend's own command and notes.
+    assert result.command == ["python", "/workspace/main.py"]
+    assert result.notes and result.notes[0].startswith("no file-size limit")
     assert 0.4 < waited < 5, waited  # the grace, not the snippet's 30 s
     assert matrixlab_service.active_runs() == []
     # The task that ran it is not left cancelled.
