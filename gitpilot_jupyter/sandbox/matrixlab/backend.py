@@ -421,7 +421,7 @@ class MatrixLabSandbox(SandboxBackend):
             timed_out = report.timed_out(timeout_sec)
             exit_code = -1 if timed_out else report.exit_code
             duration_ms = report.elapsed_us // 1000
-            if report.oom_kills and not timed_out:
+            if report.memory_exceeded(timeout_sec):
                 stderr += MEMORY_EXCEEDED  # the container's memory limit killed it, as locally
         elif exit_code == RUNNER_TIMEOUT_EXIT and elapsed >= budget and TIMEOUT_MARK.search(stderr):
             # The Runner's budget ran out before our wrapper could report (a slow start).

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 
 #: Seconds the Runner gets beyond the snippet's own timeout: container start and stop.
 START_ALLOWANCE_SEC = 3
+#: The exit status of a process killed by SIGKILL (our timeout's, or the OOM killer's).
+KILLED_EXIT = 137
 #: Exit statuses of a command ``timeout -s KILL`` ended: its own 124, or 137 (KILL).
-TIMEOUT_EXITS = (124, 137)
+TIMEOUT_EXITS = (124, KILLED_EXIT)
 #: Where a run's stdin is written in the workspace; removed before the snippet starts.
 STDIN_FILE = ".gitpilot-stdin"
 
@@ -119,6 +121,12 @@ class Report:
     elapsed_us: int
     #: OOM kills in the container while the snippet ran (its memory limit was hit).
     oom_kills: int = 0
+
+    def memory_exceeded(self, timeout_sec: int) -> bool:
+        """Killed (SIGKILL) by the OOM killer, not by our timeout."""
+        return (
+            self.exit_code == KILLED_EXIT and self.oom_kills > 0 and not self.timed_out(timeout_sec)
+        )
 
     def timed_out(self, timeout_sec: int) -> bool:
         """Killed by our ``timeout`` at the snippet's own deadline."""
