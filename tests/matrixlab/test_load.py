@@ -159,6 +159,29 @@ async def test_a_queue_past_its_bound_is_busy_with_a_retry_hint(
         await first
 
 
+async def test_a_file_run_freezes_the_runner_and_a_snippet_sent_meanwhile_still_runs(
+    runner_standin: StandinRunner, tmp_path: Path
+) -> None:
+    """Runner 0.1.0 serves /run on its event loop: nothing else is answered meanwhile."""
+    (tmp_path / "job.py").write_text("")
+    backend = backend_for(runner_standin)
+    file_run = RunRequest(
+        language="python",
+        code="import time\ntime.sleep(7)\nprint('file run')",
+        timeout_sec=10,
+        file=tmp_path / "job.py",
+    )
+    frozen = asyncio.ensure_future(backend.run(file_run))
+    while not any(sent["path"] == "/run" for sent in sent_requests(runner_standin)):
+        await asyncio.sleep(0.05)
+    health = await backend.health()  # its 5 s: the Runner answers nothing now
+    assert health["ok"] is False and "did not answer" in health["error"]
+    # A 1 s snippet (9 s of HTTP wait) waits out the freeze: answered, not "unreachable".
+    late = await backend.run(RunRequest(language="python", code="print('late')", timeout_sec=1))
+    assert (late.exit_code, late.stdout) == (0, "late\n")
+    assert (await frozen).stdout == "file run\n"
+
+
 def test_the_limit_is_a_setting_with_a_default(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load.max_runs({}) == load.DEFAULT_MAX_RUNS == 4
     assert load.max_runs({load.MAX_RUNS_ENV: "9"}) == 9

@@ -18,6 +18,7 @@ included (section "Behaviour observed on the real Runner 0.1.0"), in every mode:
 * ``/health`` and ``/capabilities`` need no token;
 * the Runner's python image's environment (``PYTHONUNBUFFERED=1``...);
 * no cancel: a run goes on when its client hangs up;
+* ``/run`` blocks the event loop: while one runs, nothing else is answered;
 * ``busy``: requests past ``--workers`` wait before their handler starts, and each
   run in progress adds ``--start-per-run`` seconds to a container's start;
 * ``--docker-image IMAGE``: runs are real containers on the Docker engine, named and
@@ -293,6 +294,8 @@ class Runner:
         #: much to a container's start (see :meth:`handler_slot`).
         self.handlers = threading.BoundedSemaphore(workers) if workers > 0 else None
         self.start_per_run = start_per_run
+        #: Held by a /run for its whole run (see :meth:`on_event_loop`).
+        self.event_loop = threading.Lock()
         self.running = 0
         #: ``--docker-image``: runs are real containers of this image (see :meth:`run_container`).
         self.docker_image = docker_image
@@ -416,6 +419,22 @@ class Runner:
         finally:
             with self.lock:
                 self.running -= 1
+
+    # -- the event loop ---------------------------------------------------------------
+    # Runner 0.1.0 serves /run as an async route that runs blocking code: while one runs,
+    # its event loop answers nothing else (/health neither); runs already in worker
+    # threads (/code/run) go on.
+
+    @contextlib.contextmanager
+    def on_event_loop(self, hold: bool = False) -> Iterator[None]:
+        """Wait for the event loop; ``hold`` keeps it for the whole request (a /run)."""
+        if hold:
+            with self.event_loop:
+                yield
+            return
+        with self.event_loop:
+            pass
+        yield
 
     # -- real containers (--docker-image) -------------------------------------------
     # The Runner's own `docker run --rm --name mlab-<job>-command-<hex> ... bash -lc <step>`
@@ -616,8 +635,7 @@ class Runner:
             with self.handler_slot():
                 return self.code_run(body)
         if path == "/run" and self.mode != "old":
-            with self.handler_slot():
-                return self.workspace_run(body)
+            return self.workspace_run(body)
         if path == "/repo/run":
             if not isinstance(body.get("repo_url"), str):
                 raise Invalid(["repo_url"], "Field required")
@@ -657,17 +675,21 @@ class Handler(BaseHTTPRequestHandler):
         return not token or self.headers.get("Authorization") == f"Bearer {token}"
 
     def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/_standin/requests":
+            with self.runner.lock:
+                return self._send(200, {"requests": self.runner.requests})
+        with self.runner.on_event_loop():
+            return self._get(path)
+
+    def _get(self, path: str) -> None:
         runner = self.runner
         if runner.mode == "slow":
             time.sleep(runner.delay)
-        path = self.path.split("?", 1)[0]
         if path == "/health":
             return self._send(200, runner.health())
         if path == "/capabilities":
             return self._send(200, runner.capabilities())
-        if path == "/_standin/requests":
-            with runner.lock:
-                return self._send(200, {"requests": runner.requests})
         if not self._authorized():
             return self._send(401, {"detail": "missing or invalid bearer token"})
         parts = path.strip("/").split("/")
@@ -680,9 +702,14 @@ class Handler(BaseHTTPRequestHandler):
         return self._send(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
-        runner = self.runner
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        # /run is an async route running blocking code: the loop is its for the whole run.
+        with self.runner.on_event_loop(hold=self.path.split("?", 1)[0] == "/run"):
+            return self._post(raw)
+
+    def _post(self, raw: bytes) -> None:
+        runner = self.runner
         if runner.mode == "slow":
             time.sleep(runner.delay)
         if not self._authorized():
