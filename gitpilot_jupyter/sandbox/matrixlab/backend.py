@@ -9,8 +9,10 @@ local backends' envelope: the banner line is stripped, a timeout is ``timed_out`
 with exit -1 and the output kept, a snippet exiting 124 or writing ``TIMEOUT`` is
 not timed out, the Runner's own failures (exit 999, Docker's 125, its 500s) are
 502 ``backend_error`` naming its message, and our output cap applies after the
-Runner's. Limits the Runner cannot honour are said in ``notes``. See
-``docs/admin/matrixlab.md`` for what still differs.
+Runner's. Limits the Runner cannot honour are said in ``notes``. Runs wait for one
+of the Runner's slots (:mod:`.load`); a stop removes the run's container
+(:mod:`.stopping`) or says why it could not. See ``docs/admin/matrixlab.md`` for
+what still differs.
 """
 
 from __future__ import annotations
