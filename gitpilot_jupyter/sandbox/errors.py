@@ -155,6 +155,30 @@ class BackendFailure(SandboxError):
     status = 502
 
 
+class BackendBusy(SandboxError):
+    """The backend has more runs waiting than it queues: nothing was sent; retry later."""
+
+    code = "backend_busy"
+    status = 429
+
+    def __init__(self, message: str, *, retry_after_sec: int) -> None:
+        super().__init__(message)
+        #: Seconds after which a retry may find room (a REST face's ``Retry-After``).
+        self.retry_after_sec = retry_after_sec
+
+
+class RunOutcomeUnknown(SandboxError):
+    """The Runner took the run but did not answer: it may still be running there."""
+
+    code = "run_outcome_unknown"
+    status = 504
+
+
+#: Codes of runs that failed for the machinery's sake, not the snippet's: a batch never
+#: records them as done, so a rerun tries them again.
+RETRYABLE_CODES = frozenset({BackendUnreachable.code, BackendBusy.code, RunOutcomeUnknown.code})
+
+
 class ServerUnreachable(SandboxError):
     """The Jupyter server an agent or the CLI was pointed at does not answer."""
 

@@ -89,6 +89,7 @@ class BackendResolver:
             url=settings.matrixlab_url,
             token=settings.matrixlab_token,
             image=settings.matrixlab_image,
+            environ=self.settings.environ,
         )
 
     def command(self, language: str) -> list[str]:

@@ -272,16 +272,21 @@ class RunExecutor:
                 if not grace.expired:
                     return result
                 grace.withdraw()  # the backend answered through the grace's cancel
+            # The backend's own fields, as its envelope would have them (matrixlab's command
+            # and notes differ from the local ones).
+            file = request.file.name if request.file is not None else None
             return RunResult(
                 backend=backend.name,
                 language=request.language,
-                command=self.resolver.command(request.language),
+                command=backend.display_command(request.language, file)
+                or self.resolver.command(request.language),
                 exit_code=-1,
                 cancelled=True,
                 duration_ms=int((time.monotonic() - active.started) * 1000),
                 run_id=request.run_id,
                 plan_id=request.plan_id,
                 isolation=backend.isolation(),
+                notes=backend.limit_notes(request.limits),
             )
         finally:
             grace.disarm()
