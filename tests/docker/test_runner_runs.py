@@ -17,8 +17,9 @@ import pytest
 
 from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
 from gitpilot_jupyter.sandbox.errors import BackendFailure
-from gitpilot_jupyter.sandbox.matrixlab.backend import MEMORY_EXCEEDED, MatrixLabSandbox
+from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.sandbox.matrixlab.stopping import RUN_TAG_ENV, RUNNER_CONTAINER_PREFIX
+from gitpilot_jupyter.sandbox.results import MEMORY_EXCEEDED
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 from tests.docker.conftest import BASE_IMAGE

@@ -17,7 +17,7 @@ from typing import IO, Any, Protocol
 
 from ..backend import OutputCallback, RunRequest
 from ..output import CappedText
-from ..results import RunResult
+from ..results import MEMORY_EXCEEDED, RunResult
 from .isolation import Launch
 from .launcherclient import LaunchedRun
 from .pool import Slot, WarmChild, write_all
@@ -219,4 +219,4 @@ async def supervise(
         # A child killed by a signal reports 128 + signal, as a shell does.
         result.exit_code = 128 - code if code < 0 else code
         if launch.memory_exceeded():
-            result.stderr += "\n[sandbox] killed: memory limit exceeded\n"
+            result.stderr += MEMORY_EXCEEDED

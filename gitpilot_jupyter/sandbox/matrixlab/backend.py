@@ -36,7 +36,7 @@ from ..errors import BackendFailure, SandboxError
 from ..languages import canonical_language
 from ..output import cap_text
 from ..policy import BASE_VARS
-from ..results import RunResult
+from ..results import MEMORY_EXCEEDED, RunResult
 from .docker_steps import error_text
 from .load import RunnerSlots, max_runs
 from .protocol import (
@@ -93,8 +93,6 @@ STOP_POLL_SEC = 0.2
 STOP_ANSWER_SEC = 2.0
 #: Status codes of a Runner (or a proxy before it) with no room for the run: busy, not down.
 BUSY_STATUSES = (429, 503)
-#: What the local backend appends to stderr for a run its memory limit killed.
-MEMORY_EXCEEDED = "\n[sandbox] killed: memory limit exceeded\n"
 #: Processes of ours in the container besides the snippet: docker-init, the step's bash, our
 #: script's bash (on /code/run), timeout.
 WRAPPER_PROCESSES = 4
