@@ -326,3 +326,40 @@ def test_a_run_gives_its_ids_back(tmp_path: Path) -> None:
         assert again.uid == seen[0] + 1 == seen[1] + 1, (again.uid, seen)
     finally:
         again.release()
+
+
+def test_two_root_servers_never_hand_out_one_run_uid(tmp_path: Path) -> None:
+    """A root server's run uids (nsfree's) are claimed in root's claim folder too: another
+    server holding one keeps it from this one, until it gives it back or dies."""
+    folder = tmp_path / "root-claims"
+    other = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from pathlib import Path\n"
+            "from gitpilot_jupyter.sandbox.local import nsfree\n"
+            f"ids = nsfree._RunIds(Path({str(folder)!r}))\n"
+            "print(ids.take(), ids.take(), flush=True)\n"
+            "time.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert other.stdout is not None
+        theirs = [int(u) for u in other.stdout.readline().split()]
+        assert theirs == [nsfree.RUN_UID_BASE, nsfree.RUN_UID_BASE + 1], theirs
+        ours = nsfree._RunIds(folder)
+        mine = ours.take()
+        assert mine == nsfree.RUN_UID_BASE + 2, mine  # (the same cycle, theirs skipped)
+        ours.give_back(mine)
+        os.kill(other.pid, signal.SIGKILL)
+        other.wait(timeout=10)
+        again = nsfree._RunIds(folder)
+        assert again.take() == nsfree.RUN_UID_BASE  # the dead server's claims went with it
+    finally:
+        other.kill()
+        other.wait(timeout=10)
+        if other.stdout is not None:
+            other.stdout.close()

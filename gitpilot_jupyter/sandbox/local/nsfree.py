@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..records import IsolationGap
-from . import landlock, prestart, seccomp
+from . import idclaims, landlock, prestart, seccomp
 from .confine import SECRET_DIRS, SECRET_FILES, SYSTEM_DIRS, inside, needed_paths
 from .launchplan import CODE, RUN_STDERR, RUN_STDOUT
 
@@ -345,25 +345,46 @@ SPARES = _Spares()
 
 
 class _RunIds:
-    """The uids a root server's runs drop to: one free uid per run under way."""
+    """The uids a root server's runs drop to: one free uid per run under way, on this
+    host (claimed in root's claim folder, :mod:`.idclaims`, so two root servers never
+    hand one uid to two runs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, folder: Path | None = None) -> None:
         self._lock = threading.Lock()
-        self._taken: set[int] = set()
+        self._taken: dict[int, int | None] = {}  # uid -> its claim's fd (None: this process only)
         self._next = itertools.cycle(range(RUN_UID_COUNT))
+        self.folder = folder
+        self._shared: bool | None = None
+
+    def _claim(self, uid: int) -> tuple[bool, int | None]:
+        """(free, fd): free when no other server's run holds ``uid``."""
+        if self._shared is None:
+            if self.folder is None:
+                self.folder = idclaims.claim_folder()
+            self._shared = idclaims.private_folder(self.folder)
+        if not self._shared:
+            return True, None
+        assert self.folder is not None
+        fd = idclaims.lock_id(self.folder, f"root-{uid}")
+        return fd is not None, fd
 
     def take(self) -> int:
         with self._lock:
             for _ in range(RUN_UID_COUNT):
                 uid = RUN_UID_BASE + next(self._next)
-                if uid not in self._taken:
-                    self._taken.add(uid)
+                if uid in self._taken:
+                    continue
+                free, fd = self._claim(uid)
+                if free:
+                    self._taken[uid] = fd
                     return uid
         raise OSError("every run uid is in use")
 
     def give_back(self, uid: int) -> None:
         with self._lock:
-            self._taken.discard(uid)
+            fd = self._taken.pop(uid, None)
+        if fd is not None:
+            os.close(fd)  # (the lock goes with its last fd)
 
 
 RUN_IDS = _RunIds()

@@ -10,52 +10,21 @@ to the probes. So no run shares the per-uid accounting of the kernel (pipe buffe
 epoll watches, locked memory, key quotas, in-flight unix fds) with another.
 
 A claim is an ``flock`` on a file named after the uid in the user's claim folder
-(:func:`claim_folder`): two servers of the same user never hand one id to two runs,
-and a server killed outright lets its claims go with its fds. The files stay (one per
-id used at once, at most): removing one would race with a server opening it.
+(:mod:`.idclaims`): two servers of the same user never hand one id to two runs, and a
+server killed outright lets its claims go with its fds.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import stat
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .confine import IdMap
+from .idclaims import claim_folder, lock_id, private_folder
 from .launches import LayeredLaunch
-
-#: The claim folder's name, in ``XDG_RUNTIME_DIR`` (else the temp dir, with the uid).
-CLAIM_FOLDER = "gitpilot-run-ids"
-
-
-def claim_folder() -> Path:
-    """Where this user's servers claim run ids: ``$XDG_RUNTIME_DIR/gitpilot-run-ids``, or
-    ``gitpilot-run-ids-UID`` in the temp dir (neither is in a run's view)."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        return Path(runtime) / CLAIM_FOLDER
-    return Path(tempfile.gettempdir()) / f"{CLAIM_FOLDER}-{os.geteuid()}"
-
-
-def _private_folder(folder: Path) -> bool:
-    """True when ``folder`` is (made, if missing) a real folder of this user's alone."""
-    with contextlib.suppress(FileExistsError):
-        folder.mkdir(mode=0o700)
-    try:
-        info = folder.lstat()
-    except OSError:
-        return False
-    return (
-        stat.S_ISDIR(info.st_mode)
-        and info.st_uid == os.geteuid()
-        and stat.S_IMODE(info.st_mode) & 0o077 == 0
-    )
 
 
 @dataclass
@@ -94,7 +63,7 @@ class RunIds:
         this process only (still one pair per run of this server). The folder is made
         on first use (``debug --show-launch`` makes nothing)."""
         if self._shared is None:
-            self._shared = _private_folder(self.folder)
+            self._shared = private_folder(self.folder)
         return self._shared
 
     def first(self) -> tuple[int, int]:
@@ -119,17 +88,7 @@ class RunIds:
         raise OSError(f"every id of the subordinate range below {self.idmap.uid} is in use")
 
     def _lock_file(self, uid: int) -> int | None:
-        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-        fd = os.open(self.folder / str(uid), flags, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return lock_id(self.folder, str(uid))
 
     def _release(self, claim: Claim) -> None:
         with self._lock:
