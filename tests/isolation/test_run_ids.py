@@ -237,30 +237,38 @@ def test_waiting_slots_take_nothing_of_a_runs_processes() -> None:
 RANGE = IdMap(165535, 265535, 8)
 
 
-def test_two_servers_of_one_user_never_hand_out_one_id(tmp_path: Path) -> None:
-    """Claims are locks on files of the user's claim folder: another server (process)
-    holding an id keeps it from this one until it gives it back or dies."""
-    folder = tmp_path / "claims"
+@contextmanager
+def another_server(claims: str) -> Iterator[tuple[subprocess.Popen[str], list[int]]]:
+    """A process that runs ``claims`` (Python taking ids and printing them on one line),
+    then holds them; yields it and the ids it printed, and kills it at the end."""
     other = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time\n"
-            "from gitpilot_jupyter.sandbox.local import subids\n"
-            "from gitpilot_jupyter.sandbox.local.confine import IdMap\n"
-            "from pathlib import Path\n"
-            f"idmap = IdMap({RANGE.uid}, {RANGE.gid}, {RANGE.count})\n"
-            f"ids = subids.RunIds(idmap, Path({str(folder)!r}))\n"
-            "claims = [ids.take(), ids.take()]\n"
-            "print(*(c.uid for c in claims), flush=True)\n"
-            "time.sleep(60)\n",
-        ],
+        [sys.executable, "-c", f"import time\n{claims}\ntime.sleep(60)\n"],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert other.stdout is not None
-        theirs = [int(u) for u in other.stdout.readline().split()]
+        yield other, [int(u) for u in other.stdout.readline().split()]
+    finally:
+        other.kill()
+        other.wait(timeout=10)
+        if other.stdout is not None:
+            other.stdout.close()
+
+
+def test_two_servers_of_one_user_never_hand_out_one_id(tmp_path: Path) -> None:
+    """Claims are locks on files of the user's claim folder: another server (process)
+    holding an id keeps it from this one until it gives it back or dies."""
+    folder = tmp_path / "claims"
+    claims = (
+        "from pathlib import Path\n"
+        "from gitpilot_jupyter.sandbox.local import subids\n"
+        "from gitpilot_jupyter.sandbox.local.confine import IdMap\n"
+        f"idmap = IdMap({RANGE.uid}, {RANGE.gid}, {RANGE.count})\n"
+        f"ids = subids.RunIds(idmap, Path({str(folder)!r}))\n"
+        "print(*(c.uid for c in [ids.take(), ids.take()]), flush=True)"
+    )
+    with another_server(claims) as (other, theirs):
         assert theirs == [RANGE.uid - 1, RANGE.uid - 2], theirs
         ours = subids.RunIds(RANGE, folder)
         assert ours.shared
@@ -272,11 +280,6 @@ def test_two_servers_of_one_user_never_hand_out_one_id(tmp_path: Path) -> None:
         os.kill(other.pid, signal.SIGKILL)
         other.wait(timeout=10)
         assert ours.take().uid == RANGE.uid - 1  # the dead server's claims went with it
-    finally:
-        other.kill()
-        other.wait(timeout=10)
-        if other.stdout is not None:
-            other.stdout.close()
 
 
 def test_every_id_in_use_refuses_the_next_run(tmp_path: Path) -> None:
@@ -332,23 +335,13 @@ def test_two_root_servers_never_hand_out_one_run_uid(tmp_path: Path) -> None:
     """A root server's run uids (nsfree's) are claimed in root's claim folder too: another
     server holding one keeps it from this one, until it gives it back or dies."""
     folder = tmp_path / "root-claims"
-    other = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time\n"
-            "from pathlib import Path\n"
-            "from gitpilot_jupyter.sandbox.local import nsfree\n"
-            f"ids = nsfree._RunIds(Path({str(folder)!r}))\n"
-            "print(ids.take(), ids.take(), flush=True)\n"
-            "time.sleep(60)\n",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+    claims = (
+        "from pathlib import Path\n"
+        "from gitpilot_jupyter.sandbox.local import nsfree\n"
+        f"ids = nsfree._RunIds(Path({str(folder)!r}))\n"
+        "print(ids.take(), ids.take(), flush=True)"
     )
-    try:
-        assert other.stdout is not None
-        theirs = [int(u) for u in other.stdout.readline().split()]
+    with another_server(claims) as (other, theirs):
         assert theirs == [nsfree.RUN_UID_BASE, nsfree.RUN_UID_BASE + 1], theirs
         ours = nsfree._RunIds(folder)
         mine = ours.take()
@@ -356,10 +349,4 @@ def test_two_root_servers_never_hand_out_one_run_uid(tmp_path: Path) -> None:
         ours.give_back(mine)
         os.kill(other.pid, signal.SIGKILL)
         other.wait(timeout=10)
-        again = nsfree._RunIds(folder)
-        assert again.take() == nsfree.RUN_UID_BASE  # the dead server's claims went with it
-    finally:
-        other.kill()
-        other.wait(timeout=10)
-        if other.stdout is not None:
-            other.stdout.close()
+        assert nsfree._RunIds(folder).take() == nsfree.RUN_UID_BASE  # its claims went with it
