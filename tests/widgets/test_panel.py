@@ -65,6 +65,7 @@ def test_model_and_view_are_linked_both_ways(panel: SandboxSettingsPanel) -> Non
     assert panel.network.value is True
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_save_writes_only_what_the_user_changed(
     panel: SandboxSettingsPanel, sandbox_config_dir: Path
 ) -> None:
