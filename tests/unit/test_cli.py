@@ -84,6 +84,7 @@ def test_config_set_and_show(sandbox_config_dir: Path) -> None:
 def test_off_is_refused_unless_the_administrator_allows_it(sandbox_config_dir: Path) -> None:
     fix = "GITPILOT_SANDBOX_ALLOWED_BACKENDS=subprocess,matrixlab,off"
     for refused in (
+        cli("config", "--set", "backend=off", stdin=""),  # not even asked: refused at once
         cli("config", "--set", "backend=off", "--yes"),
         cli("run", "python", "-c", "print(1)", "--backend", "off", "--yes"),
     ):
