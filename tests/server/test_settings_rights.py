@@ -35,6 +35,8 @@ def jp_server_config(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     if hub_user is not None:
         monkeypatch.setenv("JUPYTERHUB_USER", hub_user)
     shared_secret = traits.pop("shared_secret", False)
+    for name, value in traits.pop("env", {}).items():
+        monkeypatch.setenv(name, value)
     config = server_config(**traits)
     if not shared_secret:
         config.ServerApp.identity_provider_class = HeaderIdentityProvider
@@ -158,3 +160,17 @@ async def test_the_token_holder_is_the_one_principal(api: Api, sandbox_config_di
     off = await api("PUT", CONFIG, {"backend": "off", "confirm": True})
     assert (off.code, off.body["code"]) == (403, "backend_not_allowed")
     assert saved(sandbox_config_dir) == {"allow_network": True}
+
+
+@pytest.mark.parametrize(
+    "jp_server_config",
+    [{"shared_secret": True, "env": {"GITPILOT_SANDBOX_ALLOWED_BACKENDS": "off, subprocess"}}],
+    indirect=True,
+)
+async def test_the_environment_is_the_servers_default_list(api: Api) -> None:
+    status = await api("GET", "api/sandbox/status")
+    assert status.body["allowed_backends"] == ["off", "subprocess"]
+    switched = await api("PUT", CONFIG, {"backend": "off", "confirm": True})
+    assert switched.code == 200 and switched.body["backend"] == "off"
+    matrixlab = await api("PUT", CONFIG, {"backend": "matrixlab"})
+    assert (matrixlab.code, matrixlab.body["code"]) == (403, "backend_not_allowed")
