@@ -107,6 +107,14 @@ class ApprovalError(SandboxError):
     status = 403
 
 
+class SettingNotAllowed(SandboxError):
+    """A settings change this caller may not make: not the server's owner, or a change
+    that weakens a wall (network on, a longer timeout) the administrator did not allow."""
+
+    code = "setting_not_allowed"
+    status = 403
+
+
 class FileAccessError(SandboxError):
     """A file plan that names a path outside the root or an unreadable file."""
 

@@ -8,11 +8,12 @@ and other extensions reach it.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, validate
+from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, default, validate
 
 from ..sandbox.batch.cluster import cluster_option
 from ..sandbox.errors import InvalidSetting
@@ -23,7 +24,15 @@ from ..sandbox.matrixlab.config import LifecycleConfig
 from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
 from ..sandbox.policy import ENV_LISTS, SandboxPolicy, admin_names, env_list
 from ..sandbox.service import SandboxService
-from ..sandbox.settings import BACKENDS, MAX_TIMEOUT_SEC, SettingsStore
+from ..sandbox.service.authority import SettingsAuthority
+from ..sandbox.settings import (
+    ALLOWED_BACKENDS_ENV,
+    BACKENDS,
+    DEFAULT_ALLOWED_BACKENDS,
+    MAX_TIMEOUT_SEC,
+    SettingsStore,
+    allowed_backends_from_env,
+)
 from . import batch, handlers, matrixlab, run, schemas
 from .agents import agent_handlers
 from .audit import make_audit_hook
@@ -51,10 +60,33 @@ class SandboxApp(ExtensionApp):
 
     allowed_backends = List(
         Unicode(),
-        default_value=list(BACKENDS),
         help=(
             "The sandbox backends users may choose (subset of 'subprocess', 'matrixlab', "
-            "'off'). A multi-user server should drop 'off', which runs snippets unisolated."
+            "'off'). Unset: $" + ALLOWED_BACKENDS_ENV + f", else {list(DEFAULT_ALLOWED_BACKENDS)}. "
+            "'off' runs snippets unisolated, as the server's user: list it only on a "
+            "single-user server whose user accepts that."
+        ),
+    ).tag(config=True)
+
+    settings_owners = List(
+        Unicode(),
+        help=(
+            "Where the identity provider has real users (JupyterHub, a custom provider): "
+            "the users who may change the sandbox settings, which apply to every run on "
+            "this server. Others read them; a change gets 403 setting_not_allowed. Unset: "
+            "the user the server runs for ($JUPYTERHUB_USER), else none. Under "
+            "jupyter_server's token or password every caller is the one token holder."
+        ),
+    ).tag(config=True)
+
+    user_may_weaken = Bool(
+        None,
+        allow_none=True,
+        help=(
+            "Whether the settings' owners may save a change that weakens a wall for every "
+            "run: allow_network true. Unset: yes under a token or password (one principal), "
+            "no where identities are real. 'off' is allowed by allowed_backends, a longer "
+            "timeout by max_timeout_sec; never by a caller's confirm."
         ),
     ).tag(config=True)
 
@@ -263,6 +295,15 @@ class SandboxApp(ExtensionApp):
         help="The SandboxService class to build (a subclass may add policy or backends).",
     ).tag(config=True)
 
+    @default("allowed_backends")
+    def _default_backends(self) -> list[str]:
+        return list(allowed_backends_from_env())
+
+    @default("settings_owners")
+    def _default_owners(self) -> list[str]:
+        hub_user = os.environ.get("JUPYTERHUB_USER", "").strip()
+        return [hub_user] if hub_user else []
+
     @validate("allowed_backends")
     def _check_backends(self, proposal: Any) -> list[str]:
         value: list[str] = list(proposal["value"])
@@ -354,6 +395,7 @@ class SandboxApp(ExtensionApp):
             plans=PlanStore(ttl_sec=self.plan_ttl_sec),
             require_approval=self.require_approval,
             allowed_backends=self.allowed_backends,
+            authority=SettingsAuthority.for_server(self.settings_owners, self.user_may_weaken),
             root_dir=self.serverapp.root_dir,
             audit=make_audit_hook(self.serverapp.event_logger, self.log),
         )

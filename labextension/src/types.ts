@@ -130,6 +130,8 @@ export interface IStatus {
   settings_error?: string | null;
   /** How many plans `GET plans` lists (waiting for someone else's decision). */
   waiting_plans?: number;
+  /** The backends the administrator allows (`off` is not, by default). */
+  allowed_backends?: string[];
   version?: string;
 }
 

@@ -297,6 +297,7 @@ def test_line_magic_errors(shell: InteractiveShell, line: str, message: str) -> 
         shell.run_line_magic("sandbox", line)
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_backend_flag_and_env_override(
     shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -316,6 +317,7 @@ def test_backend_flag_and_env_override(
     assert shell.user_ns["r"]["backend"] == "subprocess"
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_config_asks_before_switching_to_off(
     shell: InteractiveShell, sandbox_config_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -331,6 +333,7 @@ def test_config_asks_before_switching_to_off(
     assert 'backend            "off"' in out.stdout
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_config_to_off_without_a_way_to_ask_needs_yes(
     shell: InteractiveShell, sandbox_config_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -168,6 +168,7 @@ def test_other_session(service: SandboxService) -> None:
         {"backend": "off"},
     ],
 )
+@pytest.mark.usefixtures("allow_off")
 def test_mismatch_is_refused_and_does_not_spend_the_token(
     service: SandboxService, change: dict[str, Any]
 ) -> None:
@@ -299,6 +300,7 @@ def test_file_plan_reads_under_root_only(service: SandboxService, tmp_path: Path
             sync(service.plan(RunOptions(file=path)))
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_default_backend_and_env_resolution(
     service: SandboxService, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -70,6 +70,7 @@ def test_file_run_guesses_the_language(tmp_path: Path) -> None:
     assert result.returncode == 0 and result.stdout == "from-file\n"
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_config_set_and_show(sandbox_config_dir: Path) -> None:
     assert cli("config", "--set", "timeout_sec=30", "--set", "backend=off", "--yes").returncode == 0
     shown = json.loads(cli("config", "--json").stdout)
@@ -82,6 +83,19 @@ def test_config_set_and_show(sandbox_config_dir: Path) -> None:
     )
 
 
+def test_off_is_refused_unless_the_administrator_allows_it(sandbox_config_dir: Path) -> None:
+    fix = "GITPILOT_SANDBOX_ALLOWED_BACKENDS=subprocess,matrixlab,off"
+    for refused in (
+        cli("config", "--set", "backend=off", stdin=""),  # not even asked: refused at once
+        cli("config", "--set", "backend=off", "--yes"),
+        cli("run", "python", "-c", "print(1)", "--backend", "off", "--yes"),
+    ):
+        assert refused.returncode != 0 and refused.stdout == ""
+        assert "'off' is not allowed here" in refused.stderr and fix in refused.stderr
+    assert not (sandbox_config_dir / "settings.json").exists()
+
+
+@pytest.mark.usefixtures("allow_off")
 def test_switching_to_off_asks_first_and_saves_nothing_unconfirmed(
     sandbox_config_dir: Path,
 ) -> None:

@@ -91,6 +91,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_grandchildren_are_killed_on_timeout(service: SandboxService, tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     code = (
@@ -194,6 +195,7 @@ def test_output_is_streamed_as_it_is_produced() -> None:
     assert result.stdout == "one\n" and result.stderr == "two\n"
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_off_backend_has_no_os_layers(service: SandboxService) -> None:
     """No isolation layer: at most the per-run cgroup that kills its leftovers."""
     result = run(service, "python", "print(1)", backend="off")

@@ -57,6 +57,7 @@ from ..results import RunResult
 from ..settings import SettingsStore, check_backend, env_flag
 from ..spec import RunSpec
 from ..text import check_text
+from .authority import SettingsAuthority
 from .planner import MAX_CODE_CHARS, Planner
 from .resolver import BackendResolver
 from .runs import RUN_ID_PATTERN, STOP_GRACE_SEC, ActiveRun, RunExecutor, check_run_id
@@ -109,8 +110,11 @@ class SandboxService:
         audit: AuditHook | None = None,
         lifecycle_config: LifecycleConfig | None = None,
         pool: PoolConfig | None = None,
+        authority: SettingsAuthority | None = None,
     ) -> None:
         self.settings = settings or SettingsStore()
+        #: Who may change the settings and how far (:meth:`configure`).
+        self.authority = authority or SettingsAuthority()
         self.policy = policy or SandboxPolicy()
         self.plans = plans or PlanStore()
         self.interpreters = interpreters or Interpreters()
@@ -405,15 +409,27 @@ class SandboxService:
     ) -> Status:
         """Persist a subset of settings (validated, env values never written); return status.
 
-        Switching the backend to ``off`` needs ``confirm=True``, which a face passes only
-        after its user said yes (else :class:`.errors.ConfirmationRequired`, nothing saved).
+        ``user`` (None: the one principal of a shared secret) must be allowed by
+        :attr:`authority`: an owner where identities are real, and a change that weakens
+        a wall needs the administrator's word (:class:`.errors.SettingNotAllowed`).
+        A backend must be one the administrator allows (``off`` is not, by default).
+        Switching the backend to ``off`` needs ``confirm=True`` besides, which a face
+        passes only after its user said yes (else :class:`.errors.ConfirmationRequired`).
+        Nothing is saved when any of these refuses.
         """
         if not isinstance(changes, Mapping):
             raise InvalidRequest("the settings must be a JSON object")
+        current = self.settings.effective().settings
+        self.authority.check(
+            changes,
+            user=user,
+            network_now=current.allow_network,
+            max_timeout_sec=self.policy.max_timeout_sec,
+        )
         if "backend" in changes:
             # Saving a backend the server refuses would break every later run.
             self.backends.check_allowed(check_backend(changes["backend"]))
-        check_off_confirmed(changes, self.config()["backend"], confirm)
+        check_off_confirmed(changes, current.backend, confirm)
         self.settings.update(changes)
         # Waiting slots were made for the old settings: new ones follow the new key.
         self.backends.subprocess.flush_pool()
