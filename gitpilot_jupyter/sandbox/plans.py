@@ -469,6 +469,15 @@ class PlanStore:
             approval.used = True
             return approval
 
+    def unspend(self, approval: Approval) -> None:
+        """Give a spent token back: the run it was spent on was refused before it started.
+
+        It stays bound to what it was bound to and expires when it would have.
+        """
+        with self._lock:
+            if self._approvals.get(approval.token) is approval:
+                approval.used = False
+
     # -- runs of approved plans -----------------------------------------------------
 
     def run_started(self, plan: ExecutionPlan, run_id: str, *, approved_by: str) -> None:

@@ -75,6 +75,25 @@ async def gone(marker: str, within: float = 10.0) -> bool:
     return True
 
 
+async def approved_sleeper(api: Api) -> tuple[str, dict[str, Any]]:
+    """An approved :func:`sleeper`: its marker and the run body naming its own run id."""
+    marker = new_marker()
+    code = sleeper(marker)
+    _, token = await plan_and_approve(api, language="python", code=code)
+    body = {"language": "python", "code": code, "approval_token": token, "run_id": new_run_id()}
+    return marker, body
+
+
+async def running_sleeper(client: httpx.AsyncClient, marker: str, body: dict[str, Any]) -> Any:
+    """The plain JSON run of ``body`` (a future), once its snippet has started."""
+    running = asyncio.ensure_future(client.post("api/sandbox/run", json=body))
+    deadline = time.monotonic() + 30
+    while not processes_with(marker):
+        assert time.monotonic() < deadline, "the snippet never started"
+        await asyncio.sleep(0.1)
+    return running
+
+
 @pytest.fixture
 def client(
     http_server_client: Any, jp_http_port: int, jp_base_url: str, jp_auth_header: dict[str, str]
@@ -108,11 +127,8 @@ async def test_delete_stops_a_streaming_run_and_its_envelope_says_so(
     jp_serverapp: Any,
     events: list[tuple[str, dict[str, Any]]],
 ) -> None:
-    marker = new_marker()
-    code = sleeper(marker)
-    _, token = await plan_and_approve(api, language="python", code=code)
-    run_id = new_run_id()
-    body = {"language": "python", "code": code, "approval_token": token, "run_id": run_id}
+    marker, body = await approved_sleeper(api)
+    run_id = body["run_id"]
     lines: list[dict[str, Any]] = []
     started = time.monotonic()
     async with (
@@ -172,17 +188,10 @@ async def test_closing_the_stream_stops_the_run_on_the_server(
 async def test_a_plain_json_run_stopped_from_another_request(
     api: Api, client: httpx.AsyncClient
 ) -> None:
-    marker = new_marker()
-    code = sleeper(marker)
-    _, token = await plan_and_approve(api, language="python", code=code)
-    run_id = new_run_id()
-    body = {"language": "python", "code": code, "approval_token": token, "run_id": run_id}
+    marker, body = await approved_sleeper(api)
+    run_id = body["run_id"]
     async with client:
-        running = asyncio.ensure_future(client.post("api/sandbox/run", json=body))
-        deadline = time.monotonic() + 30
-        while not processes_with(marker):
-            assert time.monotonic() < deadline, "the snippet never started"
-            await asyncio.sleep(0.1)
+        running = await running_sleeper(client, marker, body)
         # The same id cannot start a second run while this one is under way.
         _, token2 = await plan_and_approve(api, language="python", code="print(1)")
         clash = await api(
