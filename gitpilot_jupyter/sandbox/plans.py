@@ -149,6 +149,7 @@ class ExecutionPlan:
             "code": spec.code,
             "file": self.file,
             "env": list(spec.env),
+            "owner": self.owner,
         }
 
     @classmethod
