@@ -15,11 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from gitpilot_jupyter.sandbox.results import new_run_id
-from gitpilot_jupyter.server import audit
-from gitpilot_jupyter.server.audit import EVENT_KINDS
 
 from .helpers import NDJSON, Api, check_stream_line, plan_and_approve
 
@@ -92,33 +89,6 @@ async def running_sleeper(client: httpx.AsyncClient, marker: str, body: dict[str
         assert time.monotonic() < deadline, "the snippet never started"
         await asyncio.sleep(0.1)
     return running
-
-
-@pytest.fixture
-def client(
-    http_server_client: Any, jp_http_port: int, jp_base_url: str, jp_auth_header: dict[str, str]
-) -> httpx.AsyncClient:
-    """A real HTTP client on the test server (``http_server_client`` makes it listen)."""
-    return httpx.AsyncClient(
-        base_url=f"http://127.0.0.1:{jp_http_port}{jp_base_url}",
-        headers=jp_auth_header,
-        timeout=60,
-    )
-
-
-@pytest.fixture
-def events(jp_serverapp: Any) -> list[tuple[str, dict[str, Any]]]:
-    """Every sandbox audit event the server emits, as (kind, data)."""
-    seen: list[tuple[str, dict[str, Any]]] = []
-    for kind in EVENT_KINDS:
-
-        async def listener(
-            logger: Any, schema_id: str, data: dict[str, Any], kind: str = kind
-        ) -> None:
-            seen.append((kind, data))
-
-        jp_serverapp.event_logger.add_listener(schema_id=audit.schema_id(kind), listener=listener)
-    return seen
 
 
 async def test_delete_stops_a_streaming_run_and_its_envelope_says_so(

@@ -15,9 +15,7 @@ import pytest
 from gitpilot_jupyter.server.base import SERVICE_KEY
 
 from .helpers import Api, plan_and_approve
-from .test_cancel import approved_sleeper, client, events, gone, running_sleeper
-
-__all__ = ["client", "events"]  # the fixtures this module uses from test_cancel
+from .test_cancel import approved_sleeper, gone, running_sleeper
 
 
 async def test_a_run_refused_for_its_run_id_keeps_its_token(
