@@ -262,6 +262,30 @@ class EffectiveSettings:
     from_env: tuple[str, ...] = ()
 
 
+def _unpin_env_token(
+    values: dict[str, Any], persisted: Mapping[str, Any], from_env: list[str]
+) -> str | None:
+    """Keep the environment's MatrixLab token to the URL it was given for; the error, if any.
+
+    ``GITPILOT_MATRIXLAB_TOKEN`` goes only to ``GITPILOT_MATRIXLAB_URL`` (which the file
+    cannot override), or, with that unset, to the default URL: a URL someone saved in
+    the file gets the file's own token (saved with it), never the environment's.
+    """
+    if "matrixlab_token" not in from_env or "matrixlab_url" in from_env:
+        return None
+    pinned = SandboxSettings.matrixlab_url
+    saved = values.get("matrixlab_url", pinned)
+    if saved == pinned:
+        return None
+    from_env.remove("matrixlab_token")
+    values["matrixlab_token"] = persisted.get("matrixlab_token", "")
+    return (
+        f"GITPILOT_MATRIXLAB_TOKEN: sent only to the URL given with it "
+        f"(GITPILOT_MATRIXLAB_URL, else {pinned}), not to the saved matrixlab_url {saved}; "
+        "set GITPILOT_MATRIXLAB_URL beside the token"
+    )
+
+
 class SettingsStore:
     """Reads and writes ``settings.json``; every read looks at the file and env anew
     (the file's content is parsed again only when the file changed)."""
@@ -406,6 +430,8 @@ class SettingsStore:
                 env_error = f"{var}: {exc}"
                 continue
             from_env.append(key_name)
+        unpinned = _unpin_env_token(values, persisted, from_env)
+        env_error = env_error or unpinned
         effective = EffectiveSettings(
             settings=SandboxSettings(**values),
             env_override=env_override,

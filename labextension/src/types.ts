@@ -36,6 +36,8 @@ export interface IPlan {
   created_at: string | number;
   code: string;
   file?: string | null;
+  /** The identity that made the plan; null under a shared (token) login. */
+  owner?: string | null;
 }
 
 /** An approved plan whose run is under way (`GET plans`, `running`): Stop ends it. */
