@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, default, validate
+from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, default
 
 from ..sandbox.batch.cluster import cluster_option
 from ..sandbox.errors import InvalidSetting
@@ -304,36 +304,31 @@ class SandboxApp(ExtensionApp):
         hub_user = os.environ.get("JUPYTERHUB_USER", "").strip()
         return [hub_user] if hub_user else []
 
-    @validate("allowed_backends")
-    def _check_backends(self, proposal: Any) -> list[str]:
-        value: list[str] = list(proposal["value"])
-        unknown = sorted(set(value) - set(BACKENDS))
-        if unknown or not value:
+    def check_traits(self) -> None:
+        """Refuse a bad ``allowed_backends``, ``isolation``, ``max_timeout_sec`` or
+        ``plan_ttl_sec``, and normalise ``isolation``.
+
+        Called when the service is built, so a bad value stops the extension from loading.
+        (A ``@validate`` would refuse it while the config loads, and jupyter_server would go
+        on with every trait of this app at its default: one typo would quietly undo the
+        administrator's whole configuration.)
+        """
+        backends = list(self.allowed_backends)
+        unknown = sorted(set(backends) - set(BACKENDS))
+        if unknown or not backends:
             raise TraitError(
-                f"allowed_backends must be a non-empty subset of {list(BACKENDS)}, got {value}"
+                f"allowed_backends must be a non-empty subset of {list(BACKENDS)}, got {backends}"
             )
-        return value
-
-    @validate("isolation")
-    def _check_isolation(self, proposal: Any) -> str:
-        value = str(proposal["value"]).strip().lower()
-        if value and value not in ISOLATION_CHOICES:
-            raise TraitError(f"isolation must be one of {list(ISOLATION_CHOICES)}, got {value!r}")
-        return value
-
-    @validate("max_timeout_sec")
-    def _check_max_timeout(self, proposal: Any) -> int:
-        value = int(proposal["value"])
-        if not 1 <= value <= MAX_TIMEOUT_SEC:
+        isolation = str(self.isolation).strip().lower()
+        if isolation and isolation not in ISOLATION_CHOICES:
+            raise TraitError(
+                f"isolation must be one of {list(ISOLATION_CHOICES)}, got {self.isolation!r}"
+            )
+        self.isolation = isolation
+        if not 1 <= int(self.max_timeout_sec) <= MAX_TIMEOUT_SEC:
             raise TraitError(f"max_timeout_sec must be between 1 and {MAX_TIMEOUT_SEC}")
-        return value
-
-    @validate("plan_ttl_sec")
-    def _check_ttl(self, proposal: Any) -> float:
-        value = float(proposal["value"])
-        if value <= 0:
+        if float(self.plan_ttl_sec) <= 0:
             raise TraitError("plan_ttl_sec must be positive")
-        return value
 
     def build_isolator(self) -> Isolator:
         """The subprocess backend's isolator, as the ``isolation`` and ``cgroup_parent``
@@ -380,6 +375,7 @@ class SandboxApp(ExtensionApp):
     def build_service(self) -> SandboxService:
         """The one service of this server, configured from the traits above."""
         assert self.serverapp is not None
+        self.check_traits()
         env_lists = self.build_env_lists()
         service: SandboxService = self.service_class(
             isolator=self.build_isolator(),

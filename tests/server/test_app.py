@@ -123,8 +123,8 @@ async def test_settings_dir(api: Api, settings_dir: Path, sandbox_config_dir: Pa
     ],
 )
 def test_bad_trait_values_are_refused(trait: str, value: object) -> None:
-    with pytest.raises(TraitError):
-        SandboxApp(**{trait: value})
+    with pytest.raises(TraitError, match=trait):
+        SandboxApp(**{trait: value}).check_traits()
 
 
 @pytest.mark.parametrize(
@@ -229,6 +229,21 @@ async def test_matrixlab_traits_reach_the_lifecycle(api: Api) -> None:
     text = json.dumps(lifecycle)
     assert "example/runner:test" in text and "example/python:test" in text
     assert "gitpilot-admin-runner" in text
+
+
+@pytest.mark.parametrize(
+    "jp_server_config",
+    [{"allowed_backends": ["subprocess"], "max_timeout_sec": 0}],
+    indirect=True,
+)
+async def test_one_bad_trait_serves_no_sandbox_rather_than_every_default(
+    jp_fetch: Any, jp_serverapp: Any
+) -> None:
+    # Before, the bad max_timeout_sec made jupyter_server load the extension with every
+    # trait at its default: allowed_backends was the default list, not the administrator's.
+    answer = await jp_fetch("api", "sandbox", "status", raise_error=False)
+    assert answer.code == 404  # the extension did not load
+    assert SERVICE_KEY not in jp_serverapp.web_app.settings
 
 
 @pytest.mark.parametrize("jp_server_config", [{"env_allowlist": ["JUPYTER_TOKEN"]}], indirect=True)
