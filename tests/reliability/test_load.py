@@ -75,8 +75,13 @@ def _children(pid: int) -> list[tuple[int, str]]:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    """A real server with the default warm pool (the suite's servers have it off)."""
-    instance = start_live(tmp_path_factory.mktemp("live"), env={"GITPILOT_SANDBOX_POOL": "auto"})
+    """A real server with the default warm pool (the suite's servers have it off), whose
+    caps let all the concurrent runs in (test_capacity.py saturates them)."""
+    instance = start_live(
+        tmp_path_factory.mktemp("live"),
+        env={"GITPILOT_SANDBOX_POOL": "auto"},
+        args=[f"--SandboxApp.max_concurrent_runs={CONCURRENT}"],
+    )
     yield instance
     stop_and_sweep(instance)
 

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from ..backend import OutputCallback, RunRequest, SandboxBackend
-from ..errors import EmptyCode, InvalidRequest, RunNotFound
+from ..errors import Busy, EmptyCode, InvalidRequest, RunNotFound
 from ..files import path_under_root
 from ..plans import Approval, PlanStore
 from ..policy import SandboxPolicy
 from ..results import RunResult
 from ..settings import SettingsStore
 from ..spec import RunSpec
+from .capacity import Admission
 from .resolver import BackendResolver
 from .workflow import AuditHook
 
@@ -134,8 +135,11 @@ class RunExecutor:
         root_dir: Path | None,
         emit: AuditHook,
         plans: PlanStore | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.settings = settings
+        #: The caps on runs under way (server-wide, per identity, memory committed).
+        self.admission = admission or Admission()
         #: Where a run of an approved plan is linked to its plan while under way.
         self.plans = plans
         self.resolver = resolver
@@ -163,11 +167,14 @@ class RunExecutor:
         on_output: OutputCallback | None,
         run_id: str | None = None,
         approval: Approval | None = None,
+        wait: bool = False,
     ) -> RunResult:
         """Run ``spec`` under the policy on its backend; audit the run, whatever happens.
 
         ``approval`` is the approval the run redeemed: while the run is under way it is
-        linked to the approved plan, so Pending Plans can show it and stop it.
+        linked to the approved plan, so Pending Plans can show it and stop it. A run over
+        the server's caps raises :class:`~.errors.Busy` before its backend is asked
+        (nothing ran, no ``run`` event); ``wait`` waits for a slot instead (a batch item).
         """
         if not isinstance(spec.code, str) or not spec.code.strip():
             raise EmptyCode("there is no code to run")
@@ -188,6 +195,14 @@ class RunExecutor:
         request.plan_id, request.file = plan_id, file_path
         if run_id:
             request.run_id = run_id  # else the fresh one the request was made with
+        try:
+            ticket = await self.admission.admit(
+                user, memory_mb=spec.limits.memory_mb, backend=name, wait=wait
+            )
+        except Busy:
+            if approval is not None:
+                approval.used = False  # nothing ran: the token stays valid for the retry
+            raise
         result: RunResult | None = None
         failure: BaseException | None = None
         started = time.monotonic()
@@ -197,6 +212,7 @@ class RunExecutor:
             failure = exc
             raise
         finally:
+            self.admission.release(ticket)
             # Whatever happened, the run is in the audit log: code was handed to a backend.
             event: dict[str, Any] = {
                 "user": user,
