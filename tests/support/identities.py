@@ -7,6 +7,7 @@ token alone is the server's own check (readiness polls, the suite's sweeps).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from jupyter_server.auth.identity import IdentityProvider, User
@@ -23,9 +24,8 @@ def user_headers(name: str) -> dict[str, str]:
 class HeaderUsers(IdentityProvider):
     """Real, stable users named by an ``X-Test-User`` header; else the token's user."""
 
-    async def get_user(self, handler: Any) -> User | None:  # type: ignore[override]
+    def get_user(self, handler: Any) -> User | Awaitable[User | None] | None:
         name = handler.request.headers.get("X-Test-User")
         if name:
             return User(username=name)
-        user: User | None = await super().get_user(handler)
-        return user
+        return super().get_user(handler)
