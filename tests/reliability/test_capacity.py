@@ -60,11 +60,14 @@ async def capacity(http: httpx.AsyncClient, headers: dict[str, str]) -> dict[str
     return report
 
 
-async def until_runs(http: httpx.AsyncClient, headers: dict[str, str], runs: int) -> None:
-    """Wait until ``runs`` runs are under way (the admitted ones have started)."""
+async def until_runs(
+    http: httpx.AsyncClient, headers: dict[str, str], runs: int, key: str = "runs"
+) -> None:
+    """Wait until ``runs`` runs are under way (the admitted ones have started), or
+    as many are counted under ``key`` of the status's ``capacity``."""
     deadline = time.monotonic() + DEADLINE_SEC
-    while (await capacity(http, headers))["runs"] != runs:
-        assert time.monotonic() < deadline, f"the server never had {runs} runs under way"
+    while (await capacity(http, headers))[key] != runs:
+        assert time.monotonic() < deadline, f"the server never had {runs} runs {key}"
         await asyncio.sleep(0.1)
 
 
@@ -221,3 +224,45 @@ async def test_a_client_that_stops_reading_has_its_run_stopped(stream_server: Li
     runs = run_events(stream_server)
     assert len(runs) == readers and all(event["cancelled"] for event in runs), runs
     assert stream_server.server.log().count("closing the stream (its run is stopped)") == readers
+
+
+@pytest.fixture
+def batch_server(tmp_path: Path) -> Iterator[Live]:
+    """A server that runs two runs at once, and three items of a batch at a time at most."""
+    live = start_live(
+        tmp_path,
+        args=[
+            "--SandboxApp.max_concurrent_runs=2",
+            "--SandboxApp.max_batch_workers=3",
+            "--SandboxApp.memory_budget_mb=0",
+        ],
+    )
+    yield live
+    stop_and_sweep(live)
+
+
+async def test_a_batch_past_the_caps_waits_for_places_and_others_are_refused(
+    batch_server: Live,
+) -> None:
+    items = [{"id": f"i{i}", "language": "bash", "code": f"sleep 2; echo {i}"} for i in range(4)]
+    async with batch_server.server.async_client() as http:
+        plan = await http.post("/api/sandbox/batch/plan", json={"items": items})
+        assert plan.status_code == 200, plan.text
+        batch_id = plan.json()["batch"]["batch_id"]
+        approval = await http.post("/api/sandbox/batch/approve", json={"batch_id": batch_id})
+        assert approval.status_code == 200, approval.text
+        token = approval.json()["approval_token"]
+        other = await approved(http, f"{SLEEP} # other", {})
+        body = {"batch_id": batch_id, "approval_token": token, "workers": 64}
+        batch = asyncio.ensure_future(http.post("/api/sandbox/batch", json=body))
+        await until_runs(http, {}, 2)
+        await until_runs(http, {}, 1, key="waiting")
+        # The batch holds both places (its third worker waits for one); a run is refused.
+        assert_busy(await run(http, other, {}), "its cap: 2")
+        answer = await batch
+    assert answer.status_code == 200, answer.text
+    report = answer.json()["report"]
+    # Asked for 64 workers, the batch ran 3 at a time; every item ran, none was refused.
+    assert report["executor"] == "local (3 at a time)"
+    assert report["ok"] == 4, answer.json()
+    assert sorted(r["stdout"] for r in answer.json()["results"]) == [f"{i}\n" for i in range(4)]
