@@ -182,10 +182,10 @@ class Admission:
         if user is not None and self._per_user.get(user, 0) >= limits.per_user:
             return f"you have {limits.per_user} runs under way already (the cap per user)"
         budget = self._budget_mb
-        # A run is always admitted on an idle server, whatever its own limit; one that
-        # commits none of this host's memory (MatrixLab) never passes the budget.
+        # A run is admitted when no other commits memory, whatever its own limit; one
+        # that commits none of this host's memory (MatrixLab) never passes the budget.
         over = budget is not None and self._memory_mb + memory_mb > budget
-        if over and self._running and memory_mb:
+        if over and self._memory_mb and memory_mb:
             return (
                 f"the runs under way commit {self._memory_mb} MiB of memory; this run's "
                 f"{memory_mb} MiB would pass the server's budget of {budget} MiB"
