@@ -80,7 +80,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     instance = start_live(
         tmp_path_factory.mktemp("live"),
         env={"GITPILOT_SANDBOX_POOL": "auto"},
-        args=[f"--SandboxApp.max_concurrent_runs={CONCURRENT}"],
+        # 200 runs at 1 GiB each pass any host's memory: the memory cap is off here.
+        args=[f"--SandboxApp.max_concurrent_runs={CONCURRENT}", "--SandboxApp.memory_budget_mb=0"],
     )
     yield instance
     stop_and_sweep(instance)
