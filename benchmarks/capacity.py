@@ -1,4 +1,4 @@
-"""Benchmark 13, capacity: a server saturated past its caps, and ``GET /status`` meanwhile.
+"""Benchmark 2b, capacity: a server saturated past its caps, and ``GET /status`` meanwhile.
 
 The server admits 8 runs at once (``--SandboxApp.max_concurrent_runs=8``). Eight
 ``sleep 3`` runs fill it; then 24 more clients keep asking to run, each asking
