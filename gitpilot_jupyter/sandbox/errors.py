@@ -135,6 +135,19 @@ class SettingsNotSaved(SandboxError):
     status = 503
 
 
+class Busy(SandboxError):
+    """The server runs as many runs as its administrator allows (in all, for this user,
+    or the memory they commit): try again in ``retry_after`` seconds. Nothing ran,
+    and an approval token stays valid."""
+
+    code = "busy"
+    status = 429
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class LifecycleDisabled(SandboxError):
     """Mutating lifecycle calls need GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1."""
 

@@ -25,6 +25,14 @@ from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
 from ..sandbox.policy import ENV_LISTS, SandboxPolicy, admin_names, env_list
 from ..sandbox.service import SandboxService
 from ..sandbox.service.authority import SettingsAuthority
+from ..sandbox.service.capacity import (
+    MIN_RUNS,
+    RESERVE_FRACTION,
+    RESERVE_MB,
+    RUNS_PER_CORE,
+    CapacityLimits,
+    capacity_limits,
+)
 from ..sandbox.settings import (
     ALLOWED_BACKENDS_ENV,
     BACKENDS,
@@ -38,6 +46,7 @@ from .agents import agent_handlers
 from .audit import make_audit_hook
 from .base import SERVICE_KEY
 from .batch import BATCH_CLUSTER_KEY
+from .stream import STREAM_LIMITS_KEY, StreamLimits
 
 API = "/api/sandbox"
 
@@ -289,6 +298,70 @@ class SandboxApp(ExtensionApp):
         "", help="Its private key, when not in the batch_tls_cert file (empty: Dask's)."
     ).tag(config=True)
 
+    # -- capacity: the caps on runs under way and on what a stream may cost ------------
+
+    max_concurrent_runs = Int(
+        None,
+        allow_none=True,
+        help="The most runs under way on this server at once, all users and faces together "
+        f"(REST, cells, agents, batch items); one more is refused 429 busy with Retry-After. "
+        f"Unset: {RUNS_PER_CORE} per usable core, at least {MIN_RUNS}.",
+    ).tag(config=True)
+
+    max_runs_per_user = Int(
+        None,
+        allow_none=True,
+        help="The most runs under way for one identity of an identity provider with users "
+        "(the token's one principal has max_concurrent_runs). Unset: half of "
+        "max_concurrent_runs.",
+    ).tag(config=True)
+
+    memory_budget_mb = Int(
+        None,
+        allow_none=True,
+        help="The memory (MiB) the limits of the runs under way on this host may add up to; "
+        "a run that would pass it is refused 429 busy (one run alone always starts). Unset: "
+        f"the host's memory (or the server's cgroup's) less max({RESERVE_MB} MiB, "
+        f"{RESERVE_FRACTION:.1%}). 0: no memory cap.",
+    ).tag(config=True)
+
+    max_batch_workers = Int(
+        None,
+        allow_none=True,
+        help="The most items of a batch at a time; a batch asking more 'workers' runs this "
+        "many. Unset: max_concurrent_runs.",
+    ).tag(config=True)
+
+    stream_buffer_bytes = Int(
+        StreamLimits.buffer_bytes,
+        help="Bytes of NDJSON lines a client may leave unread before the run's output waits "
+        "for it.",
+    ).tag(config=True)
+
+    stream_stall_sec = Float(
+        StreamLimits.stall_sec,
+        help="Seconds an NDJSON stream may go with lines unread and none taken before it "
+        "is closed and its run stopped.",
+    ).tag(config=True)
+
+    def build_capacity(self) -> CapacityLimits:
+        """The caps on runs under way, from the traits above."""
+        try:
+            return capacity_limits(
+                self.max_concurrent_runs,
+                self.max_runs_per_user,
+                self.memory_budget_mb,
+                self.max_batch_workers,
+            )
+        except InvalidSetting as exc:
+            raise TraitError(exc.message) from None
+
+    def build_stream_limits(self) -> StreamLimits:
+        """What a client that stops reading an NDJSON stream may cost."""
+        if self.stream_buffer_bytes < 1 or self.stream_stall_sec <= 0:
+            raise TraitError("stream_buffer_bytes and stream_stall_sec must be positive")
+        return StreamLimits(self.stream_buffer_bytes, self.stream_stall_sec)
+
     service_class = Type(
         default_value=SandboxService,
         klass=SandboxService,
@@ -380,6 +453,7 @@ class SandboxApp(ExtensionApp):
         service: SandboxService = self.service_class(
             isolator=self.build_isolator(),
             pool=self.build_pool_config(),
+            capacity=self.build_capacity(),
             lifecycle_config=self.build_lifecycle_config(),
             settings=SettingsStore(self.settings_dir or None),
             policy=SandboxPolicy(
@@ -406,6 +480,7 @@ class SandboxApp(ExtensionApp):
         if warmed:
             self.log.info("gitpilot sandbox: warm pool started for %s", ", ".join(warmed))
         self.settings[SERVICE_KEY] = self.service
+        self.settings[STREAM_LIMITS_KEY] = self.build_stream_limits()
         self.settings[BATCH_CLUSTER_KEY] = cluster_option(
             self.batch_cluster, self.batch_tls_ca_file, self.batch_tls_cert, self.batch_tls_key
         )

@@ -28,6 +28,7 @@ from ..policy import SandboxPolicy
 from ..results import RunResult
 from ..settings import SettingsStore
 from ..spec import RunSpec
+from .capacity import Admission
 from .resolver import BackendResolver
 from .workflow import AuditHook
 
@@ -135,8 +136,11 @@ class RunExecutor:
         root_dir: Path | None,
         emit: AuditHook,
         plans: PlanStore | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.settings = settings
+        #: The caps on runs under way (server-wide, per identity, memory committed).
+        self.admission = admission or Admission()
         #: Where a run of an approved plan is linked to its plan while under way.
         self.plans = plans
         self.resolver = resolver
@@ -164,17 +168,27 @@ class RunExecutor:
         on_output: OutputCallback | None,
         run_id: str | None = None,
         approval: Approval | None = None,
+        wait: bool = False,
     ) -> RunResult:
         """Run ``spec`` under the policy on its backend; audit the run, whatever happens.
 
         ``approval`` is the approval the run redeemed: while the run is under way it is
-        linked to the approved plan, so Pending Plans can show it and stop it.
+        linked to the approved plan, so Pending Plans can show it and stop it. A run over
+        the server's caps raises :class:`~.errors.Busy` before its backend is asked
+        (nothing ran, no ``run`` event); ``wait`` waits for a slot instead (a batch item).
         """
+        ticket = None
         try:
             name, backend, request = await self._admit(spec, plan_id, run_id)
+            # Over the server's caps: Busy (429), a refusal like the others.
+            ticket = await self.admission.admit(
+                user, memory_mb=spec.limits.memory_mb, backend=name, wait=wait
+            )
             active, grace = self._reserve(backend, request, user)
         except SandboxError as refusal:
             # Refused before any code reached a backend: nothing ran, the token is unspent.
+            if ticket is not None:
+                self.admission.release(ticket)
             self._refused(refusal, spec, plan_id=plan_id, user=user, approval=approval)
             raise
         result: RunResult | None = None
@@ -186,6 +200,7 @@ class RunExecutor:
             failure = exc
             raise
         finally:
+            self.admission.release(ticket)
             # Whatever happened, the run is in the audit log: code was handed to a backend.
             event: dict[str, Any] = {
                 "user": user,

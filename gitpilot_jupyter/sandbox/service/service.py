@@ -58,6 +58,7 @@ from ..settings import SettingsStore, check_backend, env_flag
 from ..spec import RunSpec
 from ..text import check_text
 from .authority import SettingsAuthority
+from .capacity import Admission, CapacityLimits
 from .planner import MAX_CODE_CHARS, Planner
 from .resolver import BackendResolver
 from .runs import RUN_ID_PATTERN, STOP_GRACE_SEC, ActiveRun, RunExecutor, check_run_id
@@ -111,6 +112,7 @@ class SandboxService:
         lifecycle_config: LifecycleConfig | None = None,
         pool: PoolConfig | None = None,
         authority: SettingsAuthority | None = None,
+        capacity: CapacityLimits | None = None,
     ) -> None:
         self.settings = settings or SettingsStore()
         #: Who may change the settings and how far (:meth:`configure`).
@@ -149,6 +151,7 @@ class SandboxService:
             root_dir=self.root_dir,
             emit=self._emit,
             plans=self.plans,
+            admission=Admission(capacity),
         )
         self.reporter = StatusReporter(
             settings=self.settings,
@@ -156,6 +159,7 @@ class SandboxService:
             interpreters=self.interpreters,
             plans=self.plans,
             require_approval=lambda: self.require_approval,
+            capacity=self.executor.admission.report,
         )
         #: Test connection and the Runner lifecycle (Docker), kept out of this module.
         self.matrixlab = MatrixLabOperations(self.settings, self.lifecycle_config, self._emit)
@@ -335,10 +339,11 @@ class SandboxService:
 
         For the core's own callers that hold an approval covering the plan (a batch
         approved as a whole); never for a face passing on a request. The plan's spec
-        runs (a Dask worker gives its plan the spec its own :meth:`spec` built).
+        runs (a Dask worker gives its plan the spec its own :meth:`spec` built). Over the
+        server's caps it waits for a slot (an item of an approved batch is not refused).
         """
         return await self.executor.execute(
-            plan.spec, plan_id=plan.plan_id, user=caller.user, on_output=on_output
+            plan.spec, plan_id=plan.plan_id, user=caller.user, on_output=on_output, wait=True
         )
 
     def cancel(self, run_id: str, caller: Caller = _ANYONE) -> dict[str, Any]:
