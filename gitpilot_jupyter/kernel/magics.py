@@ -48,7 +48,7 @@ from .display import (
     SandboxStopped,
     footer,
 )
-from .views import NotebookViews, NoViews
+from .views import NotebookViews, NoViews, focus
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -258,6 +258,7 @@ class SandboxMagics(Magics):
         card = self.views.approval_card(plan, client, on_result=lambda r: self._store(r, out))
         self.card = card
         display(card)
+        focus(card)
 
     @line_magic("sandbox")
     def sandbox_line(self, line: str) -> Any:
@@ -357,6 +358,8 @@ class SandboxMagics(Magics):
             print("no plans are waiting for approval")
         for card in self.plan_cards:
             display(card)
+        if self.plan_cards:
+            focus(self.plan_cards[0])
 
     def _line_approve(self, rest: list[str]) -> None:
         plan_id = self._plan_id("approve", rest)

@@ -26,6 +26,7 @@ from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 from gitpilot_jupyter.sandbox.sync import run_sync
+from tests.support.cards import approve
 from tests.support.live_server import LiveServer
 
 #: Envelope fields that differ between any two runs (``warm``: whether a slot was waiting).
@@ -328,7 +329,7 @@ def test_the_approval_card_over_rest(server: LiveServer) -> None:
     # Decided on its card, by whoever ran the cell: not in anyone's Pending Plans.
     assert plan.plan_id not in pending()
     card = ApprovalCard(plan, client)
-    card.approve_button.click()
+    approve(card)
     shown = "".join(o.get("text", "") for o in card.output.outputs)
     assert card.state == "done" and shown.startswith("approved over rest\n")
     assert shown.rstrip().endswith(" · REST")

@@ -19,6 +19,7 @@ from gitpilot_jupyter.agents import AgentSandbox
 from gitpilot_jupyter.client import rest
 from gitpilot_jupyter.kernel.magics import NO_SERVER_NOTE, SandboxMagics
 from gitpilot_jupyter.widgets.approval import ApprovalCard
+from tests.support.cards import approve
 from tests.support.live_server import LiveServer
 
 #: Generous: the agent's claim and run share 2 CPU cores with other suites.
@@ -90,7 +91,7 @@ def test_approve_on_the_card_lets_the_agent_claim_and_run(
         return answers[-1]
 
     monkeypatch.setattr(rest, "call_api", spy)
-    card.approve_button.click()
+    approve(card)
     assert card.state == "approved", card.status.value
     assert "runs it" in card.status.value
     assert plan_id not in pending_ids(server)
@@ -130,7 +131,7 @@ def test_a_plan_decided_elsewhere_fails_on_the_card(
     card = card_for(on_server, magics, plan_id)
     with server.client() as http:
         assert http.post("/api/sandbox/approve", json={"plan_id": plan_id}).is_success
-    card.approve_button.click()
+    approve(card)
     assert card.state == "failed" and "Not approved" in card.status.value
     assert agent.wait_for_approval(plan_id, WAIT_SEC).ok
 
