@@ -11,6 +11,7 @@ import sys
 from subprocess import CalledProcessError
 from typing import TextIO
 
+from ..sandbox.errors import RETRYABLE_CODES, SandboxError, ServerUnreachable
 from ..sandbox.report import blocked_message, failure_message, footer
 from ..sandbox.results import RunResult
 
@@ -19,6 +20,7 @@ __all__ = [
     "SandboxBlocked",
     "SandboxCellError",
     "SandboxRunError",
+    "SandboxUnavailable",
     "blocked_message",
     "failure_message",
     "footer",
@@ -73,6 +75,34 @@ class SandboxBlocked(SandboxCellError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
+
+
+#: The fix for an outage whose message does not say one already.
+_OUTAGE_FIXES = {
+    ServerUnreachable.code: "Check that the Jupyter server is running, then run the cell again.",
+}
+
+
+def is_outage(exc: SandboxError) -> bool:
+    """True when the machinery failed (a backend or server down, busy or silent), not
+    the request: the cell was fine and may simply be run again later."""
+    return exc.status >= 500 or exc.code in RETRYABLE_CODES
+
+
+class SandboxUnavailable(SandboxCellError):
+    """The sandbox's backend or server is out of reach: not the user's mistake.
+
+    Shown as one plain line, what failed and how to fix it, where a ``UsageError``
+    would read as a mistake in the cell.
+    """
+
+    def __init__(self, error: SandboxError) -> None:
+        fix = _OUTAGE_FIXES.get(error.code, "")
+        message = error.message.rstrip()
+        if fix:
+            message = f"{message.rstrip('.')}. {fix}"
+        super().__init__(f"the sandbox is not available: {message}")
+        self.code = error.code
 
 
 class SandboxStopped(SandboxCellError):

@@ -46,7 +46,9 @@ from .display import (
     SandboxBlocked,
     SandboxRunError,
     SandboxStopped,
+    SandboxUnavailable,
     footer,
+    is_outage,
 )
 from .views import NotebookViews, NoViews, focus
 
@@ -75,10 +77,13 @@ LINE_USAGE = (
 
 @contextlib.contextmanager
 def usage_errors() -> Iterator[None]:
-    """Turn a core :class:`SandboxError` into a one-line ``UsageError``."""
+    """Turn a core :class:`SandboxError` into a one-line ``UsageError`` (an outage into
+    :class:`SandboxUnavailable`: not the user's mistake)."""
     try:
         yield
     except SandboxError as exc:
+        if is_outage(exc):
+            raise SandboxUnavailable(exc) from None
         raise UsageError(f"sandbox: {exc.message} [{exc.code}]") from None
 
 

@@ -17,7 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from traitlets.config import Config
 
-from gitpilot_jupyter.kernel.display import SandboxBlocked, SandboxRunError
+from gitpilot_jupyter.kernel.display import SandboxBlocked, SandboxRunError, SandboxUnavailable
 from gitpilot_jupyter.kernel.magics import NO_SERVER_NOTE, SandboxMagics
 from gitpilot_jupyter.sandbox.policy import ENV_ALLOWLIST_ENV
 from gitpilot_jupyter.sandbox.request import RunOptions
@@ -469,3 +469,25 @@ def test_env_passes_only_a_listed_variable(
     with capture_output() as cap:
         cell(shell, "--yes --env KERNEL_SITE", code)
     assert cap.stdout.startswith("listed-value None\n")
+
+
+def test_an_unreachable_runner_is_a_plain_sentence_not_a_usage_error(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Port 9 on loopback: nothing listens, the connection is refused at once.
+    monkeypatch.setenv("GITPILOT_MATRIXLAB_URL", "http://127.0.0.1:9")
+    with pytest.raises(SandboxUnavailable) as outage:
+        cell(shell, "--backend matrixlab", "print('never sent')")
+    assert not isinstance(outage.value, UsageError)  # not the user's mistake
+    (shown,) = outage.value._render_traceback_()
+    assert shown.startswith(
+        "SandboxUnavailable: the sandbox is not available: cannot reach the MatrixLab Runner "
+        "at http://127.0.0.1:9"
+    )
+    assert "Check that it runs and the URL is right" in shown  # the fix
+    assert "[backend_unreachable]" not in shown and "UsageError" not in shown
+
+
+def test_a_real_usage_error_stays_a_usage_error(shell: InteractiveShell) -> None:
+    with pytest.raises(UsageError, match="empty_code"):
+        cell(shell, "", "   \n")

@@ -17,6 +17,7 @@ from IPython.utils.capture import capture_output
 
 from gitpilot_jupyter.agents import AgentSandbox
 from gitpilot_jupyter.client import rest
+from gitpilot_jupyter.kernel.display import SandboxUnavailable
 from gitpilot_jupyter.kernel.magics import NO_SERVER_NOTE, SandboxMagics
 from gitpilot_jupyter.widgets.approval import ApprovalCard
 from tests.support.cards import approve
@@ -157,5 +158,5 @@ def test_line_forms_approve_and_reject_by_id(
 
 def test_an_unreachable_server_is_one_line(on_server: InteractiveShell) -> None:
     on_server.run_line_magic("config", "SandboxMagics.server = 'http://127.0.0.1:9'")
-    with pytest.raises(UsageError, match=r"\[server_unreachable\]"):
+    with pytest.raises(SandboxUnavailable, match="Check that the Jupyter server is running"):
         on_server.run_line_magic("sandbox", "plans")
