@@ -246,6 +246,7 @@ class SandboxMagics(Magics):
         if planned.result is None:  # a high warning: the card asks a person first
             return self._show_card(planned.plan, client, args.out)
         result = planned.result
+        echo.finish()  # a large output's scroll box, before the footer
         self._store(result, args.out)
         if result.cancelled:
             echo.flush()

@@ -24,6 +24,7 @@ from traitlets import Enum
 
 from ..client.local import SandboxClient
 from ..sandbox.display import (
+    OUTPUT_BOX_MAX_HEIGHT,
     SCROLLING_PREVIEW_LINE_CHARS,
     SCROLLING_PREVIEW_LINES,
     code_preview,
@@ -199,7 +200,10 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
             else f"<i>Requested by {html.escape(plan.source)}: Approve lets it run this plan "
             "itself; nothing runs here.</i>"
         )
-        self.output = ipw.Output()
+        # The run's output scrolls in a box of its own: a flood never makes the card tall.
+        self.output = ipw.Output(
+            layout=ipw.Layout(max_height=OUTPUT_BOX_MAX_HEIGHT, overflow="auto")
+        )
         self.approve_button.on_click(lambda _: self.approve())
         self.reject_button.on_click(lambda _: self.reject())
         controls = [ipw.HBox([self.approve_button, self.reject_button])]

@@ -14,6 +14,7 @@ import ipywidgets as ipw
 import pytest
 
 from gitpilot_jupyter.client.local import LocalClient
+from gitpilot_jupyter.sandbox.display import OUTPUT_BOX_MAX_HEIGHT
 from gitpilot_jupyter.sandbox.plans import ExecutionPlan
 from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.sync import run_sync
@@ -128,3 +129,12 @@ def test_the_card_text_keeps_the_theme_colours(client: LocalClient) -> None:
     without_marks = re.sub(r"<span class='gitpilot-escape'[^>]*>", "", shown)
     assert re.findall(r"(?<![-\w])color:\s*#", without_marks) == []
     assert "var(--jp-content-font-color1" in shown
+
+
+def test_a_flood_in_the_card_scrolls_in_a_bounded_box(client: LocalClient) -> None:
+    card = ApprovalCard(plan_for(client, "import subprocess\nprint('x\\n' * 20000)\n"), client)
+    card.consent.value = True  # type: ignore[union-attr]
+    card.approve_button.click()
+    assert card.state == "done" and printed(card).count("x\n") == 20000
+    assert card.output.layout.max_height == OUTPUT_BOX_MAX_HEIGHT
+    assert card.output.layout.overflow == "auto"
