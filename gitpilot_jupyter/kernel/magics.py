@@ -3,7 +3,8 @@
 Executing a ``%%sandbox`` cell is the user's approval for a plan without a
 high-severity warning; a plan with one shows an Approve / Reject card and runs
 on the click (or at once with ``--yes``). A blocked plan never runs. Core errors
-become a one-line ``UsageError`` here, the one place this face maps them.
+become a one-line ``UsageError`` here, an outage a one-line ``SandboxUnavailable``
+(:func:`usage_errors`, the one place this face maps them).
 
 ``%sandbox plans`` shows a card for each plan waiting on the Jupyter server
 (typically an agent's, in ``ask`` mode); its Approve only approves: the agent
