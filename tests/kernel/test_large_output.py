@@ -9,10 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
 from nbclient import NotebookClient
 
-from gitpilot_jupyter.kernel.overflow import INLINE_LINES
+from gitpilot_jupyter.kernel.display import CellEcho
+from gitpilot_jupyter.kernel.overflow import INLINE_CHARS, INLINE_LINES
 from gitpilot_jupyter.sandbox.display import OUTPUT_BOX_MAX_HEIGHT as BOX_MAX_HEIGHT
+from gitpilot_jupyter.sandbox.sync import run_sync
 
 #: 510 KB of output (just under the 512 KB cap), the size that made a cell 68,544 px tall.
 FLOOD_LINES = 34_000
@@ -52,3 +56,20 @@ def test_a_flood_is_a_bounded_scroll_box_kept_in_the_saved_notebook(tmp_path: Pa
     # The box sits between the streamed lines and the footer.
     kinds = [o.output_type for o in outputs]
     assert kinds.index("display_data") < max(i for i, k in enumerate(kinds) if k == "stream")
+
+
+def test_one_long_line_and_stderr_keep_the_budget_and_their_order(
+    shell: InteractiveShell,
+) -> None:
+    echo = CellEcho()
+    with capture_output() as cap:
+        run_sync(echo("stdout", "y" * 50_000))
+        run_sync(echo("stderr", "oops\n"))
+        echo.finish()
+    assert cap.stdout == "y" * INLINE_CHARS  # one line without a newline is cut too
+    box = cap.outputs[-1].data
+    assert box["text/plain"] == "y" * (50_000 - INLINE_CHARS) + "oops\n"
+    # stderr keeps its place after stdout and stands out as JupyterLab's stderr does.
+    assert box["text/html"].index("yyy") < box["text/html"].index(
+        "<span style='background:var(--jp-rendermime-error-background, #fdd)'>oops\n</span>"
+    )
