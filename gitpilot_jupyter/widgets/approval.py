@@ -51,9 +51,9 @@ _TEXT = "color:var(--jp-content-font-color1, inherit)"
 _MARK_STYLE = "color:#b71c1c;background:#ffebee;border-radius:2px"
 #: The card's border for each state: it says the outcome once there is one.
 BORDERS = {
-    "pending": "2px solid var(--jp-warn-color1, #f57c00)",
+    "pending": "2px solid var(--jp-brand-color1, #1976d2)",
     "risky": "2px solid var(--jp-error-color1, #d32f2f)",
-    "running": "2px solid var(--jp-brand-color1, #1976d2)",
+    "running": "2px dashed var(--jp-brand-color1, #1976d2)",
     "done": "2px solid var(--jp-success-color1, #388e3c)",
     "approved": "2px solid var(--jp-success-color1, #388e3c)",
     "rejected": "2px solid var(--jp-border-color1, #9e9e9e)",
