@@ -279,6 +279,8 @@ def _unpin_env_token(
         return None
     from_env.remove("matrixlab_token")
     values["matrixlab_token"] = persisted.get("matrixlab_token", "")
+    if values["matrixlab_token"]:
+        return None  # that URL has a token of its own: nothing to say
     return (
         f"GITPILOT_MATRIXLAB_TOKEN: sent only to the URL given with it "
         f"(GITPILOT_MATRIXLAB_URL, else {pinned}), not to the saved matrixlab_url {saved}; "

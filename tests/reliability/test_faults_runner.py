@@ -45,10 +45,10 @@ def _assert_nothing_lost_and_next_request_works(live: Live, start_standin: Any) 
     assert saved["sandbox"]["timeout_sec"] == 42 and saved["sandbox"]["allow_network"] is False
     local = live.run("python", "print('still works')")
     assert local.status_code == 200 and local.json()["stdout"] == "still works\n", local.text
-    # The server's env token wins over a saved one (docs/dev/contract.md §3): the Runner
-    # expects it.
+    # The server's env token goes only to its own URL (docs/dev/contract.md §3): a Runner
+    # saved at another URL gets the token saved with it.
     healthy: StandinRunner = start_standin(mode="ok", token=MATRIXLAB_TOKEN)
-    _point_at(live, healthy.url)
+    _point_at(live, healthy.url, token=MATRIXLAB_TOKEN)
     remote = _matrixlab_run(live)
     assert remote.status_code == 200 and remote.json()["stdout"] == "via runner\n", remote.text
 

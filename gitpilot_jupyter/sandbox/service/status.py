@@ -56,7 +56,8 @@ class StatusReporter:
             backend = self.resolver.backend(name, settings)
             health = await backend.health()
             ok = ok and bool(health.get("ok"))
-            error = error or health.get("error")
+            # Both, when the environment's settings and the backend's health each say something.
+            error = "; ".join(str(e) for e in (error, health.get("error")) if e) or None
             remote = health.get("remote")
             if isinstance(backend, SubprocessSandbox):
                 # The network layer depends on the setting a run would use.
