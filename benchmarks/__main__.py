@@ -30,6 +30,7 @@ BENCHMARKS = (
     "pool",
     "core_overhead",
     "engines",
+    "lab_flood",
 )
 
 
