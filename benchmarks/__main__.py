@@ -31,6 +31,7 @@ BENCHMARKS = (
     "pool",
     "core_overhead",
     "engines",
+    "lab_flood",
 )
 
 

@@ -7,7 +7,7 @@
 
 import { trans } from './i18n';
 import { fenceLanguage } from './labels';
-import { el } from './render';
+import { el, RERUN_EVENT } from './render';
 
 /** What a ▶ Run click hands over: the block's language, its code and where output goes. */
 export interface ICodeBlock {
@@ -65,6 +65,13 @@ export function decorateCodeBlocks(
     };
     button.addEventListener('click', event => {
       // A click inside a rendered Markdown cell must not also select or edit the cell.
+      event.stopPropagation();
+      if (!button.disabled) {
+        onRun(block);
+      }
+    });
+    // A result's Re-run plans the block again, as its ▶ Run does.
+    outputHost.addEventListener(RERUN_EVENT, event => {
       event.stopPropagation();
       if (!button.disabled) {
         onRun(block);

@@ -14,7 +14,7 @@ import { Widget } from '@lumino/widgets';
 import { planAndRun } from './flow';
 import { trans } from './i18n';
 import { fileLanguage } from './labels';
-import { formatDuration, OutputView } from './render';
+import { formatDuration, OutputView, RERUN_EVENT } from './render';
 import type { SandboxClient } from './request';
 import type { IRunResult } from './types';
 
@@ -104,6 +104,10 @@ export async function runFile(
     { file: path, source: 'file_run' },
     () => {
       const view = new OutputView(path);
+      view.node.addEventListener(
+        RERUN_EVENT,
+        () => void runFile(app, client, path)
+      );
       const widget = resultPane(app);
       widget.title.label = trans.__('▶ %1', name);
       widget.title.caption = trans.__('Sandbox run of %1', path);

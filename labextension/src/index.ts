@@ -204,6 +204,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     }
 
+    // Agent plans wait for a person: say so when new ones arrive, wherever the user is.
+    model.newPlans.connect((_, plans) => {
+      Notification.warning(
+        trans._n(
+          '%1 new agent plan waits for your approval.',
+          '%1 new agent plans wait for your approval.',
+          plans.length
+        ),
+        {
+          autoClose: false,
+          actions: [
+            {
+              label: trans.__('Open Pending Plans'),
+              caption: trans.__('Approve or reject the plans agents made'),
+              callback: () => void app.commands.execute(CommandIDs.pendingPlans)
+            }
+          ]
+        }
+      );
+    });
+
     const startPolling = (seconds: number) => model.poll(seconds);
     if (settingRegistry) {
       settingRegistry

@@ -11,6 +11,21 @@ import type { IPlan, IStatus } from './types';
 /** The `source` of plans an agent made in `ask` mode: they wait for a person elsewhere. */
 export const AGENT_SOURCE = 'agent';
 
+/**
+ * Tells which plans of a list were not in the list seen before, so each agent plan
+ * is announced once (a plan decided and gone is forgotten).
+ */
+export class NewPlansDetector {
+  private seen = new Set<string>();
+
+  /** The plans in `plans` not seen in the previous list. */
+  observe(plans: readonly IPlan[]): IPlan[] {
+    const fresh = plans.filter(plan => !this.seen.has(plan.plan_id));
+    this.seen = new Set(plans.map(plan => plan.plan_id));
+    return fresh;
+  }
+}
+
 /** Holds the last `GET status` answer, refreshed periodically and after every change. */
 export class SandboxModel {
   private _status: IStatus | null = null;
@@ -18,6 +33,8 @@ export class SandboxModel {
   private _waiting = 0;
   private readonly _poll = new VisiblePoll(() => void this.refresh());
   private readonly _changed = new Signal<this, void>(this);
+  private readonly _newPlans = new Signal<this, IPlan[]>(this);
+  private readonly _detector = new NewPlansDetector();
 
   constructor(readonly client: SandboxClient) {}
 
@@ -39,6 +56,11 @@ export class SandboxModel {
   /** Emitted whenever the status or the error changes. */
   get changed(): ISignal<this, void> {
     return this._changed;
+  }
+
+  /** Emitted with the plans waiting for a person that no list had shown before. */
+  get newPlans(): ISignal<this, IPlan[]> {
+    return this._newPlans;
   }
 
   /** Ask the server now (status, and how many agent plans wait). */
@@ -69,6 +91,10 @@ export class SandboxModel {
     // ask mode, never blocked ones): the panel shows that list, the status bar counts it.
     if (plans !== null) {
       this._waiting = plans.length;
+      const fresh = this._detector.observe(plans);
+      if (fresh.length) {
+        this._newPlans.emit(fresh);
+      }
     }
   }
 

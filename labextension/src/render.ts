@@ -5,6 +5,7 @@
  * from JupyterLab's CSS variables (style/base.css), so it follows the light and dark themes.
  */
 
+import { formatElapsed, FrameAppender } from './appender';
 import { codeLines, codePreview, escapeSegments, escapeText } from './escape';
 import type { IStoredRun, Segment } from './history';
 import { trans } from './i18n';
@@ -203,16 +204,22 @@ export function renderSummary(result: IRunResult): HTMLElement {
   return summary;
 }
 
+/** The event a result's Re-run button sends (it bubbles to whoever made the run). */
+export const RERUN_EVENT = 'jp-gitpilot-rerun';
+
 /**
  * The output area under a code block (or in a file-run pane): a state line on top
- * (Running… with Stop, then the summary or the error), and the output below it,
- * streamed while the snippet runs, in a box that scrolls past a maximum height.
+ * (Running… with the elapsed time and Stop, then the summary or the error, with Re-run,
+ * Copy and Clear), and the output below it, streamed while the snippet runs, in a box
+ * that scrolls past a maximum height.
  */
 export class OutputView {
   readonly node: HTMLElement;
   private readonly output: HTMLElement;
   private readonly state: HTMLElement;
   private readonly chunks: Segment[] = [];
+  private readonly appender: FrameAppender;
+  private clock: ReturnType<typeof setInterval> | null = null;
 
   constructor(title = '') {
     this.node = el('div', 'jp-gitpilot-output');
@@ -224,16 +231,36 @@ export class OutputView {
     this.output = el('pre', 'jp-gitpilot-output-text');
     this.output.tabIndex = 0; // a scrolling box must be reachable by keyboard
     this.output.setAttribute('aria-label', trans.__('Output'));
+    this.appender = new FrameAppender(this.output);
     this.node.append(this.state, this.output);
     this.running();
   }
 
-  /** Show "Running…" with a progress indicator and, when `onStop` is given, a Stop button. */
+  /**
+   * Show "Running…" with a progress indicator and the time since it started and, when
+   * `onStop` is given, a Stop button.
+   */
   running(onStop?: () => void): void {
     const line = el('div', 'jp-gitpilot-running');
     const progress = el('progress', 'jp-gitpilot-spinner');
     progress.setAttribute('aria-label', trans.__('Running'));
-    line.append(progress, el('span', '', trans.__('Running…')));
+    const elapsed = el('span', 'jp-gitpilot-elapsed', formatElapsed(0));
+    // Ticks every second: a live region would read each tick aloud.
+    elapsed.setAttribute('aria-live', 'off');
+    elapsed.title = trans.__('Time since the run started');
+    line.append(progress, el('span', '', trans.__('Running…')), elapsed);
+    this.stopClock();
+    const started = Date.now();
+    let shown = false;
+    this.clock = setInterval(() => {
+      if (this.node.isConnected) {
+        shown = true;
+      } else if (shown) {
+        this.stopClock(); // the view was replaced (a new run, the cell re-rendered)
+        return;
+      }
+      elapsed.textContent = formatElapsed(Date.now() - started);
+    }, 1000);
     if (onStop) {
       const stop = el('button', 'jp-mod-styled jp-gitpilot-stop-button');
       stop.type = 'button';
@@ -251,26 +278,20 @@ export class OutputView {
     this.state.replaceChildren(line);
   }
 
-  /** Append streamed text; stderr is marked so the theme can colour it. */
+  /** Queue streamed text (written once per frame); stderr is marked so the theme can colour it. */
   append(stream: 'stdout' | 'stderr', text: string): void {
-    const box = this.output;
-    // Follow the output while the user is at the bottom; stay put once they scroll up.
-    const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 8;
-    const last = box.lastElementChild;
     const chunk = this.chunks[this.chunks.length - 1];
     if (chunk && chunk[0] === stream) {
       chunk[1] += text;
     } else {
       this.chunks.push([stream, text]);
     }
-    if (last && last.classList.contains(`jp-gitpilot-${stream}`)) {
-      last.textContent += text;
-    } else {
-      box.appendChild(el('span', `jp-gitpilot-${stream}`, text));
-    }
-    if (atBottom) {
-      box.scrollTop = box.scrollHeight;
-    }
+    this.appender.push(stream, text);
+  }
+
+  /** Write the queued output now (the run ended, or someone reads the page). */
+  flush(): void {
+    this.appender.flush();
   }
 
   /** The output so far, chunk by chunk (to keep it for later). */
@@ -296,34 +317,105 @@ export class OutputView {
 
   /** The text shown so far (both streams). */
   get text(): string {
-    return this.output.textContent ?? '';
+    return this.chunks.map(([, text]) => text).join('');
   }
 
   /** Show the envelope's summary above the output. */
   finish(result: IRunResult): void {
+    this.settle();
     this.node.classList.toggle(
       'jp-mod-failed',
       !result.cancelled && (result.exit_code !== 0 || result.timed_out)
     );
     this.node.classList.toggle('jp-mod-stopped', !!result.cancelled);
-    this.state.replaceChildren(renderSummary(result));
+    this.state.replaceChildren(renderSummary(result), this.actions());
   }
 
   /** Say the run was stopped when no envelope came back (its stream was closed). */
   showStopped(): void {
+    this.settle();
     this.node.classList.add('jp-mod-stopped');
     const summary = el('div', 'jp-gitpilot-result-summary');
     summary.append(
       badge(trans.__('stopped'), 'medium'),
       el('span', 'jp-gitpilot-stopped', trans.__('Stopped.'))
     );
-    this.state.replaceChildren(summary);
+    this.state.replaceChildren(summary, this.actions());
   }
 
   /** Show an error the server (or the network) gave, as its message. */
   fail(message: string): void {
+    this.settle();
     this.node.classList.add('jp-mod-failed');
-    this.state.replaceChildren(el('div', 'jp-gitpilot-error', message));
-    this.state.setAttribute('role', 'alert');
+    const error = el('div', 'jp-gitpilot-error', message);
+    error.setAttribute('role', 'alert');
+    this.state.replaceChildren(error, this.actions());
+  }
+
+  /** Remove the output shown (the summary stays). */
+  clear(): void {
+    this.chunks.length = 0;
+    this.appender.clear();
+  }
+
+  private settle(): void {
+    this.stopClock();
+    this.appender.flush();
+  }
+
+  private stopClock(): void {
+    if (this.clock !== null) {
+      clearInterval(this.clock);
+      this.clock = null;
+    }
+  }
+
+  /** Re-run, Copy and Clear, for a run that ended. */
+  private actions(): HTMLElement {
+    const bar = el('div', 'jp-gitpilot-output-actions');
+    const button = (
+      text: string,
+      label: string,
+      onClick: (button: HTMLButtonElement) => void
+    ) => {
+      const node = el(
+        'button',
+        'jp-mod-styled jp-gitpilot-output-action',
+        text
+      );
+      node.type = 'button';
+      node.title = label;
+      node.setAttribute('aria-label', label);
+      node.addEventListener('click', event => {
+        // Inside a Markdown cell a click must not also select or edit the cell.
+        event.stopPropagation();
+        onClick(node);
+      });
+      bar.appendChild(node);
+      return node;
+    };
+    button(
+      trans.__('↻ Re-run'),
+      trans.__('Run this again (you approve the plan first)'),
+      () =>
+        this.node.dispatchEvent(new CustomEvent(RERUN_EVENT, { bubbles: true }))
+    );
+    button(trans.__('Copy'), trans.__('Copy the output'), node => {
+      const done = (text: string) => {
+        node.textContent = text;
+        setTimeout(() => (node.textContent = trans.__('Copy')), 1500);
+      };
+      const clipboard = navigator.clipboard as Clipboard | undefined;
+      if (!clipboard) {
+        done(trans.__('Copy failed'));
+        return;
+      }
+      clipboard
+        .writeText(this.text)
+        .then(() => done(trans.__('Copied')))
+        .catch(() => done(trans.__('Copy failed')));
+    });
+    button(trans.__('Clear'), trans.__('Clear the output'), () => this.clear());
+    return bar;
   }
 }

@@ -111,6 +111,7 @@ describe('OutputView', () => {
     view.append('stderr', 'E');
     view.append('stdout', 'c');
     expect(view.text).toBe('abEc');
+    view.flush();
     expect(view.node.querySelector('.jp-gitpilot-stderr')?.textContent).toBe(
       'E'
     );

@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.support.system import require_system
 
-from .lab import Lab, start_lab
+from .lab import BUILT_EXTENSION, Lab, start_lab
 from .ui import ARTIFACTS
 
 # What a user waits for (a tab to open, a kernel to start) takes longer than Playwright's
@@ -34,7 +34,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-quic",
 ]
-BUILT_EXTENSION = Path(__file__).resolve().parents[2] / "gitpilot_jupyter" / "labextension"
 
 
 @pytest.fixture(autouse=True)

@@ -25,6 +25,8 @@ DEMO_NOTEBOOK = "demo.ipynb"
 DEMO_MARKDOWN = "guide.md"
 DEMO_SCRIPT = "hello.py"
 SLOW_SCRIPT = "slow.py"
+#: The lab extension built in this checkout (``jlpm build`` writes it here).
+BUILT_EXTENSION = Path(__file__).resolve().parents[2] / "gitpilot_jupyter" / "labextension"
 
 
 def _markdown_cell(text: str) -> dict[str, Any]:
@@ -112,9 +114,17 @@ def start_lab(workdir: Path, env: dict[str, str] | None = None) -> Lab:
     (news / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False})
     )
+    # Serve this checkout's build, not whichever one the environment links: JUPYTER_PATH
+    # comes first on JupyterLab's labextensions path (before the environment's own).
+    extensions = workdir / "jupyter-path"
+    (extensions / "labextensions").mkdir(parents=True)
+    (extensions / "labextensions" / "gitpilot-jupyter").symlink_to(
+        BUILT_EXTENSION, target_is_directory=True
+    )
     dirs = {
         "JUPYTERLAB_SETTINGS_DIR": str(settings),
         "JUPYTERLAB_WORKSPACES_DIR": str(workspaces),
+        "JUPYTER_PATH": str(extensions),
         # Its administrator allows off: the pass-through tests switch to it from the UI.
         "GITPILOT_SANDBOX_ALLOWED_BACKENDS": "subprocess,matrixlab,off",
     }
