@@ -80,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "-y",
         "--yes",
         action="store_true",
-        help="confirm without asking (switching to backend off asks otherwise)",
+        help="confirm without asking (switching to pass-through, no sandbox, asks otherwise)",
     )
     p.set_defaults(handler=cmd_config)
 
@@ -161,6 +161,7 @@ def cmd_config(args: argparse.Namespace) -> int:
         changes = parse_assignments(args.changes, what="--set")
         question = off_confirmation(changes, run_sync(client.config())["backend"])
         if question is not None and not _ask(question, args.yes, "switch"):
+            print(NOT_SAVED, file=sys.stderr)
             return 2
         # Asked and said yes (or --yes): only then may the switch to off be saved.
         run_sync(client.configure(changes, confirm=question is not None))
@@ -218,6 +219,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 2 if plan.blocked else 0
 
 
+#: What the CLI says when a run was declined (answered no, or no terminal to ask on).
+NOT_RUN = "not run: the plan was not approved, nothing ran"
+#: What the CLI says when a settings change was declined.
+NOT_SAVED = "not saved: the settings are unchanged"
+
+
 def _ask(question: str, yes: bool, what: str) -> bool:
     """True when ``--yes`` was given or the user answers yes on the terminal."""
     if yes:
@@ -270,6 +277,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: refused by policy: {plan.blocked_reason}", file=sys.stderr)
         return 2
     if plan.requires_approval and not _confirm(plan, args.yes):
+        print(NOT_RUN, file=sys.stderr)
         return 2
 
     pipe_closed = False

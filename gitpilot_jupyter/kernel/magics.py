@@ -35,7 +35,7 @@ from ..client.resolve import make_client
 from ..sandbox.errors import PlanBlocked, SandboxError
 from ..sandbox.local.off import off_confirmation
 from ..sandbox.plans import ExecutionPlan
-from ..sandbox.report import status_text, stopped_message
+from ..sandbox.report import launcher, status_text, stopped_message
 from ..sandbox.request import RunOptions
 from ..sandbox.results import RunResult, new_run_id
 from ..sandbox.service import SandboxService
@@ -289,7 +289,7 @@ class SandboxMagics(Magics):
     def _line_status(self, rest: list[str]) -> None:
         status = run_sync(self.client.status())
         sys.stdout.write(status_text(status))
-        print(f"{'path':16} {self.client.path}")
+        print(f"{'launched by':16} {launcher(self.client.path)}")
 
     def _line_settings(self, rest: list[str]) -> Any:
         """The settings panel, as the cell's result (``panel = %sandbox settings`` keeps it)."""

@@ -6,14 +6,21 @@ widgets format these through here, so no face imports another to print them.
 
 from __future__ import annotations
 
+from .local.off import OFF_LABEL, is_off
 from .plans import ExecutionPlan
 from .records import Status
 from .results import RunResult, result_badges
 
 
+def backend_name(backend: str) -> str:
+    """The backend as text names it: ``off`` says that it is pass-through, with no sandbox."""
+    return f"{backend}, {OFF_LABEL}" if is_off(backend) else backend
+
+
 def status_text(status: Status) -> str:
     """The service status as a text block (``jupyter sandbox status``, ``%sandbox status``)."""
-    lines = [f"backend          {status['backend']}  ({'ok' if status['ok'] else 'NOT OK'})"]
+    health = "ok" if status["ok"] else "NOT OK"
+    lines = [f"backend          {backend_name(status['backend'])}  ({health})"]
     if status.get("error"):
         lines.append(f"error            {status['error']}")
     if status.get("env_override"):
@@ -31,9 +38,20 @@ def status_text(status: Status) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: How teacher-facing text names a client's path (``SandboxClient.path``): who launched
+#: the snippet, in words rather than the client's name for it.
+LAUNCHERS = {"in-process": "this kernel", "REST": "the Jupyter server"}
+
+
+def launcher(path: str) -> str:
+    """``the Jupyter server`` for the ``REST`` path (an unknown path as it is)."""
+    return LAUNCHERS.get(path, path)
+
+
 def footer(result: RunResult, path: str | None = None) -> str:
-    """``[sandbox] subprocess · exit 0 · 12 ms · in-process``: one line after every run."""
-    return f"[sandbox] {result_badges(result)}" + (f" · {path}" if path else "")
+    """``[sandbox] subprocess · exit 0 · 12 ms · launched by this kernel``: after every run."""
+    where = f" · launched by {launcher(path)}" if path else ""
+    return f"[sandbox] {result_badges(result)}{where}"
 
 
 def failure_message(result: RunResult) -> str:
@@ -51,7 +69,7 @@ def stopped_message(seconds: float | None, where: str | None = None) -> str:
     """The one line a stopped run ends with (an interrupted cell, the CLI's Ctrl-C)."""
     if seconds is None:
         return "stopped before the snippet started: nothing ran"
-    place = f" ({where})" if where else ""
+    place = f" (launched by {launcher(where)})" if where else ""
     return f"stopped after {seconds:.1f} s: the snippet was killed{place}"
 
 

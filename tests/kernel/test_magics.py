@@ -37,7 +37,7 @@ def test_hello_streams_output_and_prints_the_footer(
     assert "careful" in err
     footer = out.splitlines()[-1]
     assert footer.startswith("[sandbox] subprocess · exit 0 · ")
-    assert footer.endswith(" · in-process")
+    assert footer.endswith(" · launched by this kernel")
     envelope = shell.user_ns["r"]
     assert envelope["exit_code"] == 0
     assert envelope["stdout"] == "hello\n"
@@ -263,7 +263,7 @@ def test_line_status_config_and_last(
     shell.run_line_magic("sandbox", "status")
     out = capsys.readouterr().out
     assert "backend          subprocess  (ok)" in out
-    assert "in-process" in out
+    assert "launched by      this kernel" in out
 
     shell.run_line_magic("sandbox", "config timeout_sec=33 allow_network=false")
     assert "timeout_sec        33" in capsys.readouterr().out
