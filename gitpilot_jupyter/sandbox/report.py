@@ -12,9 +12,9 @@ from .records import Status
 from .results import RunResult, result_badges
 
 
-def backend_name(backend: str) -> str:
+def backend_name(backend: str | None) -> str:
     """The backend as text names it: ``off`` says that it is pass-through, with no sandbox."""
-    return f"{backend}, {OFF_LABEL}" if is_off(backend) else backend
+    return f"{backend}, {OFF_LABEL}" if is_off(backend) else str(backend)
 
 
 def status_text(status: Status) -> str:
