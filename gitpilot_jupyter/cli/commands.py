@@ -59,6 +59,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``status``, ``config``, ``plan`` and ``run``."""
     p = subparsers.add_parser("status", help="show the live backend, settings and health")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.add_argument("--verbose", action="store_true", help="name each isolation layer")
     p.set_defaults(handler=cmd_status)
 
     p = subparsers.add_parser(
@@ -150,7 +151,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(status)
     else:
-        print_status(status)
+        print_status(status, verbose=args.verbose)
     return 0 if status["ok"] else 1
 
 

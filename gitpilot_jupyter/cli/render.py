@@ -52,6 +52,6 @@ def print_result_footer(result: RunResult, stream: TextIO = sys.stderr) -> None:
     stream.write(footer(result) + "\n")
 
 
-def print_status(status: Status, stream: TextIO = sys.stdout) -> None:
-    """``jupyter sandbox status`` in text."""
-    stream.write(status_text(status))
+def print_status(status: Status, stream: TextIO = sys.stdout, *, verbose: bool = False) -> None:
+    """``jupyter sandbox status`` in text (``verbose``: each isolation layer by its id)."""
+    stream.write(status_text(status, verbose=verbose))

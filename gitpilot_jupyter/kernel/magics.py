@@ -68,8 +68,8 @@ line_magic = cast(Callable[[str], Callable[[F], F]], _line_magic)
 display: Callable[..., None] = _display
 
 LINE_USAGE = (
-    "%sandbox status | settings | config [--yes] [KEY=VALUE ...] | debug [--matrixlab] | last"
-    " | plans | approve PLAN_ID | reject PLAN_ID | batch SOURCE [options]"
+    "%sandbox status [--verbose] | settings | config [--yes] [KEY=VALUE ...] | debug [--matrixlab]"
+    " | last | plans | approve PLAN_ID | reject PLAN_ID | batch SOURCE [options]"
 )
 
 
@@ -288,7 +288,7 @@ class SandboxMagics(Magics):
 
     def _line_status(self, rest: list[str]) -> None:
         status = run_sync(self.client.status())
-        sys.stdout.write(status_text(status))
+        sys.stdout.write(status_text(status, verbose="--verbose" in rest))
         print(f"{'launched by':16} {launcher(self.client.path)}")
 
     def _line_settings(self, rest: list[str]) -> Any:

@@ -19,6 +19,7 @@ from traitlets.config import Config
 from gitpilot_jupyter.kernel.display import SandboxBlocked, SandboxRunError
 from gitpilot_jupyter.kernel.magics import NO_SERVER_NOTE, SandboxMagics
 from gitpilot_jupyter.sandbox.policy import ENV_ALLOWLIST_ENV
+from gitpilot_jupyter.sandbox.report import LAYER_GROUPS
 from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.sync import run_sync
 from tests.support.system import require_system
@@ -264,6 +265,17 @@ def test_line_status_config_and_last(
     out = capsys.readouterr().out
     assert "backend          subprocess  (ok)" in out
     assert "launched by      this kernel" in out
+    # The layers by what they guard, one short line; their ids only with --verbose.
+    isolation = next(line for line in out.splitlines() if line.startswith("isolation"))
+    assert " layers: files, " in isolation and "(--verbose names each)" in isolation
+    assert "pidns" not in out and len(isolation) <= 100
+    shell.run_line_magic("sandbox", "status --verbose")
+    verbose = capsys.readouterr().out.splitlines()
+    files = next(line for line in verbose if line.startswith("  files "))
+    assert "tempdir" in files and "pidns" not in files
+    assert any(line.startswith("  processes ") and "pidns" in line for line in verbose)
+    groups = [line for line in verbose if line[2:16].strip() in LAYER_GROUPS]
+    assert len(groups) >= 4 and max(len(line) for line in groups) <= 88
 
     shell.run_line_magic("sandbox", "config timeout_sec=33 allow_network=false")
     assert "timeout_sec        33" in capsys.readouterr().out
