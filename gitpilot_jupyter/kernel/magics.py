@@ -197,7 +197,8 @@ class SandboxMagics(Magics):
             raise UsageError("sandbox: give --network or --no-network, not both")
         stdin = self._stdin(args.stdin)
         client = self.client
-        echo = CellEcho()
+        language = args.language or self.default_language
+        echo = CellEcho(language)  # tracebacks numbered like the cell
         # The run has its own id so an interrupt (the kernel's stop button) can stop it
         # where it runs, on the server too, and the cell still gets its envelope.
         run_id = new_run_id()
@@ -208,7 +209,7 @@ class SandboxMagics(Magics):
             planned = run_sync(
                 client.plan_and_run(
                     RunOptions(
-                        language=args.language or self.default_language,
+                        language=language,
                         code=cell,
                         timeout_sec=args.timeout,
                         stdin=stdin,

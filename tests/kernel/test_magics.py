@@ -467,3 +467,24 @@ def test_env_passes_only_a_listed_variable(
     with capture_output() as cap:
         cell(shell, "--yes --env KERNEL_SITE", code)
     assert cap.stdout.startswith("listed-value None\n")
+
+
+@pytest.mark.parametrize(
+    ("magic", "body", "where"),
+    [
+        ("--no-raise-error", "x = 1\ny = [][0]\n", 'inline.py", line 3'),
+        ("bash --no-raise-error", "true\nno-such-command-here\n", "inline.sh: line 3:"),
+        ("javascript --no-raise-error", "let a = 1;\nnull.b;\n", "inline.js:3"),
+    ],
+)
+def test_a_traceback_names_the_cells_own_line(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], magic: str, body: str, where: str
+) -> None:
+    if magic.startswith("javascript"):
+        require_system("node", shutil.which("node") is not None, "the JavaScript case runs node")
+    # The failing line is the cell's line 3 (the magic's line is line 1).
+    cell(shell, f"{magic} --out r", body)
+    shown = capsys.readouterr().err
+    assert where in shown, shown
+    # The envelope keeps what the interpreter said, counted from the snippet's first line.
+    assert where not in shell.user_ns["r"]["stderr"]

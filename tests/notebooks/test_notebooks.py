@@ -131,7 +131,8 @@ def opener(
     """``open(name, env={...})`` runs a notebook in this test's mode; ``.where`` says where.
 
     ``times`` (:data:`RUNS` by default) runs it again in the same folder (a second Run All:
-    the files the first one wrote are there), answering the last run's cells (``.runs`` holds every run's).
+    the files the first one wrote are there), answering the last run's cells (``.runs`` holds
+    every run's).
     The kernel, and the server when there is one, have only what ``make run`` installs
     (``make_run=False``: this whole test virtualenv), as a newcomer's do.
     """
