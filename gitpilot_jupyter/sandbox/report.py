@@ -117,7 +117,7 @@ def stopped_message(seconds: float | None, where: str | None = None) -> str:
     """The one line a stopped run ends with (an interrupted cell, the CLI's Ctrl-C)."""
     if seconds is None:
         return "stopped before the snippet started: nothing ran"
-    place = f" (launched by {launcher(where)})" if where else ""
+    place = f" by {launcher(where)}" if where else ""
     return f"stopped after {seconds:.1f} s: the snippet was killed{place}"
 
 

@@ -198,7 +198,7 @@ def test_magic_with_a_server_url_uses_rest(server: LiveServer) -> None:
         with capture_output() as cap:
             ip.run_line_magic("sandbox", "status")
         assert "backend          subprocess  (ok)" in cap.stdout
-        assert cap.stdout.rstrip().endswith("REST")
+        assert cap.stdout.rstrip().endswith("launched by      the Jupyter server")
         ip.run_line_magic("config", "SandboxMagics.server_token = 'wrong'")
         with pytest.raises(UsageError, match="sandbox: "):
             ip.run_cell_magic("sandbox", "", "print('refused')")
