@@ -59,6 +59,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``status``, ``config``, ``plan`` and ``run``."""
     p = subparsers.add_parser("status", help="show the live backend, settings and health")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.add_argument("--verbose", action="store_true", help="name each isolation layer")
     p.set_defaults(handler=cmd_status)
 
     p = subparsers.add_parser(
@@ -80,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "-y",
         "--yes",
         action="store_true",
-        help="confirm without asking (switching to backend off asks otherwise)",
+        help="confirm without asking (switching to pass-through, no sandbox, asks otherwise)",
     )
     p.set_defaults(handler=cmd_config)
 
@@ -150,7 +151,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(status)
     else:
-        print_status(status)
+        print_status(status, verbose=args.verbose)
     return 0 if status["ok"] else 1
 
 
@@ -164,6 +165,7 @@ def cmd_config(args: argparse.Namespace) -> int:
             changes, status["settings"]["backend"], status["allowed_backends"]
         )
         if question is not None and not _ask(question, args.yes, "switch"):
+            print(NOT_SAVED, file=sys.stderr)
             return 2
         # Asked and said yes (or --yes): only then may the switch to off be saved.
         run_sync(client.configure(changes, confirm=question is not None))
@@ -221,6 +223,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 2 if plan.blocked else 0
 
 
+#: What the CLI says when a run was declined (answered no, or no terminal to ask on).
+NOT_RUN = "not run: the plan was not approved, nothing ran"
+#: What the CLI says when a settings change was declined.
+NOT_SAVED = "not saved: the settings are unchanged"
+
+
 def _ask(question: str, yes: bool, what: str) -> bool:
     """True when ``--yes`` was given or the user answers yes on the terminal."""
     if yes:
@@ -273,6 +281,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: refused by policy: {plan.blocked_reason}", file=sys.stderr)
         return 2
     if plan.requires_approval and not _confirm(plan, args.yes):
+        print(NOT_RUN, file=sys.stderr)
         return 2
 
     pipe_closed = False

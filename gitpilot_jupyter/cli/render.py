@@ -8,7 +8,7 @@ from typing import TextIO
 from ..sandbox.display import PREVIEW_LINES, code_preview, escape_text
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.records import Status
-from ..sandbox.report import footer, status_text
+from ..sandbox.report import backend_name, footer, status_text
 from ..sandbox.results import RunResult, result_badges
 
 __all__ = ["print_plan", "print_plan_code", "print_result_footer", "print_status", "result_badges"]
@@ -20,7 +20,8 @@ def print_plan(plan: ExecutionPlan, stream: TextIO = sys.stdout) -> None:
     w(f"Plan {plan.plan_id}: {escape_text(plan.goal)}\n")
     spec = plan.spec
     w(
-        f"  language {spec.language} · backend {spec.backend} · timeout {spec.timeout_sec} s · "
+        f"  language {spec.language} · backend {backend_name(spec.backend)} · "
+        f"timeout {spec.timeout_sec} s · "
         f"network {'on' if spec.network else 'off'}\n"
     )
     w(f"  command  {' '.join(plan.command)}\n")
@@ -51,6 +52,6 @@ def print_result_footer(result: RunResult, stream: TextIO = sys.stderr) -> None:
     stream.write(footer(result) + "\n")
 
 
-def print_status(status: Status, stream: TextIO = sys.stdout) -> None:
-    """``jupyter sandbox status`` in text."""
-    stream.write(status_text(status))
+def print_status(status: Status, stream: TextIO = sys.stdout, *, verbose: bool = False) -> None:
+    """``jupyter sandbox status`` in text (``verbose``: each isolation layer by its id)."""
+    stream.write(status_text(status, verbose=verbose))

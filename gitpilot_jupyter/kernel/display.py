@@ -7,11 +7,13 @@ protocol), because the snippet's own traceback is already in the cell.
 
 from __future__ import annotations
 
+import re
 import sys
 from subprocess import CalledProcessError
 from typing import TextIO
 
-from ..sandbox.errors import RETRYABLE_CODES, SandboxError, ServerUnreachable
+from ..sandbox.errors import RETRYABLE_CODES, SandboxError, ServerUnreachable, UnknownLanguage
+from ..sandbox.languages import canonical_language, snippet_filename
 from ..sandbox.report import blocked_message, failure_message, footer
 from ..sandbox.results import RunResult
 from .overflow import INLINE_CHARS, INLINE_LINES, OverflowBox, split_at_budget
@@ -28,6 +30,32 @@ __all__ = [
 ]
 
 
+#: Lines a ``%%sandbox`` cell has above its snippet: the magic's own line.
+MAGIC_LINES = 1
+
+#: How each interpreter names a line of the snippet's file in its errors, ``{file}`` the
+#: file's name: python ``File "inline.py", line 3``, node ``inline.js:3``, bash
+#: ``inline.sh: line 3:``. Group 1 is what comes before the number.
+_LINE_REFERENCES = {
+    "python": r'(File "(?:[^"\n]*/)?{file}", line )(\d+)',
+    "javascript": r"((?:^|[\s(/]){file}:)(\d+)",
+    "bash": r"((?:^|[\s/]){file}: line )(\d+)",
+}
+
+
+def cell_numbered(text: str, language: str, offset: int = MAGIC_LINES) -> str:
+    """``text`` (a snippet's stderr) with its line numbers counted as the cell counts them.
+
+    The snippet is the cell without the magic's line, so its line 1 is the cell's line 2.
+    """
+    try:
+        lang = canonical_language(language)
+    except UnknownLanguage:
+        return text  # never run: nothing to renumber
+    pattern = _LINE_REFERENCES[lang].format(file=re.escape(snippet_filename(lang)))
+    return re.sub(pattern, lambda m: f"{m.group(1)}{int(m.group(2)) + offset}", text)
+
+
 class CellEcho:
     """Print the snippet's output as it arrives: stdout to stdout, stderr to stderr.
 
@@ -42,12 +70,14 @@ class CellEcho:
     box instead, shown by :meth:`finish` (or :meth:`flush`) when the run ends.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, language: str | None = None) -> None:
         self._last: str | None = None
         self._written: set[str] = set()
         self._lines_left = INLINE_LINES
         self._chars_left = INLINE_CHARS
         self.overflow = OverflowBox()
+        #: The snippet's language: its stderr's line numbers are shown as the cell's.
+        self.language = language
 
     @staticmethod
     def _stream(name: str) -> TextIO:
@@ -77,6 +107,8 @@ class CellEcho:
             self._stream(self._last).flush()
         self._last = stream
         self._written.add(stream)
+        if stream == "stderr" and self.language is not None:
+            text = cell_numbered(text, self.language)
         self._stream(stream).write(text)
 
     def flush(self) -> None:

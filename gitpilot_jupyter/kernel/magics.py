@@ -36,7 +36,7 @@ from ..client.resolve import make_client
 from ..sandbox.errors import PlanBlocked, SandboxError
 from ..sandbox.local.off import off_confirmation
 from ..sandbox.plans import ExecutionPlan
-from ..sandbox.report import status_text, stopped_message
+from ..sandbox.report import launcher, status_text, stopped_message
 from ..sandbox.request import RunOptions
 from ..sandbox.results import RunResult, new_run_id
 from ..sandbox.service import SandboxService
@@ -71,8 +71,8 @@ line_magic = cast(Callable[[str], Callable[[F], F]], _line_magic)
 display: Callable[..., None] = _display
 
 LINE_USAGE = (
-    "%sandbox status | settings | config [--yes] [KEY=VALUE ...] | debug [--matrixlab] | last"
-    " | plans | approve PLAN_ID | reject PLAN_ID | batch SOURCE [options]"
+    "%sandbox status [--verbose] | settings | config [--yes] [KEY=VALUE ...] | debug [--matrixlab]"
+    " | last | plans | approve PLAN_ID | reject PLAN_ID | batch SOURCE [options]"
 )
 
 
@@ -203,7 +203,8 @@ class SandboxMagics(Magics):
             raise UsageError("sandbox: give --network or --no-network, not both")
         stdin = self._stdin(args.stdin)
         client = self.client
-        echo = CellEcho()
+        language = args.language or self.default_language
+        echo = CellEcho(language)  # tracebacks numbered like the cell
         # The run has its own id so an interrupt (the kernel's stop button) can stop it
         # where it runs, on the server too, and the cell still gets its envelope.
         run_id = new_run_id()
@@ -214,7 +215,7 @@ class SandboxMagics(Magics):
             planned = run_sync(
                 client.plan_and_run(
                     RunOptions(
-                        language=args.language or self.default_language,
+                        language=language,
                         code=cell,
                         timeout_sec=args.timeout,
                         stdin=stdin,
@@ -296,8 +297,8 @@ class SandboxMagics(Magics):
 
     def _line_status(self, rest: list[str]) -> None:
         status = run_sync(self.client.status())
-        sys.stdout.write(status_text(status))
-        print(f"{'path':16} {self.client.path}")
+        sys.stdout.write(status_text(status, verbose="--verbose" in rest))
+        print(f"{'launched by':16} {launcher(self.client.path)}")
 
     def _line_settings(self, rest: list[str]) -> Any:
         """The settings panel, as the cell's result (``panel = %sandbox settings`` keeps it)."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from .errors import UnknownLanguage
 from .executables import which
@@ -57,6 +59,19 @@ def snippet_filename(language: str) -> str:
     return "inline" + _EXTENSIONS[canonical_language(language)]
 
 
+#: A file run keeps its own name in the run folder when the name is this plain: never an
+#: option (``-c``), never hidden, no spaces. Plans and tracebacks then name the user's file.
+PLAIN_FILENAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+
+
+def run_filename(language: str, file: str | PurePath | None = None) -> str:
+    """The name the snippet runs under: a file run's own (``hello_sandbox.py``), else
+    :func:`snippet_filename`.
+    """
+    name = PurePath(file).name if file is not None else ""
+    return name if PLAIN_FILENAME.fullmatch(name) else snippet_filename(language)
+
+
 @dataclass(frozen=True)
 class Interpreters:
     """Interpreter executables, resolved once to real paths (never through shims)."""
@@ -65,11 +80,13 @@ class Interpreters:
     javascript: str = "node"
     bash: str = "bash"
 
-    def display_command(self, language: str) -> list[str]:
-        """The command as shown in plans and results, e.g. ``["python", "inline.py"]``."""
+    def display_command(self, language: str, file: str | PurePath | None = None) -> list[str]:
+        """The command as shown in plans and results, e.g. ``["python", "inline.py"]``
+        (``file``: a file run's file, shown by its own name, see :func:`run_filename`).
+        """
         lang = canonical_language(language)
         names = {"python": "python", "javascript": "node", "bash": "bash"}
-        return [names[lang], snippet_filename(lang)]
+        return [names[lang], run_filename(lang, file)]
 
     def resolve(self, language: str) -> str | None:
         """The absolute path of the interpreter for ``language``, or None if not installed."""

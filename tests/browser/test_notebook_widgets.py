@@ -60,7 +60,7 @@ def test_card_and_panel_in_the_lab(lab: Lab, page: Page) -> None:
     approve.click()
     expect(card_cell).to_contain_text("approved in the browser", timeout=60_000)
     expect(card_cell).to_contain_text(
-        re.compile(r"\[sandbox\] subprocess · exit 0 · \d+ ms · REST")
+        re.compile(r"\[sandbox\] subprocess · exit 0 · \d+ ms · launched by the Jupyter server")
     )
     expect(approve).to_be_disabled()
     screenshot(card_cell, "notebook-approval-card-done")

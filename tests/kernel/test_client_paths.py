@@ -196,12 +196,12 @@ def test_magic_with_a_server_url_uses_rest(server: LiveServer) -> None:
         with capture_output() as cap:
             ip.run_cell_magic("sandbox", "--out r", "print('over rest')")
         assert cap.stdout.startswith("over rest\n")
-        assert cap.stdout.splitlines()[-1].endswith(" · REST")
+        assert cap.stdout.splitlines()[-1].endswith(" · launched by the Jupyter server")
         assert ip.user_ns["r"]["exit_code"] == 0
         with capture_output() as cap:
             ip.run_line_magic("sandbox", "status")
         assert "backend          subprocess  (ok)" in cap.stdout
-        assert cap.stdout.rstrip().endswith("REST")
+        assert cap.stdout.rstrip().endswith("launched by      the Jupyter server")
         ip.run_line_magic("config", "SandboxMagics.server_token = 'wrong'")
         with pytest.raises(UsageError, match="sandbox: "):
             ip.run_cell_magic("sandbox", "", "print('refused')")
@@ -277,7 +277,7 @@ def test_a_kernel_launched_by_the_server_uses_its_rest_api(server: LiveServer) -
             out, error = execute(kc, "%%sandbox --out r\nprint('from the kernel')")
             assert not error, error
             assert out.startswith("from the kernel\n")
-            assert out.splitlines()[-1].endswith(" · REST"), out
+            assert out.splitlines()[-1].endswith(" · launched by the Jupyter server"), out
             out, error = execute(kc, "%%sandbox bash\nexit 2")
             assert "SandboxRunError: the bash snippet exited with code 2" in error
             assert "Traceback" not in error
@@ -343,7 +343,7 @@ def test_the_approval_card_over_rest(server: LiveServer) -> None:
     approve(card)
     shown = "".join(o.get("text", "") for o in card.output.outputs)
     assert card.state == "done" and shown.startswith("approved over rest\n")
-    assert shown.rstrip().endswith(" · REST")
+    assert shown.rstrip().endswith(" · launched by the Jupyter server")
 
 
 def test_rejecting_on_the_card_rejects_on_the_server(server: LiveServer) -> None:

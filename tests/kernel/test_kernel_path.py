@@ -58,7 +58,7 @@ def test_cells_reuse_one_connection_to_the_server(
     seen = []
     for i in range(3):
         out = printed(kernel, f"%%sandbox\nprint('cell {i}')")
-        assert out.startswith(f"cell {i}\n") and "· REST" in out
+        assert out.startswith(f"cell {i}\n") and "· launched by the Jupyter server" in out
         seen.append(json.loads(printed(kernel, "print(json.dumps(to_server()))")))
     # The requests of three cells went over the same single connection.
     assert len(seen[0]) == 1, seen
@@ -100,7 +100,7 @@ def test_a_cell_is_one_request_and_a_card_waits_for_its_click(
     )
     mark = len(logged.log())
     out = printed(kernel, "%%sandbox\nprint('one trip')")
-    assert out.startswith("one trip\n") and "· REST" in out
+    assert out.startswith("one trip\n") and "· launched by the Jupyter server" in out
     # Planned, approved (the cell's execution) and run in one round trip.
     assert requests_after(logged, mark, 1) == ["POST plan-and-run"]
 

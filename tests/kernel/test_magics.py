@@ -20,6 +20,7 @@ from traitlets.config import Config
 from gitpilot_jupyter.kernel.display import SandboxBlocked, SandboxRunError, SandboxUnavailable
 from gitpilot_jupyter.kernel.magics import NO_SERVER_NOTE, SandboxMagics
 from gitpilot_jupyter.sandbox.policy import ENV_ALLOWLIST_ENV
+from gitpilot_jupyter.sandbox.report import LAYER_GROUPS
 from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.sync import run_sync
 from tests.support.cards import approve
@@ -39,7 +40,7 @@ def test_hello_streams_output_and_prints_the_footer(
     assert "careful" in err
     footer = out.splitlines()[-1]
     assert footer.startswith("[sandbox] subprocess · exit 0 · ")
-    assert footer.endswith(" · in-process")
+    assert footer.endswith(" · launched by this kernel")
     envelope = shell.user_ns["r"]
     assert envelope["exit_code"] == 0
     assert envelope["stdout"] == "hello\n"
@@ -277,7 +278,18 @@ def test_line_status_config_and_last(
     shell.run_line_magic("sandbox", "status")
     out = capsys.readouterr().out
     assert "backend          subprocess  (ok)" in out
-    assert "in-process" in out
+    assert "launched by      this kernel" in out
+    # The layers by what they guard, one short line; their ids only with --verbose.
+    isolation = next(line for line in out.splitlines() if line.startswith("isolation"))
+    assert " layers: files, " in isolation and "(--verbose names each)" in isolation
+    assert "pidns" not in out and len(isolation) <= 100
+    shell.run_line_magic("sandbox", "status --verbose")
+    verbose = capsys.readouterr().out.splitlines()
+    files = next(line for line in verbose if line.startswith("  files "))
+    assert "tempdir" in files and "pidns" not in files
+    assert any(line.startswith("  processes ") and "pidns" in line for line in verbose)
+    groups = [line for line in verbose if line[2:16].strip() in LAYER_GROUPS]
+    assert len(groups) >= 4 and max(len(line) for line in groups) <= 88
 
     shell.run_line_magic("sandbox", "config timeout_sec=33 allow_network=false")
     assert "timeout_sec        33" in capsys.readouterr().out
@@ -494,3 +506,24 @@ def test_an_unreachable_runner_is_a_plain_sentence_not_a_usage_error(
 def test_a_real_usage_error_stays_a_usage_error(shell: InteractiveShell) -> None:
     with pytest.raises(UsageError, match="empty_code"):
         cell(shell, "", "   \n")
+
+
+@pytest.mark.parametrize(
+    ("magic", "body", "where"),
+    [
+        ("--no-raise-error", "x = 1\ny = [][0]\n", 'inline.py", line 3'),
+        ("bash --no-raise-error", "true\nno-such-command-here\n", "inline.sh: line 3:"),
+        ("javascript --no-raise-error", "let a = 1;\nnull.b;\n", "inline.js:3"),
+    ],
+)
+def test_a_traceback_names_the_cells_own_line(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str], magic: str, body: str, where: str
+) -> None:
+    if magic.startswith("javascript"):
+        require_system("node", shutil.which("node") is not None, "the JavaScript case runs node")
+    # The failing line is the cell's line 3 (the magic's line is line 1).
+    cell(shell, f"{magic} --out r", body)
+    shown = capsys.readouterr().err
+    assert where in shown, shown
+    # The envelope keeps what the interpreter said, counted from the snippet's first line.
+    assert where not in shell.user_ns["r"]["stderr"]

@@ -112,6 +112,10 @@ def execute_on_server(name: str, server: LiveServer) -> dict[str, Any]:
     return {cell.id: cell for cell in nb.cells}
 
 
+#: Each notebook runs twice in the same folder, as a user's second Run All does.
+RUNS = 2
+
+
 @pytest.fixture(params=MODES)
 def mode(request: pytest.FixtureRequest) -> str:
     """How the notebook is opened: launched from a server, or alone."""
@@ -126,8 +130,9 @@ def opener(
 ) -> Iterator[Any]:
     """``open(name, env={...})`` runs a notebook in this test's mode; ``.where`` says where.
 
-    ``times=2`` runs it again in the same folder (a second Run All: the files the first
-    one wrote are there), answering the last run's cells (``.runs`` holds every run's).
+    ``times`` (:data:`RUNS` by default) runs it again in the same folder (a second Run All:
+    the files the first one wrote are there), answering the last run's cells (``.runs`` holds
+    every run's).
     The kernel, and the server when there is one, have only what ``make run`` installs
     (``make_run=False``: this whole test virtualenv), as a newcomer's do.
     """
@@ -142,7 +147,7 @@ def opener(
             name: str,
             env: Mapping[str, str] | None = None,
             *,
-            times: int = 1,
+            times: int = RUNS,
             make_run: bool = True,
         ) -> dict[str, Any]:
             env = dict(env or {})
@@ -242,7 +247,8 @@ def test_01_getting_started(opener: Any, mode: str) -> None:
     cells = opener("01-getting-started.ipynb")
     status = text(cells["status"])
     assert "backend          subprocess  (ok)" in status
-    assert ("REST" if mode == "server" else "in-process") in status.splitlines()[-1]
+    launcher = "the Jupyter server" if mode == "server" else "this kernel"
+    assert status.splitlines()[-1] == f"launched by      {launcher}"
     python = text(cells["hello-python"])
     assert python.startswith("Hello from Python 3.") and "6 x 7 = 42" in python
     assert "[sandbox] subprocess · exit 0" in python
@@ -281,8 +287,9 @@ def test_02_teaching_safely(opener: Any, mode: str) -> None:
     assert "exit code 1 after" in asked and "EOFError" in asked
     assert int(asked.split(" after ")[1].split(" ms")[0]) < 10_000
     assert "Ada would be 210 in 2025" in text(cells["stdin-run"])
-    # Where the snippet's environment comes from: the server's (REST) or this kernel's.
-    assert ("REST" if mode == "server" else "in-process") in text(cells["secrets"])
+    # Where the snippet's environment comes from: the server's or this kernel's.
+    launcher = "the Jupyter server" if mode == "server" else "this kernel"
+    assert f"launched by      {launcher}" in text(cells["secrets"])
     secrets = text(cells["secrets-run"])
     assert "OPENAI_API_KEY       <not visible>" in secrets
     assert "GRADEBOOK_PASSWORD   <not visible>" in secrets
@@ -307,12 +314,14 @@ def test_03_matrixlab_against_the_runner_standin(opener: Any, runner_standin: An
     assert "backend          subprocess" in text(cells["status-before"])
     assert widget_shown(cells["panel"])
     assert text(cells["test"]).startswith("✓ connected")
+    assert "Saved backend, matrixlab_token, matrixlab_url." in text(opener.runs[0]["save"])
+    # The second Run All: the first one left the URL saved, and only changes are written.
     save = text(cells["save"])
-    assert "Saved backend, matrixlab_token, matrixlab_url." in save
+    assert "Saved backend, matrixlab_token." in save
     assert "token field now empty: True | a token is saved: True" in save
     assert "backend          matrixlab  (ok)" in text(cells["status-after"])
     python = text(cells["run-python"])
-    assert python.startswith("Hello from a MatrixLab container, linux")
+    assert python.startswith("Hello from the sandbox, linux (the footer says which backend")
     assert "[sandbox] matrixlab · exit 0" in python
     assert "[sandbox] matrixlab · exit 0" in text(cells["run-bash"])
     assert "[sandbox] subprocess · exit 0" in text(cells["run-local"])
@@ -364,8 +373,10 @@ def test_04_rest_api(opener: Any, mode: str, tmp_path_factory: pytest.TempPathFa
     assert errors[2].startswith("400 ")
     assert errors[3].startswith("400 unknown_field")
     config = text(cells["config"])
-    assert "'has_token': False" in config and "timeout now 60" in config
+    assert "'has_token': False" in config and "settings unchanged: True" in config
     assert "400 unknown sandbox backend 'docker'" in config
+    # The user's settings file is as it was: nothing written (the config dir is fresh).
+    assert saved_settings(server.config_dir) == {}
 
 
 def test_03_without_a_runner_explains_and_leaves_the_settings(opener: Any) -> None:
@@ -378,7 +389,8 @@ def test_03_without_a_runner_explains_and_leaves_the_settings(opener: Any) -> No
     assert "Not saved: the settings are as they were." in save
     assert "backend          subprocess" in text(cells["status-after"])
     # The cells meant for the Runner run locally: no outage error, no UsageError.
-    assert "[sandbox] subprocess · exit 0" in text(cells["run-python"])
+    python = text(cells["run-python"])
+    assert "[sandbox] subprocess · exit 0" in python and "MatrixLab" not in python
     assert "[sandbox] subprocess · exit 0" in text(cells["run-local"])
     code = [cell for cell in cells.values() if cell.cell_type == "code"]
     assert not [cell.id for cell in code if text(cell, "error")]

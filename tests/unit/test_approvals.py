@@ -333,3 +333,18 @@ def test_a_plan_rebuilt_from_its_json_shows_the_same_run_and_digest(
     # The digest is the server's (over the stdin the JSON does not carry), not recomputed.
     assert again.digest == plan.digest == plan.spec.digest != again.spec.digest
     assert again.spec.stdin is None and plan.spec.stdin == "secret"
+
+
+def test_a_file_run_is_shown_and_run_under_the_files_own_name(
+    service: SandboxService, tmp_path: Path
+) -> None:
+    (tmp_path / "hello_sandbox.py").write_text("print('hi')\nraise SystemExit(1 / 0)\n")
+    plan = sync(service.plan(RunOptions(file="hello_sandbox.py")))
+    assert plan.command == ["python", "hello_sandbox.py"]  # not python inline.py
+    token = approved(service, file="hello_sandbox.py")
+    result = sync(service.run(token))
+    assert result.command == ["python", "hello_sandbox.py"] and result.stdout == "hi\n"
+    assert '/hello_sandbox.py", line 2' in result.stderr  # the traceback names it too
+    # A name that would read as an option, or a hidden one, runs under the snippet name.
+    (tmp_path / "-c.py").write_text("print(1)\n")
+    assert sync(service.plan(RunOptions(file="-c.py"))).command == ["python", "inline.py"]

@@ -57,6 +57,29 @@ def test_without_a_tty_and_without_yes_it_refuses_and_says_how() -> None:
     result = cli("run", "python", "-c", "print(1)", stdin="")
     assert result.returncode == 2
     assert "--yes" in result.stderr and result.stdout == ""
+    assert result.stderr.rstrip().endswith("not run: the plan was not approved, nothing ran")
+
+
+def test_answering_no_at_the_terminal_says_not_run(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    code = f"open({str(marker)!r}, 'w').write('x')"
+    controller, terminal = os.openpty()
+    try:
+        os.write(controller, b"n\n")
+        declined = subprocess.run(
+            [str(BIN / "jupyter-sandbox"), "run", "python", "-c", code],
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert declined.returncode == 2
+    assert "Approve and run? [y/N]" in declined.stdout
+    assert declined.stderr.rstrip().endswith("not run: the plan was not approved, nothing ran")
+    assert not marker.exists()
 
 
 def test_destructive_snippet_is_refused() -> None:
@@ -103,6 +126,7 @@ def test_switching_to_off_asks_first_and_saves_nothing_unconfirmed(
     assert refused.returncode == 2
     assert "No isolation: runs on the host as you, network not blocked" in refused.stderr
     assert "--yes" in refused.stderr
+    assert refused.stderr.rstrip().endswith("not saved: the settings are unchanged")
     assert not (sandbox_config_dir / "settings.json").exists()  # nothing of it was saved
     assert json.loads(cli("config", "--json").stdout)["backend"] == "subprocess"
     # Already off: no question (and other settings change freely).
@@ -147,6 +171,24 @@ def test_plan_shows_warnings_and_blocks() -> None:
     assert plan.returncode == 0 and "warning (high): subprocess" in plan.stdout
     blocked = cli("plan", "bash", "-c", ":(){ :|:& };:", "--json")
     assert blocked.returncode == 2 and json.loads(blocked.stdout)["blocked"] is True
+
+
+def test_a_failed_check_says_what_it_found() -> None:
+    clean = cli("plan", "bash", "-c", "echo hi")
+    assert "  [ok] no destructive pattern\n" in clean.stdout
+    blocked = cli("plan", "bash", "-c", "rm -rf /")
+    assert blocked.returncode == 2
+    assert "  [!!] destructive pattern " in blocked.stdout and " found\n" in blocked.stdout
+    assert "no destructive pattern" not in blocked.stdout
+
+
+def test_pass_through_is_named_in_words(sandbox_config_dir: Path) -> None:
+    assert cli("config", "--set", "backend=off", "--yes").returncode == 0
+    status = cli("status").stdout
+    assert "backend          off, pass-through (no sandbox)  (" in status
+    plan = cli("plan", "python", "-c", "print(1)").stdout
+    assert "[!!] network not blocked (pass-through: no sandbox)" in plan
+    assert "backend off ·" not in plan and "· backend off, pass-through (no sandbox) ·" in plan
 
 
 def test_unknown_language_is_a_usage_error() -> None:

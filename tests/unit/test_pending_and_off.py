@@ -40,7 +40,7 @@ def test_every_off_plan_warns_and_never_says_network_disabled(sandbox_config_dir
     )
     labels = [check["label"] for check in plan.checks]
     assert "network disabled" not in labels
-    assert "network not blocked (backend off)" in labels
+    assert "network not blocked (pass-through: no sandbox)" in labels
     assert plan.spec.network is True  # what the run really has
     local = asyncio.run(service.plan(RunOptions(language="python", code="print(1)")))
     assert not local.high_risk and "network disabled" in [c["label"] for c in local.checks]

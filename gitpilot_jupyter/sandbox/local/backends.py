@@ -24,7 +24,7 @@ from typing import ClassVar
 
 from ..backend import OutputCallback, RunRequest, SandboxBackend
 from ..errors import ContainmentUnavailable
-from ..languages import Interpreters, canonical_language, snippet_filename
+from ..languages import Interpreters, canonical_language, run_filename, snippet_filename
 from ..records import PoolReport
 from ..results import RunResult
 from . import nsfree, prestart
@@ -260,6 +260,10 @@ class SubprocessSandbox(SandboxBackend):
     def _default_isolator() -> Isolator:
         return default_isolator()
 
+    def display_command(self, language: str, file: str | None = None) -> list[str]:
+        """The command plans and results show: a file run's file by its own name."""
+        return self.interpreters.display_command(language, file)
+
     def refusal(self, *, allow_network: bool = False) -> ContainmentUnavailable | None:
         """The refusal of a run this host cannot contain, unless the administrator accepts
         uncontained runs (the run then says so in its layers)."""
@@ -295,7 +299,7 @@ class SubprocessSandbox(SandboxBackend):
     async def run(self, request: RunRequest, on_output: OutputCallback | None = None) -> RunResult:
         """Run ``request`` in a fresh temp dir; see the module docstring."""
         language = request.language
-        command = self.interpreters.display_command(language)
+        command = self.interpreters.display_command(language, request.file)
         started = time.monotonic()
         result = RunResult(
             backend=self.name,
@@ -317,7 +321,8 @@ class SubprocessSandbox(SandboxBackend):
             )
             return result
 
-        pool = self.pool()
+        # A warm slot waits for inline.*: a file run under its own name starts cold.
+        pool = self.pool() if request.file is None else None
         key = self._key(request, interpreter) if pool is not None else None
         try:
             slot = None
@@ -391,7 +396,7 @@ class SubprocessSandbox(SandboxBackend):
         """Make the run's 0700 temp dir, write the snippet into it, wrap the argv."""
         workdir = Path(make_run_dir())
         try:
-            filename = snippet_filename(request.language)
+            filename = run_filename(request.language, request.file)
             (workdir / filename).write_text(request.code, encoding="utf-8")
             launch = self.isolator.prepare(
                 [interpreter, filename],

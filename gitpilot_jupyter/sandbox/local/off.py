@@ -32,8 +32,11 @@ OFF_WARNING: PlanWarning = {
     "detail": "runs on the host as you, network not blocked",
 }
 
+#: What teacher-facing text calls ``off`` (the lab and the panel say "Pass-through").
+OFF_LABEL = "pass-through (no sandbox)"
+
 #: The plan's network check on ``off``: nothing blocks the network there.
-OFF_NETWORK_CHECK = "network not blocked (backend off)"
+OFF_NETWORK_CHECK = "network not blocked (pass-through: no sandbox)"
 
 
 def is_off(backend: str | None) -> bool:

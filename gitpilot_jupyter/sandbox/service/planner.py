@@ -108,7 +108,13 @@ class Planner:
         blocked_label = destructive_label(lang, code, command)
         checks: list[Check] = [
             {"label": f"language {lang} is supported", "ok": True},
-            {"label": "no destructive pattern", "ok": blocked_label is None},
+            # The label says what was found: "[!!] no destructive pattern" read as a pass.
+            {
+                "label": f"destructive pattern {blocked_label!r} found"
+                if blocked_label
+                else "no destructive pattern",
+                "ok": blocked_label is None,
+            },
             {
                 "label": f"timeout {timeout} s within 1..{self._policy().max_timeout_sec}",
                 "ok": True,
