@@ -68,7 +68,7 @@ async def sleeper_under_way(
 async def started(engine: Any, service: SandboxService, run_id: str) -> str:
     """The id of the run's container once it is running."""
     for _ in range(300):
-        if run_id in service.active_runs():
+        if run_id in service.executor.active_runs():
             running = [c for c in run_containers(engine) if c["State"] == "running"]
             if running:
                 return str(running[0]["Id"])

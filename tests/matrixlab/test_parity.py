@@ -10,6 +10,7 @@ impossible to match assert the difference ``docs/admin/matrixlab.md`` documents.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import shutil
 from dataclasses import dataclass
@@ -165,18 +166,21 @@ async def test_limits_the_runner_cannot_honour_are_in_the_plan_and_the_result(
 async def test_a_variable_passed_by_name_reaches_the_snippet_on_both(
     parity_service: SandboxService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("GITPILOT_PARITY_VALUE", 'it\'s "quoted"\nand two lines')
-    code = "import os\nprint(repr(os.environ.get('GITPILOT_PARITY_VALUE')))"
+    monkeypatch.setenv("PARITY_VALUE", 'it\'s "quoted"\nand two lines')
+    # The administrator lists the name (a caller may pass only a listed one).
+    policy = parity_service.policy
+    parity_service.policy = dataclasses.replace(policy, caller_vars=frozenset({"PARITY_VALUE"}))
+    code = "import os\nprint(repr(os.environ.get('PARITY_VALUE')))"
     answers = {}
     for backend in ("subprocess", "matrixlab"):
         plan, result = await run_here(
             parity_service,
             language="python",
             code=code,
-            env=["GITPILOT_PARITY_VALUE"],
+            env=["PARITY_VALUE"],
             backend=backend,
         )
-        assert "passes the server's GITPILOT_PARITY_VALUE" in [c["label"] for c in plan.checks]
+        assert "passes the server's PARITY_VALUE" in [c["label"] for c in plan.checks]
         answers[backend] = result.stdout
     assert answers["matrixlab"] == answers["subprocess"] == "'it\\'s \"quoted\"\\nand two lines'\n"
 
@@ -200,7 +204,7 @@ async def test_a_stop_where_no_container_can_be_removed_says_the_run_goes_on(
     run_id = "run_" + "7" * 16
 
     async def stop_it() -> None:
-        while run_id not in parity_service.active_runs():
+        while run_id not in parity_service.executor.active_runs():
             await asyncio.sleep(0.01)
         await asyncio.sleep(1.0)
         parity_service.cancel(run_id)
