@@ -46,6 +46,10 @@ export async function runCodeBlock(
   } finally {
     block.button.disabled = false;
     block.button.removeAttribute('aria-busy');
+    // Disabling the button dropped the focus to <body>: give it back to ▶ Run.
+    if (!document.activeElement || document.activeElement === document.body) {
+      block.button.focus();
+    }
   }
 }
 
