@@ -46,8 +46,10 @@ export async function runCodeBlock(
   } finally {
     block.button.disabled = false;
     block.button.removeAttribute('aria-busy');
-    // Disabling the button dropped the focus to <body>: give it back to ▶ Run.
-    if (!document.activeElement || document.activeElement === document.body) {
+    // Disabling the button dropped the focus to <body> (or the notebook took it): give
+    // it back to ▶ Run unless the user has since moved on to another control.
+    const active = document.activeElement;
+    if (!active || active.contains(block.button)) {
       block.button.focus();
     }
   }
