@@ -1,7 +1,7 @@
 """The approval dialog by keyboard and screen reader (issue 34): focus stays in it, the
 tick box is reached by Tab, Escape gives the focus back to ▶ Run, an unreachable
-MatrixLab never defaults to approve, and axe-core finds no serious contrast or naming
-violation in the light and dark themes."""
+MatrixLab never defaults to approve, axe-core finds no serious naming violation, and
+every text and badge measures WCAG AA contrast in the light and dark themes."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ NAME_RULES = [
     "link-name",
     "summary-name",
 ]
+APPROVE = "Approve this plan and run it in the sandbox"
+LONG_BLOCK = 2  # the third python fence: sleeps 90 s (stopped here)
 RISKY_BLOCK = 4  # the fifth python fence of the demo notebook: os.system(...)
 
 
@@ -75,7 +77,8 @@ CONTRAST_JS = """
 root => {
   const rgba = text => (text.match(/[\\d.]+/g) || []).map(Number);
   const lum = ([r, g, b]) => {
-    const c = [r, g, b].map(v => v / 255).map(v => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4);
+    const c = [r, g, b].map(v => v / 255)
+      .map(v => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4);
     return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2];
   };
   const over = (top, under) => {
@@ -165,7 +168,7 @@ def test_tab_stays_in_the_risky_dialog_and_reaches_the_tick_box(lab: Lab, page: 
     box.focus()
     page.keyboard.press("Space")
     expect(box).to_be_checked()
-    approve = dialog.get_by_role("button", name="Approve this plan and run it in the sandbox")
+    approve = dialog.get_by_role("button", name=APPROVE)
     reached = False
     for _ in range(12):
         page.keyboard.press("Tab")
@@ -209,10 +212,19 @@ def test_the_plan_dialog_and_badges_meet_aa(lab: Lab, page: Page, theme: str) ->
     assert name_violations(page, ".jp-gitpilot-plan-dialog") == []
     assert low_contrast(page, ".jp-gitpilot-plan-dialog") == []
     dialog.get_by_role("button", name="Cancel").click()
-    # The badges of a finished run: exit 0 and truncated (the Big block's 5 MB).
+    # The badges of a finished run (exit 0), then the Stop button and the stopped badge.
     run_button(page, "python").click()
-    plan_dialog(page).get_by_role("button", name="Approve this plan and run it in the sandbox").click()
+    plan_dialog(page).get_by_role("button", name=APPROVE).click()
     summary = page.locator(".jp-gitpilot-result-summary").first
     expect(summary).to_contain_text("exit 0")
     assert low_contrast(page, ".jp-gitpilot-result-summary") == []
+    run_button(page, "python", LONG_BLOCK).click()
+    plan_dialog(page).get_by_role("button", name=APPROVE).click()
+    stop = page.get_by_role("button", name="Stop the run")
+    expect(stop).to_be_visible()
+    assert low_contrast(page, "button.jp-gitpilot-stop-button") == []
+    stop.click()
+    stopped = page.locator(".jp-gitpilot-result-summary", has_text="stopped")
+    expect(stopped).to_be_visible()
+    assert low_contrast(page, ".jp-gitpilot-result-summary >> text=stopped") == []
     set_theme(page, "JupyterLab Light")
