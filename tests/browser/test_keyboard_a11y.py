@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
+from tests.support.system import require_system
+
 from .conftest import BUILT_EXTENSION
 from .lab import DEMO_NOTEBOOK, Lab, free_port, start_lab
 from .ui import open_file, plan_dialog, run_button, set_theme
@@ -49,9 +51,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 def axe_script() -> Path:
     """axe-core as the axe-playwright-python package ships it."""
     spec = importlib.util.find_spec("axe_playwright_python")
-    if spec is None or spec.origin is None:
-        pytest.skip("axe-playwright-python is not installed (pip install -e '.[test]')")
-    return Path(spec.origin).parent / "axe.min.js"
+    origin = spec.origin if spec else None
+    require_system("axe-playwright-python", origin is not None, "pip install -e '.[test]'")
+    assert origin is not None
+    return Path(origin).parent / "axe.min.js"
 
 
 def name_violations(page: Page, selector: str) -> list[dict[str, Any]]:
