@@ -165,7 +165,7 @@ export function saveOutcome(
     return {
       type: 'warning',
       message: trans.__(
-        "Saved, but %1 is set in the server's environment and wins: %2.",
+        "Saved. %1 is set in the server's environment and wins: %2.",
         status.env_override,
         now
       )
@@ -175,7 +175,7 @@ export function saveOutcome(
     return {
       type: 'warning',
       message: trans.__(
-        'Saved, but snippets cannot run now: %1.',
+        'Saved. Snippets cannot run now: %1.',
         status.error ? `${now} (${status.error})` : now
       )
     };

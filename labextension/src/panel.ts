@@ -384,7 +384,13 @@ export class SandboxPanel extends Widget {
       this.model.set(status);
       this.fill(status);
       const outcome = saveOutcome(status, changes.backend);
-      this.say(outcome.message, outcome.type !== 'success');
+      // Saved either way: the line stays a status, the toast carries the warning.
+      this.say(
+        outcome.type === 'success'
+          ? trans.__('Saved. %1.', statusText(status, null))
+          : outcome.message,
+        false
+      );
       Notification.emit(outcome.message, outcome.type, { autoClose: 6000 });
     } catch (error) {
       this.say(error instanceof Error ? error.message : String(error), true);

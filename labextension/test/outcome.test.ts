@@ -61,7 +61,7 @@ describe('saveOutcome', () => {
     );
     expect(answer.type).toBe('warning');
     expect(answer.message).toBe(
-      'Saved, but snippets cannot run now: Sandbox: MatrixLab — unreachable (connection refused).'
+      'Saved. Snippets cannot run now: Sandbox: MatrixLab — unreachable (connection refused).'
     );
   });
 
