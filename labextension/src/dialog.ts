@@ -3,12 +3,107 @@
  * the confirmation before switching to Pass-through.
  */
 
-import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Dialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { N_, trans } from './i18n';
 import { el, isRisky, renderPlan } from './render';
-import type { IPlan } from './types';
+import type { IPlan, IStatus } from './types';
+
+/** What can take the focus inside a dialog, in Tab order (disabled and hidden controls cannot). */
+const FOCUSABLE =
+  'button, input, select, textarea, a[href], summary, [tabindex]:not([tabindex="-1"])';
+
+/** The controls of `root` Tab visits, in document order. */
+export function tabStops(root: HTMLElement): HTMLElement[] {
+  return Array.from(root.querySelectorAll<HTMLElement>(FOCUSABLE)).filter(
+    node =>
+      !(node as HTMLButtonElement).disabled &&
+      !node.closest('[hidden]') &&
+      node.tabIndex >= 0
+  );
+}
+
+/**
+ * Keep Tab and Shift+Tab inside `dialog`, wrapping at both ends. JupyterLab's own trap
+ * only wraps from its last button, which is never reached while that button is disabled
+ * (a risky plan before its tick box), so Tab used to leave for `<body>`.
+ */
+export function trapFocus(dialog: Dialog<unknown>): void {
+  dialog.node.addEventListener(
+    'keydown',
+    event => {
+      if (event.key !== 'Tab') {
+        return;
+      }
+      const content =
+        dialog.node.querySelector<HTMLElement>('.jp-Dialog-content') ??
+        dialog.node;
+      const stops = tabStops(content);
+      if (stops.length === 0) {
+        return;
+      }
+      const at = stops.indexOf(document.activeElement as HTMLElement);
+      const next = event.shiftKey
+        ? at <= 0
+          ? stops.length - 1
+          : at - 1
+        : at < 0 || at === stops.length - 1
+          ? 0
+          : at + 1;
+      event.preventDefault();
+      event.stopImmediatePropagation();
+      stops[next].focus();
+    },
+    true
+  );
+}
+
+/**
+ * Launch `dialog` with the focus trapped in it; when it closes, the focus goes back to
+ * `origin` (the control that opened it) if the dialog left it nowhere.
+ */
+export async function launchTrapped<T>(
+  dialog: Dialog<T>,
+  origin: Element | null = document.activeElement
+): Promise<Dialog.IResult<T>> {
+  trapFocus(dialog as Dialog<unknown>);
+  try {
+    return await dialog.launch();
+  } finally {
+    const lost =
+      !document.activeElement || document.activeElement === document.body;
+    if (lost && origin instanceof HTMLElement && origin.isConnected) {
+      origin.focus();
+    }
+  }
+}
+
+/** The backend's health as the dialog needs it: null when it answers (or is not asked). */
+export function unreachableReason(
+  plan: IPlan,
+  status: IStatus | null
+): string | null {
+  if (plan.backend !== 'matrixlab' || !status || status.ok) {
+    return null;
+  }
+  return status.error || trans.__('the Runner did not answer');
+}
+
+/** How long the dialog waits for the backend's status before showing the plan anyway. */
+const STATUS_WAIT_MS = 3000;
+
+async function currentStatus(
+  status: (() => Promise<IStatus>) | undefined
+): Promise<IStatus | null> {
+  if (!status) {
+    return null;
+  }
+  const late = new Promise<null>(resolve =>
+    setTimeout(() => resolve(null), STATUS_WAIT_MS)
+  );
+  return Promise.race([status().catch(() => null), late]);
+}
 
 /** The accessible name of the approve button (tests and screen readers find it by this). */
 export const APPROVE_LABEL = N_('Approve this plan and run it in the sandbox');
@@ -20,9 +115,38 @@ export const APPROVE_LABEL = N_('Approve this plan and run it in the sandbox');
  * Cancel, and Approve stays disabled until the user ticks "run it anyway"; Enter
  * never approves it, even on the Approve button (a click or Space does).
  */
-export async function confirmPlan(plan: IPlan): Promise<boolean> {
+export async function confirmPlan(
+  plan: IPlan,
+  status?: () => Promise<IStatus>
+): Promise<boolean> {
+  const origin = document.activeElement;
   const risky = !plan.blocked && isRisky(plan);
+  const unreachable = plan.blocked
+    ? null
+    : unreachableReason(plan, await currentStatus(status));
   const body = new Widget({ node: renderPlan(plan) });
+  if (unreachable !== null) {
+    const alert = el('div', 'jp-gitpilot-unreachable');
+    alert.setAttribute('role', 'alert');
+    alert.append(
+      el(
+        'p',
+        '',
+        trans.__(
+          'The MatrixLab Runner is unreachable, so this run would fail: %1',
+          unreachable
+        )
+      ),
+      el(
+        'p',
+        '',
+        trans.__(
+          'Start the Runner (Sandbox Settings, MatrixLab Runner card, Start), or switch the sandbox to Local in Sandbox Settings, then run again.'
+        )
+      )
+    );
+    body.node.prepend(alert);
+  }
   let consent: HTMLInputElement | null = null;
   if (risky) {
     const label = el('label', 'jp-gitpilot-consent');
@@ -53,11 +177,12 @@ export async function confirmPlan(plan: IPlan): Promise<boolean> {
         : trans.__('Run in the sandbox?'),
     body,
     buttons: [Dialog.cancelButton({ label: trans.__('Cancel') }), approve],
-    // Enter must never approve a blocked or risky plan: Cancel is the default and has the focus.
-    defaultButton: plan.blocked || risky ? 0 : 1
+    // Enter must never approve a blocked or risky plan, nor one whose backend does not
+    // answer: Cancel is the default and has the focus.
+    defaultButton: plan.blocked || risky || unreachable !== null ? 0 : 1
   });
   dialog.addClass('jp-gitpilot-plan-dialog');
-  if (risky) {
+  if (risky || unreachable !== null) {
     dialog.addClass('jp-mod-risky');
   }
   const accept = dialog.node.querySelector<HTMLButtonElement>('.jp-mod-accept');
@@ -94,7 +219,7 @@ export async function confirmPlan(plan: IPlan): Promise<boolean> {
       true
     );
   }
-  const answer = await dialog.launch();
+  const answer = await launchTrapped(dialog, origin);
   return (
     answer.button.accept && !plan.blocked && (consent ? consent.checked : true)
   );
@@ -122,7 +247,7 @@ export async function confirmPassThrough(): Promise<boolean> {
       )
     )
   );
-  const answer = await showDialog({
+  const dialog = new Dialog({
     title: trans.__('Run snippets with no isolation?'),
     body: new Widget({ node: body }),
     buttons: [
@@ -134,5 +259,5 @@ export async function confirmPassThrough(): Promise<boolean> {
     ],
     defaultButton: 0
   });
-  return answer.button.accept;
+  return (await launchTrapped(dialog)).button.accept;
 }

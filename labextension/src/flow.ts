@@ -82,7 +82,7 @@ export async function planAndRun(
     await showErrorMessage(planFailureTitle(error), messageOf(error));
     return null;
   }
-  if (!(await confirmPlan(plan))) {
+  if (!(await confirmPlan(plan, () => client.status()))) {
     // Declined (or blocked): drop the plan server-side; nothing else happens.
     await client.reject(plan.plan_id).catch(() => undefined);
     return null;

@@ -144,3 +144,44 @@ export const TOKEN_NOTE = N_(
     'saved with: saving a new URL clears it, and Test connection of an unsaved URL sends ' +
     'no saved token.'
 );
+
+/** What a save did, as the lab's notification shows it. */
+export interface ISaveOutcome {
+  message: string;
+  /** `success` only when the sandbox now runs as the user meant; else `warning`. */
+  type: 'success' | 'warning';
+}
+
+/**
+ * The outcome of saving settings, from the status the server answered: a save the
+ * environment overrides, or one that leaves the backend unable to run, is no success.
+ */
+export function saveOutcome(
+  status: IStatus,
+  wanted?: string | null
+): ISaveOutcome {
+  const now = statusText(status, null);
+  if (status.env_override && wanted && status.backend !== wanted) {
+    return {
+      type: 'warning',
+      message: trans.__(
+        "Saved. %1 is set in the server's environment and wins: %2.",
+        status.env_override,
+        now
+      )
+    };
+  }
+  if (!status.ok) {
+    return {
+      type: 'warning',
+      message: trans.__(
+        'Saved. Snippets cannot run now: %1.',
+        status.error ? `${now} (${status.error})` : now
+      )
+    };
+  }
+  return {
+    type: 'success',
+    message: trans.__('Sandbox settings saved. %1.', now)
+  };
+}

@@ -109,6 +109,7 @@ export class LifecycleCard {
   private readonly transcript = el('div', 'jp-gitpilot-transcript');
   private readonly manual = el('details', 'jp-gitpilot-manual');
   private readonly buttons: HTMLButtonElement[] = [];
+  private offReason: string | null = null;
 
   constructor(
     private readonly client: SandboxClient,
@@ -136,6 +137,11 @@ export class LifecycleCard {
       this.transcript,
       this.manual
     );
+  }
+
+  /** Why the card cannot start the Runner now, or null when its Start works. */
+  get startBlocker(): string | null {
+    return this.offReason;
   }
 
   /** Ask the server what is installed and running. */
@@ -176,6 +182,7 @@ export class LifecycleCard {
   }
 
   private setEnabled(enabled: boolean, reason: string): void {
+    this.offReason = enabled ? null : reason;
     for (const button of this.buttons) {
       button.disabled = !enabled;
       button.title = reason;

@@ -46,6 +46,12 @@ export async function runCodeBlock(
   } finally {
     block.button.disabled = false;
     block.button.removeAttribute('aria-busy');
+    // Disabling the button dropped the focus to <body> (or the notebook took it): give
+    // it back to ▶ Run unless the user has since moved on to another control.
+    const active = document.activeElement;
+    if (!active || active.contains(block.button)) {
+      block.button.focus();
+    }
   }
 }
 

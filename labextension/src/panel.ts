@@ -7,13 +7,19 @@
  * MatrixLab right after its test said "Not reachable", asks first.
  */
 
-import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import { Dialog, Notification } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { DEFAULTS } from './defaults';
-import { confirmPassThrough } from './dialog';
+import { confirmPassThrough, launchTrapped } from './dialog';
 import { trans } from './i18n';
-import { backendLabel, BACKENDS, statusText, TOKEN_NOTE } from './labels';
+import {
+  backendLabel,
+  BACKENDS,
+  saveOutcome,
+  statusText,
+  TOKEN_NOTE
+} from './labels';
 import { LifecycleCard } from './lifecycle';
 import type { SandboxModel } from './model';
 import { el } from './render';
@@ -352,19 +358,29 @@ export class SandboxPanel extends Widget {
     ) {
       return true;
     }
-    const answer = await showDialog({
+    const where = url || trans.__('the default URL');
+    const blocker = this.lifecycle.startBlocker;
+    const dialog = new Dialog({
       title: trans.__('Save an unreachable MatrixLab?'),
-      body: trans.__(
-        'The Runner at %1 did not answer the connection test a moment ago. If you save MatrixLab now, every snippet fails until the Runner answers. Start it first (the card below can), or keep the current backend.',
-        url || trans.__('the default URL')
-      ),
+      // "The card below can" only when its Start button works; else why it cannot.
+      body:
+        blocker === null
+          ? trans.__(
+              'The Runner at %1 did not answer the connection test a moment ago. If you save MatrixLab now, every snippet fails until the Runner answers. Start it first (the card below can), or keep the current backend.',
+              where
+            )
+          : trans.__(
+              'The Runner at %1 did not answer the connection test a moment ago. If you save MatrixLab now, every snippet fails until the Runner answers. Start it first (the card below cannot: %2), or keep the current backend.',
+              where,
+              blocker
+            ),
       buttons: [
         Dialog.cancelButton({ label: trans.__('Cancel') }),
         Dialog.warnButton({ label: trans.__('Save anyway') })
       ],
       defaultButton: 0
     });
-    return answer.button.accept;
+    return (await launchTrapped(dialog)).button.accept;
   }
 
   private async save(): Promise<void> {
@@ -387,14 +403,15 @@ export class SandboxPanel extends Widget {
       const status = await this.model.client.configure(changes, off);
       this.model.set(status);
       this.fill(status);
-      const text = trans.__('Saved. %1.', statusText(status, null));
-      this.say(text, false);
-      Notification.success(
-        trans.__('Sandbox settings saved. %1.', statusText(status, null)),
-        {
-          autoClose: 4000
-        }
+      const outcome = saveOutcome(status, changes.backend);
+      // Saved either way: the line stays a status, the toast carries the warning.
+      this.say(
+        outcome.type === 'success'
+          ? trans.__('Saved. %1.', statusText(status, null))
+          : outcome.message,
+        false
       );
+      Notification.emit(outcome.message, outcome.type, { autoClose: 6000 });
     } catch (error) {
       this.say(error instanceof Error ? error.message : String(error), true);
     }

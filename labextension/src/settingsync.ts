@@ -13,6 +13,7 @@ import type { ISettingRegistry } from '@jupyterlab/settingregistry';
 
 import { messageOf } from './flow';
 import { trans } from './i18n';
+import { saveOutcome } from './labels';
 import type { SandboxModel } from './model';
 import type { IMaskedSettings, SettingsUpdate } from './types';
 
@@ -123,9 +124,8 @@ export class SettingsSync {
       }
       const next = await this.model.client.configure(changes, off);
       this.model.set(next);
-      Notification.success(trans.__('Sandbox settings saved.'), {
-        autoClose: 4000
-      });
+      const outcome = saveOutcome(next, changes.backend as string | undefined);
+      Notification.emit(outcome.message, outcome.type, { autoClose: 6000 });
     } catch (error) {
       Notification.error(
         trans.__('Sandbox settings not saved: %1', messageOf(error)),
