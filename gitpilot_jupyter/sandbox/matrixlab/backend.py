@@ -27,10 +27,11 @@ import httpx
 
 from ...tls import tls_context
 from ..backend import OutputCallback, ResourceLimits, RunRequest, SandboxBackend
-from ..errors import BackendFailure
+from ..errors import BackendFailure, ContainmentUnavailable
 from ..languages import canonical_language
 from ..output import cap_text
 from ..results import RunResult
+from .config import RUNNER_MAX_WORKSPACE_MB, network_refusal
 from .protocol import (
     BANNER,
     DOCKER_RUN_FAILED_EXIT,
@@ -107,11 +108,15 @@ class MatrixLabSandbox(SandboxBackend):
         token: str = "",
         image: str = "",
         transport: httpx.AsyncBaseTransport | None = None,
+        network_isolated: bool = False,
+        max_workspace_mb: int = RUNNER_MAX_WORKSPACE_MB,
     ) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self.image = image
         self._transport = transport
+        self.network_isolated = network_isolated
+        self.max_workspace_mb = max_workspace_mb
 
     def _client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -139,6 +144,12 @@ class MatrixLabSandbox(SandboxBackend):
     def limit_notes(self, limits: ResourceLimits) -> list[str]:
         """Limits the Runner cannot honour as asked (plans show them, results carry them)."""
         return limit_notes(limits)
+
+    def refusal(self, *, allow_network: bool = False) -> ContainmentUnavailable | None:
+        """Network on is refused unless the administrator says the Runner isolates it."""
+        return network_refusal(
+            self.url, isolated=self.network_isolated, allow_network=allow_network
+        )
 
     # -- HTTP ---------------------------------------------------------------------------
 
@@ -354,7 +365,12 @@ class MatrixLabSandbox(SandboxBackend):
         if request.file is None:
             archive = await asyncio.to_thread(_zip_texts, files)
         else:
-            archive = await asyncio.to_thread(zip_workspace, request.file.parent, extra=files)
+            archive = await asyncio.to_thread(
+                zip_workspace,
+                request.file.parent,
+                self.max_workspace_mb * 1024 * 1024,
+                extra=files,
+            )
         body = {
             "cmd": wrapped_command(
                 argv, request.timeout_sec, marker, stdin="file" if stdin is not None else "none"

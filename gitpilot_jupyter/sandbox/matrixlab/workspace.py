@@ -2,7 +2,11 @@
 
 Skipped: ``.git`` and other VCS folders, virtualenvs (any folder holding a
 ``pyvenv.cfg``), ``node_modules``, caches, ``dist``, ``build`` and every
-symlink. The Runner refuses workspaces over 500 MiB; so do we, before sending.
+symlink. The Runner refuses workspaces over 500 MiB; we refuse those over the
+administrator's cap (``matrixlab_max_workspace_mb``, at most the Runner's) before
+sending. The Runner's protocol takes the workspace as base64 inside a JSON body
+(``/run`` and ``/workspaces/upload`` alike), so it cannot be streamed: the cap is
+what bounds the server's memory for one file run (about 2.4 times the cap).
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import InvalidRequest
+from .config import RUNNER_MAX_WORKSPACE_MB
 
-MAX_WORKSPACE_BYTES = 500 * 1024 * 1024
+MAX_WORKSPACE_BYTES = RUNNER_MAX_WORKSPACE_MB * 1024 * 1024
 
 SKIPPED_DIRS = frozenset(
     {
@@ -72,8 +77,10 @@ def zip_workspace(
                 total += path.stat().st_size
                 if total > max_bytes:
                     raise InvalidRequest(
-                        f"the workspace {str(folder)!r} is larger than {max_bytes} bytes; "
-                        "the Runner refuses it"
+                        f"the folder {str(folder)!r} of this file run holds more than "
+                        f"{max_bytes // (1024 * 1024)} MiB to send to the MatrixLab Runner "
+                        f"(matrixlab_max_workspace_mb); nothing was sent. Move the file to a "
+                        "smaller folder, or ask an administrator to raise the cap"
                     )
                 name = path.relative_to(root).as_posix()
                 if extra is None or name not in extra:

@@ -8,6 +8,7 @@ every time, and the backend objects (the local ones kept, MatrixLab made per cal
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ..backend import ResourceLimits, SandboxBackend
 from ..errors import BackendNotAllowed, UnknownBackend
@@ -16,6 +17,9 @@ from ..local.backends import NullSandbox, SubprocessSandbox
 from ..local.isolation import Isolator
 from ..local.pool import PoolConfig
 from ..settings import BACKENDS, EffectiveSettings, SandboxSettings, SettingsStore, check_backend
+
+if TYPE_CHECKING:
+    from ..matrixlab.config import LifecycleConfig
 
 
 def limits_of(settings: SandboxSettings) -> ResourceLimits:
@@ -39,8 +43,11 @@ class BackendResolver:
         isolator: Isolator | None = None,
         allowed_backends: Iterable[str] | None = None,
         pool: PoolConfig | None = None,
+        matrixlab_config: LifecycleConfig | None = None,
     ) -> None:
         self.settings = settings
+        #: The administrator's description of the Runner's host (env applies per call).
+        self.matrixlab_config = matrixlab_config
         self.interpreters = interpreters
         self.allowed_backends = tuple(allowed_backends) if allowed_backends else BACKENDS
         self.local: dict[str, SandboxBackend] = {
@@ -81,14 +88,17 @@ class BackendResolver:
         if name in self.local:
             return self.local[name]
         from ..matrixlab.backend import MatrixLabSandbox
+        from ..matrixlab.config import LifecycleConfig
 
         if settings is None:
             settings = self.settings.effective().settings
-
+        host = (self.matrixlab_config or LifecycleConfig()).with_env(self.settings.environ)
         return MatrixLabSandbox(
             url=settings.matrixlab_url,
             token=settings.matrixlab_token,
             image=settings.matrixlab_image,
+            network_isolated=host.network_isolated,
+            max_workspace_mb=host.max_workspace_mb,
         )
 
     def command(self, language: str) -> list[str]:
