@@ -16,7 +16,9 @@ from gitpilot_jupyter.sandbox.settings import SettingsStore
 from tests.matrixlab.conftest import sent_requests
 from tests.support.standin_fixture import StandinRunner
 
-NETWORK_ON = RunOptions(language="python", code="print('hi')", allow_network=True, backend="matrixlab")
+NETWORK_ON = RunOptions(
+    language="python", code="print('hi')", allow_network=True, backend="matrixlab"
+)
 
 
 async def test_network_on_is_refused_in_the_plan_with_the_reason(
