@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import shlex
 import shutil
 import time
@@ -32,6 +33,7 @@ from .config import (
     run_command_line,
 )
 from .docker_steps import (
+    MANAGED_LABEL,
     StepFailed,
     Transcript,
     container_logs,
@@ -40,11 +42,17 @@ from .docker_steps import (
     error_text,
     find_container,
     has_image,
+    is_managed,
+    stale_reasons,
 )
 from .ops import ProgressCallback
 
 _END = object()
 _HEALTH_POLL_SEC = 0.3
+#: Bytes of randomness in a token ``start`` makes when none is set.
+TOKEN_BYTES = 32
+#: Saves a token ``start`` made as ``matrixlab_token`` (write-only, where the settings keep it).
+SaveToken = Callable[[str], object]
 
 
 def _crashed(container: Any) -> bool:
@@ -89,10 +97,12 @@ class MatrixLabLifecycle:
         token: str = "",
         environ: Mapping[str, str] | None = None,
         config_dir: Path | None = None,
+        save_token: SaveToken | None = None,
     ) -> None:
         self.config = config
         self.url = url.rstrip("/")
         self.token = token
+        self.save_token = save_token
         self.environ = os.environ if environ is None else environ
         self.jobs_dir = config.jobs_path(config_dir or Path.home() / ".gitpilot")
         #: Something the user should fix although the action succeeded.
@@ -147,7 +157,21 @@ class MatrixLabLifecycle:
             "id": container.short_id,
             "state": container.status,
             "image": (container.attrs.get("Config") or {}).get("Image"),
+            # What ``start`` would replace it for (a token or image that changed).
+            "stale": self._stale(client, container),
         }
+
+    def _stale(self, client: Any, container: Any) -> list[str]:
+        config = self.config
+        return stale_reasons(
+            client,
+            container,
+            image=config.runner_image,
+            token_env=TOKEN_ENV,
+            token=self.token,
+            port=(config.bind_address, config.port_for(self.url)),
+            container_port=config.container_port,
+        )
 
     # -- actions --------------------------------------------------------------------------
 
@@ -232,7 +256,11 @@ class MatrixLabLifecycle:
 
         async def body(client: Any, transcript: Transcript) -> None:
             name = self.config.container_name
+            if not self.token:
+                self._make_token(transcript)
             container = await asyncio.to_thread(find_container, client, name)
+            if container is not None:
+                container = await self._replace_stale(client, container, transcript)
             created = container is None
             if container is None:
                 if not await asyncio.to_thread(has_image, client, self.config.runner_image):
@@ -265,6 +293,51 @@ class MatrixLabLifecycle:
 
         return await self._act("start", body)
 
+    def _make_token(self, transcript: Transcript) -> None:
+        """Make a token and save it as ``matrixlab_token``: never start an open Runner."""
+        cmd = "jupyter sandbox config --set matrixlab_token=***"
+        if self.save_token is None:
+            transcript.add(cmd, 1, stderr="no settings to save a token in")
+            raise StepFailed(
+                "no matrixlab_token is set and none can be saved here: set one, the Runner "
+                "is never started without a token"
+            )
+        token = secrets.token_urlsafe(TOKEN_BYTES)
+        try:
+            self.save_token(token)
+        except Exception as exc:  # SettingsNotSaved, or a store of another kind
+            transcript.add(cmd, 1, stderr=str(exc))
+            raise StepFailed(f"could not save a new matrixlab_token: {exc}") from exc
+        self.token = token
+        transcript.add(
+            cmd, 0, "no matrixlab_token was set: made one and saved it (write-only, never shown)"
+        )
+
+    async def _replace_stale(self, client: Any, container: Any, transcript: Transcript) -> Any:
+        """``container`` when it is as ``start`` would create it, else None once removed.
+
+        A container started with another token, image or port would be reused by name:
+        open to anyone (no token), refusing every run (another token) or out of date.
+        """
+        reasons = await asyncio.to_thread(self._stale, client, container)
+        if not reasons:
+            return container
+        name = self.config.container_name
+        cmd = f"docker rm -f {shlex.quote(name)}"
+        if not is_managed(container):
+            transcript.add(cmd, 1, stderr="; ".join(reasons))
+            raise StepFailed(
+                f"a container named {name} that gitpilot-jupyter did not create is in the way "
+                f"({'; '.join(reasons)}): remove it, or set GITPILOT_MATRIXLAB_CONTAINER to "
+                "another name"
+            )
+        await transcript.call(
+            cmd,
+            lambda: container.remove(force=True),
+            describe=lambda _: f"replaced, as {'; '.join(reasons)}",
+        )
+        return None
+
     def _run_container(self, client: Any) -> Any:
         """``docker run -d ...`` (blocking); a container left in "created" is removed."""
         config, jobs = self.config, self.jobs_dir
@@ -288,7 +361,7 @@ class MatrixLabLifecycle:
                 volumes=volumes,
                 environment=environment,
                 restart_policy={"Name": config.restart_policy},
-                labels={"org.gitpilot.managed-by": "gitpilot-jupyter"},
+                labels=dict([MANAGED_LABEL]),
             )
         except Exception:
             left = find_container(client, config.container_name)
@@ -299,7 +372,8 @@ class MatrixLabLifecycle:
     async def _wait_healthy(self, client: Any, name: str, transcript: Transcript) -> None:
         """Wait for ``/health`` (and the token) where the container was published.
 
-        Gives up at once when the container exits or restarts (a crash loop).
+        Gives up at once when the container exits or restarts (a crash loop), or
+        when what answers refuses the token.
         """
         started = time.monotonic()
         url = self.config.published_url(self.url)
@@ -307,6 +381,8 @@ class MatrixLabLifecycle:
         deadline = started + self.config.start_wait_sec
         health = await backend.health()
         while not health["ok"] and time.monotonic() < deadline:
+            if health.get("token") in ("rejected", "required"):
+                break  # up, but not with our token: waiting will not change it
             container = await asyncio.to_thread(find_container, client, name)
             if container is None or _crashed(container):
                 break

@@ -74,6 +74,7 @@ class MatrixLabOperations:
             token=settings.matrixlab_token,
             environ=self.settings.environ,
             config_dir=self.settings.config_dir,
+            save_token=lambda token: self.settings.update({"matrixlab_token": token}),
         )
 
     async def lifecycle(
