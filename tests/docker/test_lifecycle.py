@@ -142,16 +142,22 @@ async def test_old_job_folders_are_pruned_and_new_ones_kept(
     for folder in (old, recent):
         (folder / "ws").mkdir(parents=True)
         (folder / "ws" / "main.py").write_text("print(1)\n")
-    two_hours_ago = time.time() - 2 * JOBS_MAX_AGE_SEC
-    os.utime(old, (two_hours_ago, two_hours_ago))
+    long_ago = time.time() - 2 * JOBS_MAX_AGE_SEC  # twice the longest run
+    os.utime(old, (long_ago, long_ago))
     started = await lifecycle_service.matrixlab.lifecycle("start")
     assert started["ok"] is True, started
     prune = started["steps"][-1]
     assert prune["cmd"].startswith(f"find {jobs} ") and prune["stdout"] == "removed 1 job folder"
     assert not old.exists() and recent.exists()
-    # The Runner leaves a job folder per run: the lifecycle is what keeps them in check.
+    # The Runner leaves a job folder per run and deletes none: after each run the backend
+    # removes those older than the Runner's longest run, without waiting for start or stop.
+    (old / "ws").mkdir(parents=True)
+    os.utime(old, (long_ago, long_ago))
+    before = set(job_folders(lifecycle_service))
     await run_here(lifecycle_service, language="python", code="print(1)", backend="matrixlab")
-    assert len(job_folders(lifecycle_service)) == 2
+    after = set(job_folders(lifecycle_service))
+    assert old not in after and recent in after
+    assert len(after - before) == 1, "the run's own folder is young: it stays until pruned"
 
 
 async def test_a_non_default_socket_is_mounted_where_the_runner_looks(

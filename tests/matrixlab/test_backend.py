@@ -266,7 +266,7 @@ async def test_a_runner_slower_than_its_budget_plus_grace_is_unreachable(
     [
         ("error500", "runner exploded"),
         ("error500-timeout", "context deadline exceeded"),
-        ("garbage", "<html>not json {"),
+        ("garbage", "an HTML page: not json {"),  # never its markup
         ("down-docker", "Docker"),
     ],
 )

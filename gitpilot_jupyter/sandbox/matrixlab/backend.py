@@ -32,6 +32,7 @@ from ..languages import canonical_language
 from ..output import cap_text
 from ..results import RunResult
 from .config import RUNNER_MAX_WORKSPACE_MB, network_refusal
+from .jobs import prune_job_folders
 from .protocol import (
     BANNER,
     DOCKER_RUN_FAILED_EXIT,
@@ -110,6 +111,7 @@ class MatrixLabSandbox(SandboxBackend):
         transport: httpx.AsyncBaseTransport | None = None,
         network_isolated: bool = False,
         max_workspace_mb: int = RUNNER_MAX_WORKSPACE_MB,
+        jobs_dir: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.token = token
@@ -117,6 +119,8 @@ class MatrixLabSandbox(SandboxBackend):
         self._transport = transport
         self.network_isolated = network_isolated
         self.max_workspace_mb = max_workspace_mb
+        #: The Runner's jobs folder on this host, where the lifecycle owns it: pruned after runs.
+        self.jobs_dir = jobs_dir
 
     def _client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -194,10 +198,12 @@ class MatrixLabSandbox(SandboxBackend):
         return payload, elapsed
 
     async def health(self) -> dict[str, Any]:
-        """``{"ok", "error", "remote", "token"}``: ``/health``, then the token; never raises.
+        """``{"ok", "error", "remote", "token", "run"}``: ``/health``, the token, then a
+        one-line snippet on the configured image (:func:`.probe.snippet_problem`); never raises.
 
         ``/health`` needs no token, so a Runner that refuses ours would look fine there:
-        the token is checked on a protected route that runs nothing.
+        the token is checked on a protected route that runs nothing. ``run`` is False
+        when the Runner is up and takes the token but the snippet failed.
         """
         try:
             async with self._client() as client:
@@ -227,8 +233,20 @@ class MatrixLabSandbox(SandboxBackend):
                 "set matrixlab_token to its MATRIXLAB_BEARER_TOKEN"
             )
             return {"ok": False, "error": error, "remote": remote, "token": state}
+        if token.status_code != 422:
+            from .probe import token_check_failure
+
+            error, hint = token_check_failure(token)
+            return {"ok": False, "error": f"{error}; {hint}", "remote": remote, "token": None}
         state = "accepted" if self.token else "not required"
-        return {"ok": True, "error": None, "remote": remote, "token": state}
+        # Healthy and the token taken, yet every run may fail: run one (kept briefly).
+        from .probe import snippet_problem
+
+        problem = await snippet_problem(self)
+        if problem is not None:
+            error = f"{problem[0]}; {problem[1]}"
+            return {"ok": False, "error": error, "remote": remote, "token": state, "run": False}
+        return {"ok": True, "error": None, "remote": remote, "token": state, "run": True}
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -276,6 +294,9 @@ class MatrixLabSandbox(SandboxBackend):
                 "its answer lost the output"
             )
             return result
+        finally:
+            if self.jobs_dir:
+                await asyncio.to_thread(prune_job_folders, self.jobs_dir)
         self._fill(result, payload, marker, timeout_sec, budget, elapsed, request.max_output_bytes)
         if on_output is not None:
             # The Runner answers once at the end: the output comes in one piece per stream.

@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from ..errors import ContainmentUnavailable, InvalidSetting, LifecycleDisabled
 from ..settings import env_flag, parse_flag
+from .protocol import MAX_RUNNER_TIMEOUT_SEC
 
 LIFECYCLE_FLAG = "GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE"
 RUNNER_IMAGE = "ruslanmv/matrixlab-runner:latest"
@@ -41,9 +42,9 @@ ENV_VARS = {
 TOKEN_ENV = "MATRIXLAB_BEARER_TOKEN"
 #: Where the Runner looks for the Docker socket inside its container, whatever the host path.
 RUNNER_DOCKER_SOCKET = "/var/run/docker.sock"
-#: Job folders (one per run, never deleted by the Runner) older than this are pruned by
-#: ``start`` and ``stop``; a run lasts at most the Runner's 900 s.
-JOBS_MAX_AGE_SEC = 3600
+#: Job folders (one per run, never deleted by the Runner) older than this are pruned
+#: after each run and by ``start`` and ``stop``: a run lasts at most the Runner's 900 s.
+JOBS_MAX_AGE_SEC = MAX_RUNNER_TIMEOUT_SEC + 60
 #: The Runner refuses workspaces over 500 MiB; an administrator may set a smaller cap.
 RUNNER_MAX_WORKSPACE_MB = 500
 

@@ -14,7 +14,6 @@ import json
 import os
 import secrets
 import shlex
-import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -45,6 +44,7 @@ from .docker_steps import (
     is_managed,
     stale_reasons,
 )
+from .jobs import prune_job_folders
 from .ops import ProgressCallback
 
 _END = object()
@@ -59,31 +59,6 @@ def _crashed(container: Any) -> bool:
     """Exited, dead, or restarting after an exit: it will not answer by itself."""
     restarts = (container.attrs or {}).get("RestartCount") or 0
     return container.status in ("exited", "dead", "restarting") or restarts > 0
-
-
-def prune_job_folders(
-    jobs_dir: str, max_age_sec: float = JOBS_MAX_AGE_SEC
-) -> tuple[int, list[str]]:
-    """Remove ``job-*`` folders older than ``max_age_sec`` (blocking): (count, failures)."""
-    removed, failed = 0, []
-    cutoff = time.time() - max_age_sec
-    try:
-        entries = list(os.scandir(jobs_dir))
-    except FileNotFoundError:
-        return 0, []
-    except OSError as exc:
-        return 0, [f"{jobs_dir}: {exc.strerror or exc}"]
-    for entry in entries:
-        if not entry.name.startswith("job-") or not entry.is_dir(follow_symlinks=False):
-            continue
-        try:
-            if entry.stat(follow_symlinks=False).st_mtime >= cutoff:
-                continue
-            shutil.rmtree(entry.path)
-            removed += 1
-        except OSError as exc:
-            failed.append(f"{entry.path}: {exc.strerror or exc}")
-    return removed, failed
 
 
 class MatrixLabLifecycle:
@@ -118,8 +93,11 @@ class MatrixLabLifecycle:
             "docker_available": False,
             "docker_error": None,
             "installed": False,  # unknown without Docker; a UI reads it as "not installed"
-            # Up and healthy; a refused token is a setting to fix, not a Runner that is down.
-            "running": bool(health["ok"]) or health.get("token") in ("rejected", "required"),
+            # Up and healthy; a refused token or a failing snippet is something to fix,
+            # not a Runner that is down.
+            "running": bool(health["ok"])
+            or health.get("token") in ("rejected", "required")
+            or health.get("run") is False,
             "health_error": health["error"],
             "url": self.url,
             "host_port": self.config.port_for(self.url),
@@ -381,21 +359,23 @@ class MatrixLabLifecycle:
         deadline = started + self.config.start_wait_sec
         health = await backend.health()
         while not health["ok"] and time.monotonic() < deadline:
-            if health.get("token") in ("rejected", "required"):
-                break  # up, but not with our token: waiting will not change it
+            if health.get("token") in ("rejected", "required") or health.get("run") is False:
+                break  # up, but refusing our token or failing a snippet: waiting changes nothing
             container = await asyncio.to_thread(find_container, client, name)
             if container is None or _crashed(container):
                 break
             await asyncio.sleep(_HEALTH_POLL_SEC)
             health = await backend.health()
         cmd = f"curl -fsS {shlex.quote(url + '/health')}"
-        if health["ok"]:
+        if health["ok"] or health.get("run") is False:
             transcript.add(cmd, 0, json.dumps(health["remote"]), ms=elapsed_ms(started))
+            warnings = [] if health["ok"] else [f"the Runner is up, but {health['error']}"]
             if url.rstrip("/") != self.url:
-                self.warning = (
+                warnings.append(
                     f"the Runner answers at {url}, but matrixlab_url is {self.url}: "
                     f"set matrixlab_url to {url}"
                 )
+            self.warning = "; ".join(warnings) or None
             return
         logs = await asyncio.to_thread(container_logs, client, name)
         transcript.add(cmd, 1, logs, str(health["error"]), elapsed_ms(started))

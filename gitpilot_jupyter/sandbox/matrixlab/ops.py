@@ -61,7 +61,11 @@ class MatrixLabOperations:
         settings = self.settings.effective().settings
         target = str(validate_setting("matrixlab_url", url)) if url else None
         return await check_connection(
-            settings.matrixlab_url, settings.matrixlab_token, url=target, token=token
+            settings.matrixlab_url,
+            settings.matrixlab_token,
+            url=target,
+            token=token,
+            image=settings.matrixlab_image,
         )
 
     def _lifecycle(self) -> Any:

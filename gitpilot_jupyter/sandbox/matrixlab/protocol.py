@@ -15,9 +15,7 @@ from typing import Any
 import httpx
 
 from ..errors import BackendFailure, BackendUnreachable
-
-#: How much of a Runner error body a message quotes.
-BODY_EXCERPT_CHARS = 400
+from .excerpt import BODY_EXCERPT_CHARS, readable_excerpt
 
 #: The line the Runner puts before a step's stdout.
 BANNER = re.compile(r"\A== Matrix Lab step: command ==\r?\n")
@@ -84,8 +82,8 @@ def auth_headers(token: str) -> dict[str, str]:
 
 
 def body_excerpt(response: httpx.Response) -> str:
-    """The first 400 characters of a response body, for error messages."""
-    return response.text[:BODY_EXCERPT_CHARS]
+    """The first 400 characters of a response body, for error messages (an HTML page as text)."""
+    return readable_excerpt(response.text, BODY_EXCERPT_CHARS)
 
 
 def health_document(response: httpx.Response) -> dict[str, Any] | None:

@@ -99,6 +99,7 @@ class BackendResolver:
             image=settings.matrixlab_image,
             network_isolated=host.network_isolated,
             max_workspace_mb=host.max_workspace_mb,
+            jobs_dir=host.jobs_path(self.settings.config_dir),
         )
 
     def command(self, language: str) -> list[str]:

@@ -1,0 +1,40 @@
+"""The Runner's job folders on this host: one per run, never deleted by the Runner itself.
+
+Each holds the run's workspace (the snippet's code, what it wrote) and its output
+folder. Where the lifecycle owns the jobs folder (it mounts it into the Runner at
+the same path), the backend prunes it after every run and the lifecycle at start
+and stop: a folder older than the Runner's longest run cannot be in use.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+from .config import JOBS_MAX_AGE_SEC
+
+
+def prune_job_folders(
+    jobs_dir: str, max_age_sec: float = JOBS_MAX_AGE_SEC
+) -> tuple[int, list[str]]:
+    """Remove ``job-*`` folders older than ``max_age_sec`` (blocking): (count, failures)."""
+    removed, failed = 0, []
+    cutoff = time.time() - max_age_sec
+    try:
+        entries = list(os.scandir(jobs_dir))
+    except FileNotFoundError:
+        return 0, []
+    except OSError as exc:
+        return 0, [f"{jobs_dir}: {exc.strerror or exc}"]
+    for entry in entries:
+        if not entry.name.startswith("job-") or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime >= cutoff:
+                continue
+            shutil.rmtree(entry.path)
+            removed += 1
+        except OSError as exc:
+            failed.append(f"{entry.path}: {exc.strerror or exc}")
+    return removed, failed
