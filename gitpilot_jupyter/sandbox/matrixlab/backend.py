@@ -32,7 +32,7 @@ from ..languages import canonical_language
 from ..output import cap_text
 from ..results import RunResult
 from .config import RUNNER_MAX_WORKSPACE_MB, network_refusal
-from .jobs import prune_job_folders
+from .jobs import forget_run
 from .protocol import (
     BANNER,
     DOCKER_RUN_FAILED_EXIT,
@@ -282,7 +282,7 @@ class MatrixLabSandbox(SandboxBackend):
             isolation=self.isolation(),
             notes=limit_notes(limits),
         )
-        started = time.monotonic()
+        started, since, ran = time.monotonic(), time.time(), True
         try:
             payload, elapsed = await self._post_run(path, body, budget)
         except _RunnerTimeout:
@@ -294,9 +294,15 @@ class MatrixLabSandbox(SandboxBackend):
                 "its answer lost the output"
             )
             return result
+        except BaseException:
+            ran = False  # the Runner may never have made the folder: only prune old ones
+            raise
         finally:
             if self.jobs_dir:
-                await asyncio.to_thread(prune_job_folders, self.jobs_dir)
+                name = SNIPPET_FILES[language] if request.file is None else request.file.name
+                await asyncio.to_thread(
+                    forget_run, self.jobs_dir, name, request.code, since, ran=ran
+                )
         self._fill(result, payload, marker, timeout_sec, budget, elapsed, request.max_output_bytes)
         if on_output is not None:
             # The Runner answers once at the end: the output comes in one piece per stream.

@@ -38,3 +38,46 @@ def prune_job_folders(
         except OSError as exc:
             failed.append(f"{entry.path}: {exc.strerror or exc}")
     return removed, failed
+
+
+def run_folder(jobs_dir: str, filename: str, code: str, since: float) -> str | None:
+    """The job folder of the run that wrote ``code`` as ``ws/<filename>`` (blocking).
+
+    Only folders made at or after ``since`` (a wall-clock time) count, and only when
+    exactly one matches: two runs of the same code at once leave both to
+    :func:`prune_job_folders`, as a folder of a run under way must never go.
+    """
+    wanted = code.encode("utf-8")
+    found: list[str] = []
+    try:
+        entries = list(os.scandir(jobs_dir))
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.name.startswith("job-") or not entry.is_dir(follow_symlinks=False):
+            continue
+        path = os.path.join(entry.path, "ws", filename)
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime < since - 1:
+                continue
+            if os.path.getsize(path) != len(wanted):
+                continue
+            with open(path, "rb") as handle:
+                if handle.read() == wanted:
+                    found.append(entry.path)
+        except OSError:
+            continue
+    return found[0] if len(found) == 1 else None
+
+
+def forget_run(jobs_dir: str, filename: str, code: str, since: float, *, ran: bool) -> None:
+    """After a run: remove its own job folder (when the Runner ran it), then the old ones.
+
+    Blocking. What cannot be removed (a file the snippet made read-only to us) stays
+    for the next prune; nothing here fails a run.
+    """
+    if ran:
+        folder = run_folder(jobs_dir, filename, code, since)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+    prune_job_folders(jobs_dir)
