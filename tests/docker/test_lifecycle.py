@@ -241,7 +241,7 @@ async def test_start_without_a_token_makes_and_saves_one(
 ) -> None:
     service = lifecycle_service
     service.settings.update({"matrixlab_token": ""})
-    started = await service.lifecycle("start")
+    started = await service.matrixlab.lifecycle("start")
     assert started["ok"] is True, started
     token = service.settings.effective().settings.matrixlab_token
     assert len(token) >= 40, "no token was made"
@@ -260,15 +260,15 @@ async def test_a_changed_token_recreates_the_container_at_once(
     lifecycle_service: SandboxService,
 ) -> None:
     service = lifecycle_service
-    first = await service.lifecycle("start")
+    first = await service.matrixlab.lifecycle("start")
     assert first["ok"] is True, first
     old_token = service.settings.effective().settings.matrixlab_token
     service.settings.update({"matrixlab_token": "changed-" + old_token})
-    assert (await service.lifecycle("status"))["container"]["stale"] == [
+    assert (await service.matrixlab.lifecycle("status"))["container"]["stale"] == [
         "its bearer token is not the saved matrixlab_token"
     ]
     began = time.monotonic()
-    again = await service.lifecycle("start")
+    again = await service.matrixlab.lifecycle("start")
     took = time.monotonic() - began
     assert again["ok"] is True and again["running"] is True, again
     assert took < 15, f"start took {took:.1f} s"
@@ -289,7 +289,7 @@ async def test_an_open_runner_left_by_an_earlier_start_is_replaced(
 ) -> None:
     """A container created without a token (as an older version did) is not reused."""
     service = lifecycle_service
-    status = await service.lifecycle("status")
+    status = await service.matrixlab.lifecycle("status")
     jobs = status["jobs_dir"]
     Path(jobs).mkdir(parents=True, exist_ok=True)
     docker_engine.containers.run(
@@ -304,9 +304,9 @@ async def test_an_open_runner_left_by_an_earlier_start_is_replaced(
         environment={"MATRIXLAB_LOCAL_JOBS_DIR": jobs, "MATRIXLAB_HOST_JOBS_DIR": jobs},
         labels={"org.gitpilot.managed-by": "gitpilot-jupyter"},
     )
-    stale = (await service.lifecycle("status"))["container"]["stale"]
+    stale = (await service.matrixlab.lifecycle("status"))["container"]["stale"]
     assert stale == ["it runs without a bearer token (open to anyone who reaches it)"]
-    started = await service.lifecycle("start")
+    started = await service.matrixlab.lifecycle("start")
     assert started["ok"] is True, started
     assert unauthenticated_run(started["url"]) == 401
 
@@ -314,13 +314,13 @@ async def test_an_open_runner_left_by_an_earlier_start_is_replaced(
 async def test_a_changed_runner_image_recreates_the_container(
     lifecycle_service: SandboxService, docker_engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first = await lifecycle_service.lifecycle("start")
+    first = await lifecycle_service.matrixlab.lifecycle("start")
     assert first["ok"] is True, first
     retagged = f"gitpilot-test/matrixlab-runner-standin:{first['container_name']}"
     docker_engine.images.get(RUNNER_IMAGE).tag(retagged)
     try:
         monkeypatch.setenv("GITPILOT_MATRIXLAB_RUNNER_IMAGE", retagged)
-        again = await lifecycle_service.lifecycle("start")
+        again = await lifecycle_service.matrixlab.lifecycle("start")
         assert again["ok"] is True, again
         assert again["container"]["image"] == retagged
         assert again["container"]["id"] != first["container"]["id"]
@@ -334,9 +334,9 @@ async def test_a_changed_runner_image_recreates_the_container(
 async def test_a_container_gitpilot_did_not_create_is_left_alone(
     lifecycle_service: SandboxService, docker_engine: Any
 ) -> None:
-    status = await lifecycle_service.lifecycle("status")
+    status = await lifecycle_service.matrixlab.lifecycle("status")
     other = docker_engine.containers.create(BASE_IMAGE, name=status["container_name"])
-    answer = await lifecycle_service.lifecycle("start")
+    answer = await lifecycle_service.matrixlab.lifecycle("start")
     assert answer["ok"] is False and "did not create" in answer["error"]
     assert docker_engine.containers.get(status["container_name"]).id == other.id
 

@@ -32,7 +32,7 @@ async def test_network_on_is_refused_in_the_plan_with_the_reason(
     assert "Runner's own API" in message and "matrixlab_network_isolated" in message
     # Network off still plans, and the refusal sent nothing to the Runner.
     plan = await matrixlab_service.plan(NETWORK_ON.but(allow_network=False))
-    assert plan.backend == "matrixlab"
+    assert plan.spec.backend == "matrixlab"
     assert len(sent_requests(runner_standin)) == before
 
 

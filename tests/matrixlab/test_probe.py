@@ -192,7 +192,7 @@ async def test_a_configured_image_the_runner_cannot_pull_is_not_ok(
     matrixlab_service.settings.update({"backend": "matrixlab", "matrixlab_image": image})
     status = await matrixlab_service.status()
     assert status["ok"] is False and "cannot be pulled" in str(status["error"])
-    tested = await matrixlab_service.test_matrixlab()
+    tested = await matrixlab_service.matrixlab.test_connection()
     assert tested["ok"] is False and "cannot be pulled" in tested["hint"]
 
 
