@@ -7,12 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from traitlets import TraitError
 
 from gitpilot_jupyter.sandbox.errors import ContainmentUnavailable, InvalidSetting
 from gitpilot_jupyter.sandbox.matrixlab.config import LifecycleConfig
 from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
+from gitpilot_jupyter.server.app import SandboxApp
 from tests.matrixlab.conftest import sent_requests
 from tests.support.standin_fixture import StandinRunner
 
@@ -64,3 +66,13 @@ def test_the_env_flag_and_the_workspace_cap_are_checked() -> None:
         LifecycleConfig().with_env({"GITPILOT_MATRIXLAB_MAX_WORKSPACE_MB": "501"})
     config = LifecycleConfig().with_env({"GITPILOT_MATRIXLAB_MAX_WORKSPACE_MB": "2"})
     assert config.max_workspace_mb == 2
+
+
+def test_the_server_traits_reach_the_runner_host_config() -> None:
+    app = SandboxApp()
+    app.matrixlab_network_isolated = True
+    app.matrixlab_max_workspace_mb = 20
+    config = app.build_lifecycle_config()
+    assert (config.network_isolated, config.max_workspace_mb) == (True, 20)
+    with pytest.raises(TraitError, match="1 to 500"):
+        app.matrixlab_max_workspace_mb = 501
