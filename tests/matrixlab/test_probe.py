@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -239,7 +240,12 @@ def not_http_listener() -> Iterator[str]:
             except OSError:
                 continue
             with conn:
+                # As sshd does: greet, then wait for the client (until it hangs up).
                 conn.sendall(b"SSH-2.0-OpenSSH_9.2p1\r\n")
+                conn.settimeout(10)
+                with contextlib.suppress(OSError):
+                    while conn.recv(4096):
+                        pass
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()

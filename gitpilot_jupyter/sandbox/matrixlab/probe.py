@@ -10,6 +10,7 @@ often. Works with unsaved values; the token never appears in the report.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ssl
 import time
@@ -46,6 +47,42 @@ BUSY_HINT = (
     "once, or a large file run, which holds Runner 0.1.0 up) or stuck; wait and test "
     "again, and look at its load (`docker stats`) and `docker logs` of the Runner"
 )
+
+NOT_HTTP_HINT = (
+    "something that does not speak HTTP listens at this host and port (a database, "
+    "ssh, another service): check the port of matrixlab_url"
+)
+#: Seconds :func:`_first_bytes` waits for a listener's first bytes.
+FIRST_BYTES_SEC = 2.0
+
+
+async def _first_bytes(url: str) -> bytes | None:
+    """What a plain-HTTP listener at ``url`` sends first to a bare ``GET /health``.
+
+    None when nothing comes within :data:`FIRST_BYTES_SEC` (a busy server), or for an
+    https URL. An ssh or database port greets in its own protocol: httpx then waits for
+    headers that never come, so its timeout alone would look like a busy Runner.
+    """
+    parsed = urlparse(url)
+    if parsed.scheme != "http" or parsed.hostname is None:
+        return None
+    host, port = parsed.hostname, parsed.port or 80
+    request = b"GET /health HTTP/1.0\r\nHost: " + parsed.netloc.encode() + b"\r\n\r\n"
+
+    async def greet() -> bytes:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(request)
+            await writer.drain()
+            return await reader.read(16)
+        finally:
+            writer.close()
+
+    try:
+        return await asyncio.wait_for(greet(), FIRST_BYTES_SEC) or None
+    except (OSError, asyncio.TimeoutError):
+        return None
+
 
 # -- the snippet -----------------------------------------------------------------------
 
@@ -204,7 +241,9 @@ class _Probe:
             )
             return False
         except httpx.TimeoutException:
-            self.fail(f"{self.url} did not answer within {PROBE_TIMEOUT_SEC:g} s", BUSY_HINT)
+            first = await _first_bytes(self.url)
+            hint = BUSY_HINT if first is None or first.startswith(b"HTTP/") else NOT_HTTP_HINT
+            self.fail(f"{self.url} did not answer within {PROBE_TIMEOUT_SEC:g} s", hint)
             return False
         except httpx.HTTPError as exc:
             self.fail(f"cannot reach {self.url}: {exc or type(exc).__name__}", await self._why(exc))
@@ -252,11 +291,9 @@ class _Probe:
                 f"the Runner speaks {urlparse(other).scheme}, not {scheme}: "
                 f"set matrixlab_url to {other}"
             )
-        if isinstance(exc, httpx.RemoteProtocolError):
-            return (
-                "something that does not speak HTTP listens at this host and port (a database, "
-                "ssh, another service): check the port of matrixlab_url"
-            )
+        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+            # It took the connection, then answered no HTTP (or hung up on ours).
+            return NOT_HTTP_HINT
         if _is_tls_mismatch(exc):
             return (
                 "the TLS handshake failed: if the Runner speaks plain HTTP, use http:// in "
