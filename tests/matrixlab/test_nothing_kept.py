@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -89,3 +91,24 @@ async def test_the_workspace_cap_refuses_a_large_folder_before_sending(
     assert "more than 1 MiB" in refused.value.message
     assert "matrixlab_max_workspace_mb" in refused.value.message
     assert len(sent_requests(runner_standin)) == before, "something was sent"
+
+
+async def test_a_large_file_run_is_streamed_not_held_in_memory(
+    runner_standin: StandinRunner, tmp_path: Path
+) -> None:
+    size = 30 * 1024 * 1024
+    (tmp_path / "data.bin").write_bytes(os.urandom(size))  # incompressible
+    script = tmp_path / "job.py"
+    script.write_text("import os; print(os.path.getsize('data.bin'))\n")
+    backend = MatrixLabSandbox(url=runner_standin.url, token=runner_standin.token)
+    request = RunRequest(language="python", code=script.read_text(), timeout_sec=30, file=script)
+    tracemalloc.start()
+    try:
+        result = await backend.run(request)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.exit_code == 0 and result.stdout == f"{size}\n", result.stderr
+    # Held at once: a chunk of the zip and its base64, not the 30 MiB workspace (the
+    # whole body, zip + base64 + JSON, was about 5 times the folder before).
+    assert peak < 8 * 1024 * 1024, f"peak {peak / 1e6:.1f} MB for a {size / 1e6:.0f} MB folder"

@@ -16,10 +16,7 @@ Runner's. Limits the Runner cannot honour are said in ``notes``. See
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
 import time
-import zipfile
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -60,7 +57,7 @@ from .protocol import (
     token_answer,
     unreachable,
 )
-from .workspace import zip_workspace
+from .workspace import request_content, zip_workspace
 from .wrapper import (
     START_ALLOWANCE_SEC,
     STDIN_FILE,
@@ -170,7 +167,7 @@ class MatrixLabSandbox(SandboxBackend):
             async with self._client() as client:
                 response = await client.post(
                     self.url + path,
-                    json=body,
+                    **request_content(body),
                     timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
                 )
         except httpx.HTTPError as exc:
@@ -390,7 +387,7 @@ class MatrixLabSandbox(SandboxBackend):
         if stdin is not None:
             files[STDIN_FILE] = stdin
         if request.file is None:
-            archive = await asyncio.to_thread(_zip_texts, files)
+            archive = await asyncio.to_thread(zip_workspace, None, extra=files)
         else:
             archive = await asyncio.to_thread(
                 zip_workspace,
@@ -403,7 +400,7 @@ class MatrixLabSandbox(SandboxBackend):
                 argv, request.timeout_sec, marker, stdin="file" if stdin is not None else "none"
             ),
             "cwd": ".",
-            "workspace": {"type": "zip", "zip_base64": base64.b64encode(archive).decode()},
+            "workspace": {"type": "zip", "zip_base64": archive},  # streamed from its file
         }
         return await self._execute(
             "/run",
@@ -418,12 +415,3 @@ class MatrixLabSandbox(SandboxBackend):
 
 class _RunnerTimeout(Exception):
     """The Runner's 500 for a run that wrote to stderr and hit its timeout."""
-
-
-def _zip_texts(files: dict[str, str]) -> bytes:
-    """A zip of text files at the workspace root (blocking)."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, text in files.items():
-            archive.writestr(name, text.encode("utf-8"))
-    return buffer.getvalue()
