@@ -20,6 +20,7 @@ from .report import write
 BENCHMARKS = (
     "overhead",
     "concurrency",
+    "capacity",
     "flood",
     "timeouts",
     "streaming",

@@ -20,11 +20,12 @@ from .common import Context, Measure, percentile, plan_and_approve
 BENCH = "concurrency"
 SNIPPETS = 32
 CODE = "sleep 1"
+#: The server's caps let all of them in (benchmarks/capacity.py measures it saturated).
+CAPS = (f"--SandboxApp.max_concurrent_runs={SNIPPETS}", "--SandboxApp.memory_budget_mb=0")
 
 
-async def _poll_status(
-    http: httpx.AsyncClient, stop: asyncio.Event, latencies: list[float]
-) -> None:
+async def poll_status(http: httpx.AsyncClient, stop: asyncio.Event, latencies: list[float]) -> None:
+    """Ask for the status every 20 ms until ``stop``; each answer's latency in ``latencies``."""
     while not stop.is_set():
         started = time.perf_counter()
         answer = await http.get("/api/sandbox/status")
@@ -41,7 +42,7 @@ async def burst(
     stop = asyncio.Event()
     async with server.async_client() as http, server.async_client() as poll_http:
         await poll_http.get("/api/sandbox/status")  # open the poller's connection first
-        poller = asyncio.create_task(_poll_status(poll_http, stop, latencies))
+        poller = asyncio.create_task(poll_status(poll_http, stop, latencies))
         started = time.perf_counter()
         answers = await asyncio.gather(
             *(http.post("/api/sandbox/run", json={"approval_token": token}) for token in tokens)
@@ -55,10 +56,11 @@ async def burst(
 
 def run(ctx: Context) -> list[Measure]:
     """32 concurrent runs: wall time, status latency while they run."""
-    with ctx.http("auto") as http:
+    server = ctx.server("auto", *CAPS)
+    with server.client() as http:
         http.get("/api/sandbox/status")
         tokens = [plan_and_approve(http, "bash", CODE) for _ in range(SNIPPETS)]
-    wall, latencies, results = asyncio.run(burst(ctx.server("auto"), tokens))
+    wall, latencies, results = asyncio.run(burst(server, tokens))
     failed = [r for r in results if r.get("exit_code") != 0]
     p99 = percentile(latencies, 99)
     return [

@@ -9,7 +9,9 @@ user cannot use is a row saying why. The namespace-free engine needs a user its 
 can start the interpreter as: run this as the docker-group user (or ``--stay-root``),
 see docs/dev/benchmarks.md. Then the cold landlock run's own work, phase by phase:
 the wall's rules worked out, the ruleset built, the whole ``prepare``, and the
-child's ``preexec_fn``.
+spawn of ``/bin/true`` behind the wall three ways: the server's own fork with the
+wall's ``preexec_fn`` (a warm slot's), through the launcher (a cold run's, to its
+exit), and a bare ``vfork`` for scale; and the session scan every answer waits for.
 
     python -m benchmarks.engines [--runs N]
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
 from gitpilot_jupyter.sandbox.local import landlock, nsfree
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
+from gitpilot_jupyter.sandbox.local.isolation import Launch
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 from gitpilot_jupyter.sandbox.local.pool import PoolConfig
 
@@ -111,6 +114,19 @@ async def _compare(runs: int) -> tuple[dict[str, list[float]], dict[str, str]]:
     return samples, missing
 
 
+async def _through_launcher(launch: Launch, folder: Path) -> float:
+    """Seconds to start ``/bin/true`` as ``launch``'s cold run is started, to its exit."""
+    launch.argv = ["/bin/true"]
+    started = time.perf_counter()
+    child = await launch.start(cwd=str(folder), env={}, stdin=False)
+    assert child is not None, "the namespace-free engine's launch starts itself"
+    code = await child.wait()
+    elapsed = time.perf_counter() - started
+    child.close_pipes()
+    assert code == 0, code
+    return elapsed
+
+
 def _wall_phases(runs: int) -> dict[str, list[float]]:
     """The cold landlock run's own steps, each timed alone (empty: no landlock here)."""
     isolator = LayeredIsolator("landlock")
@@ -118,8 +134,10 @@ def _wall_phases(runs: int) -> dict[str, list[float]]:
         "rules worked out (kept scan)": [],
         "ruleset built in full (now after the run before)": [],
         "prepare (spare ruleset, cgroup, rlimits)": [],
-        "spawn of /bin/true with the wall's preexec_fn": [],
+        "spawn of /bin/true with the wall's preexec_fn (fork)": [],
+        "spawn of /bin/true through the launcher (a cold run's)": [],
         "spawn of /bin/true, no preexec_fn (vfork)": [],
+        "the end's session scan (getsid of every process)": [],
     }
     if isolator.engine != "landlock":
         return {}
@@ -140,12 +158,15 @@ def _wall_phases(runs: int) -> dict[str, list[float]]:
             t3 = time.perf_counter()
             subprocess.run(["/bin/true"], preexec_fn=launch.preexec_fn, cwd=folder, check=True)
             t4 = time.perf_counter()
-            subprocess.run(["/bin/true"], cwd=folder, check=True)
+            launched = asyncio.run(_through_launcher(launch, folder))
             t5 = time.perf_counter()
+            subprocess.run(["/bin/true"], cwd=folder, check=True)
+            t6 = time.perf_counter()
+            nsfree.session_members(os.getpid())
+            t7 = time.perf_counter()
             launch.cleanup()  # builds the next run's ruleset (not timed: after the answer)
-            for name, seconds in zip(
-                names, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True
-            ):
+            steps = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, launched, t6 - t5, t7 - t6)
+            for name, seconds in zip(names, steps, strict=True):
                 phases[name].append(seconds)
         finally:
             shutil.rmtree(folder, ignore_errors=True)

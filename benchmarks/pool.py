@@ -43,16 +43,18 @@ from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 
 from .common import Context, Measure, bare_spawn, median, percentile, plan_and_approve, rest_run
-from .concurrency import burst
+from .concurrency import CAPS, burst
 
 BENCH = "pool"
 CODE = "print(2+2)"
 SNIPPETS = 32
-#: Room for the burst's key (32 at once, plus one) and the python runs' (two) together.
+#: Room for the burst's key (32 at once, plus one) and the python runs' (two) together,
+#: and caps that let the 32 in.
 POOLED = (
     "--SandboxApp.pool=auto",
     f"--SandboxApp.pool_max_slots={SNIPPETS + 3}",
     "--SandboxApp.pool_prestart=True",
+    *CAPS,
 )
 
 

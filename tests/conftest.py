@@ -30,6 +30,8 @@ _SANDBOX_ENV = (
     "GITPILOT_SANDBOX_REQUIRE_APPROVAL",
     "GITPILOT_SANDBOX_ISOLATION",
     "GITPILOT_SANDBOX_POOL_MAX",
+    "GITPILOT_SANDBOX_ALLOWED_BACKENDS",
+    "JUPYTERHUB_USER",
 )
 
 
@@ -47,3 +49,9 @@ def sandbox_config_dir(
     # background of every other test would only load this shared machine.
     monkeypatch.setenv("GITPILOT_SANDBOX_POOL", "off")
     yield folder
+
+
+@pytest.fixture
+def allow_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The administrator of this process allows backend ``off`` (it is not by default)."""
+    monkeypatch.setenv("GITPILOT_SANDBOX_ALLOWED_BACKENDS", "subprocess,matrixlab,off")

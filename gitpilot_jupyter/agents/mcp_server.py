@@ -118,7 +118,8 @@ def build_server(
 
         language: python, javascript or bash (aliases: py, js, node, sh, shell).
         timeout_sec: 1..600 seconds (default: the sandbox settings', usually 120).
-        env: names of the server's environment variables the snippet needs (none by default).
+        env: names of the server's environment variables the snippet needs; only names the
+        administrator allows agents (agent_env_allowlist, none by default) are accepted.
         """
         reply = await agent.async_run_in_sandbox(language, code, timeout_sec, env)
         return await settle(reply, ctx)
@@ -130,6 +131,7 @@ def build_server(
         """Run a bash command line in the sandbox (a fresh temporary folder, not the project).
 
         Returns the exit code, duration, stdout and stderr. Destructive commands are refused.
+        env: as for run_in_sandbox (only names the administrator allows agents).
         """
         return await settle(await agent.async_run_command(command, timeout_sec, env), ctx)
 

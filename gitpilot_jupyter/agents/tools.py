@@ -151,7 +151,10 @@ class AgentSandbox:
     ) -> AgentReply:
         """Plan ``code`` in ``language``; run it as the approval mode allows.
 
-        ``env``: names of server variables to pass to the snippet (shown in the plan).
+        ``env``: names of server variables to pass to the snippet (shown in the plan): only
+        those on the administrator's list for agents (``agent_env_allowlist``, else
+        ``GITPILOT_SANDBOX_AGENT_ENV_ALLOWLIST``); any other name is an ``env_not_allowed``
+        error, and the product's own secrets are never passed.
         """
         return await self._execute(language, code, timeout_sec, shown=None, env=env)
 

@@ -159,7 +159,10 @@ def cmd_config(args: argparse.Namespace) -> int:
     client = make_client()
     if args.changes:
         changes = parse_assignments(args.changes, what="--set")
-        question = off_confirmation(changes, run_sync(client.config())["backend"])
+        status = run_sync(client.status())
+        question = off_confirmation(
+            changes, status["settings"]["backend"], status["allowed_backends"]
+        )
         if question is not None and not _ask(question, args.yes, "switch"):
             return 2
         # Asked and said yes (or --yes): only then may the switch to off be saved.

@@ -300,8 +300,10 @@ class SandboxMagics(Magics):
         changes = parse_assignments([word for word in rest if word != "--yes"], what="config")
         question = None
         if changes and not yes:
-            current = run_sync(self.client.status())["settings"]["backend"]
-            question = off_confirmation(changes, current)
+            now = run_sync(self.client.status())
+            question = off_confirmation(
+                changes, now["settings"]["backend"], now["allowed_backends"]
+            )
             if question is not None and not self._confirmed(question):
                 print("Not saved: the settings are as they were.")
                 return

@@ -107,6 +107,14 @@ class ApprovalError(SandboxError):
     status = 403
 
 
+class SettingNotAllowed(SandboxError):
+    """A settings change this caller may not make: not the server's owner, or a change
+    that weakens a wall (network on, a longer timeout) the administrator did not allow."""
+
+    code = "setting_not_allowed"
+    status = 403
+
+
 class FileAccessError(SandboxError):
     """A file plan that names a path outside the root or an unreadable file."""
 
@@ -125,6 +133,19 @@ class SettingsNotSaved(SandboxError):
 
     code = "settings_not_saved"
     status = 503
+
+
+class Busy(SandboxError):
+    """The server runs as many runs as its administrator allows (in all, for this user,
+    or the memory they commit): try again in ``retry_after`` seconds. Nothing ran,
+    and an approval token stays valid."""
+
+    code = "busy"
+    status = 429
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class LifecycleDisabled(SandboxError):
@@ -153,6 +174,30 @@ class BackendFailure(SandboxError):
 
     code = "backend_error"
     status = 502
+
+
+class BackendBusy(SandboxError):
+    """The backend has more runs waiting than it queues: nothing was sent; retry later."""
+
+    code = "backend_busy"
+    status = 429
+
+    def __init__(self, message: str, *, retry_after_sec: int) -> None:
+        super().__init__(message)
+        #: Seconds after which a retry may find room (a REST face's ``Retry-After``).
+        self.retry_after_sec = retry_after_sec
+
+
+class RunOutcomeUnknown(SandboxError):
+    """The Runner took the run but did not answer: it may still be running there."""
+
+    code = "run_outcome_unknown"
+    status = 504
+
+
+#: Codes of runs that failed for the machinery's sake, not the snippet's: a batch never
+#: records them as done, so a rerun tries them again.
+RETRYABLE_CODES = frozenset({BackendUnreachable.code, BackendBusy.code, RunOutcomeUnknown.code})
 
 
 class ServerUnreachable(SandboxError):

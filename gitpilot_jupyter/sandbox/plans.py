@@ -149,6 +149,7 @@ class ExecutionPlan:
             "code": spec.code,
             "file": self.file,
             "env": list(spec.env),
+            "owner": self.owner,
         }
 
     @classmethod
@@ -468,6 +469,15 @@ class PlanStore:
                 )
             approval.used = True
             return approval
+
+    def unspend(self, approval: Approval) -> None:
+        """Give a spent token back: the run it was spent on was refused before it started.
+
+        It stays bound to what it was bound to and expires when it would have.
+        """
+        with self._lock:
+            if self._approvals.get(approval.token) is approval:
+                approval.used = False
 
     # -- runs of approved plans -----------------------------------------------------
 

@@ -77,6 +77,21 @@ class PoolReport(TypedDict):
     misses: int
 
 
+class CapacityReport(TypedDict):
+    """The load of the server's runs against its caps (``Status.capacity``)."""
+
+    runs: int
+    max_runs: int
+    max_runs_per_user: int
+    memory_committed_mb: int
+    #: None: no memory cap.
+    memory_budget_mb: int | None
+    #: Batch items waiting for a slot.
+    waiting: int
+    #: Runs refused ``busy`` since the server started.
+    refused: int
+
+
 class Status(TypedDict):
     """``GET /api/sandbox/status``: the live backend, settings (masked), health, isolation."""
 
@@ -96,6 +111,8 @@ class Status(TypedDict):
     allowed_backends: list[str]
     #: How many plans wait for someone else's decision (what GET /plans lists).
     waiting_plans: int
+    #: Runs under way against the server's caps.
+    capacity: CapacityReport
     languages: dict[str, bool]
     #: The warm pool of the local ``subprocess`` backend.
     pool: PoolReport

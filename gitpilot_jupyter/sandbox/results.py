@@ -6,6 +6,9 @@ import secrets
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+#: What a run's stderr ends with when the memory limit killed it, on every backend.
+MEMORY_EXCEEDED = "\n[sandbox] killed: memory limit exceeded\n"
+
 
 def new_run_id() -> str:
     """A fresh run id: ``run_`` + 16 hex characters."""

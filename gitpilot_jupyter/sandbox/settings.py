@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 import threading
 import time
@@ -27,6 +28,12 @@ from .errors import InvalidRequest, InvalidSetting, SettingsNotSaved, UnknownBac
 
 BACKENDS = ("matrixlab", "off", "subprocess")
 DEFAULT_BACKEND = "subprocess"
+#: The backends allowed where the administrator names none: ``off`` (no isolation) is
+#: never among them, the administrator lists it to allow it.
+DEFAULT_ALLOWED_BACKENDS = ("subprocess", "matrixlab")
+#: The administrator's allowed backends for a process without a server trait (the CLI,
+#: a kernel on its own), and a server's when ``c.SandboxApp.allowed_backends`` is unset.
+ALLOWED_BACKENDS_ENV = "GITPILOT_SANDBOX_ALLOWED_BACKENDS"
 MAX_TIMEOUT_SEC = 600
 #: A run's timeout when neither the caller nor the settings file names one.
 DEFAULT_TIMEOUT_SEC = 120
@@ -125,6 +132,23 @@ def check_backend(value: object) -> str:
     if not isinstance(value, str) or value not in BACKENDS:
         raise UnknownBackend(f"unknown sandbox backend {value!r}; expected one of {list(BACKENDS)}")
     return value
+
+
+def allowed_backends_from_env(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The backends :data:`ALLOWED_BACKENDS_ENV` lists (comma- or space-separated; names
+    that are no backend are ignored), else :data:`DEFAULT_ALLOWED_BACKENDS`."""
+    raw = (os.environ if environ is None else environ).get(ALLOWED_BACKENDS_ENV, "")
+    names = tuple(dict.fromkeys(n for n in re.split(r"[\s,]+", raw) if n in BACKENDS))
+    return names or DEFAULT_ALLOWED_BACKENDS
+
+
+def how_to_allow(backend: str, allowed: Iterable[str]) -> str:
+    """How the administrator allows ``backend`` besides ``allowed`` (said in each refusal)."""
+    names = [*allowed, backend]
+    return (
+        f"the administrator allows it: c.SandboxApp.allowed_backends = {names} on a Jupyter "
+        f"server, {ALLOWED_BACKENDS_ENV}={','.join(names)} for the CLI or a kernel on its own"
+    )
 
 
 def _check_one_word(key: str, value: str) -> None:
@@ -236,6 +260,30 @@ class EffectiveSettings:
     env_error: str | None = None
     settings_error: str | None = None
     from_env: tuple[str, ...] = ()
+
+
+def _unpin_env_token(
+    values: dict[str, Any], persisted: Mapping[str, Any], from_env: list[str]
+) -> str | None:
+    """Keep the environment's MatrixLab token to the URL it was given for; the error, if any.
+
+    ``GITPILOT_MATRIXLAB_TOKEN`` goes only to ``GITPILOT_MATRIXLAB_URL`` (which the file
+    cannot override), or, with that unset, to the default URL: a URL someone saved in
+    the file gets the file's own token (saved with it), never the environment's.
+    """
+    if "matrixlab_token" not in from_env or "matrixlab_url" in from_env:
+        return None
+    pinned = SandboxSettings.matrixlab_url
+    saved = values.get("matrixlab_url", pinned)
+    if saved == pinned:
+        return None
+    from_env.remove("matrixlab_token")
+    values["matrixlab_token"] = persisted.get("matrixlab_token", "")
+    return (
+        f"GITPILOT_MATRIXLAB_TOKEN: sent only to the URL given with it "
+        f"(GITPILOT_MATRIXLAB_URL, else {pinned}), not to the saved matrixlab_url {saved}; "
+        "set GITPILOT_MATRIXLAB_URL beside the token"
+    )
 
 
 class SettingsStore:
@@ -382,6 +430,8 @@ class SettingsStore:
                 env_error = f"{var}: {exc}"
                 continue
             from_env.append(key_name)
+        unpinned = _unpin_env_token(values, persisted, from_env)
+        env_error = env_error or unpinned
         effective = EffectiveSettings(
             settings=SandboxSettings(**values),
             env_override=env_override,

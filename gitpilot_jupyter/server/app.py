@@ -8,11 +8,12 @@ and other extensions reach it.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, validate
+from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, default
 
 from ..sandbox.batch.cluster import cluster_option
 from ..sandbox.errors import InvalidSetting
@@ -21,14 +22,31 @@ from ..sandbox.local.layered import default_isolator
 from ..sandbox.local.pool import POOL_ENV, POOL_MAX_ENV, PRESTART_ENV, PoolConfig
 from ..sandbox.matrixlab.config import RUNNER_MAX_WORKSPACE_MB, LifecycleConfig, check_workspace_mb
 from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
-from ..sandbox.policy import ENV_PASSTHROUGH_ENV, SandboxPolicy, admin_passthrough, env_names
+from ..sandbox.policy import ENV_LISTS, SandboxPolicy, admin_names, env_list
 from ..sandbox.service import SandboxService
-from ..sandbox.settings import BACKENDS, MAX_TIMEOUT_SEC, SettingsStore
+from ..sandbox.service.authority import SettingsAuthority
+from ..sandbox.service.capacity import (
+    MIN_RUNS,
+    RESERVE_FRACTION,
+    RESERVE_MB,
+    RUNS_PER_CORE,
+    CapacityLimits,
+    capacity_limits,
+)
+from ..sandbox.settings import (
+    ALLOWED_BACKENDS_ENV,
+    BACKENDS,
+    DEFAULT_ALLOWED_BACKENDS,
+    MAX_TIMEOUT_SEC,
+    SettingsStore,
+    allowed_backends_from_env,
+)
 from . import batch, handlers, matrixlab, run, schemas
 from .agents import agent_handlers
 from .audit import make_audit_hook
 from .base import SERVICE_KEY
 from .batch import BATCH_CLUSTER_KEY
+from .stream import STREAM_LIMITS_KEY, StreamLimits
 
 API = "/api/sandbox"
 
@@ -51,10 +69,33 @@ class SandboxApp(ExtensionApp):
 
     allowed_backends = List(
         Unicode(),
-        default_value=list(BACKENDS),
         help=(
             "The sandbox backends users may choose (subset of 'subprocess', 'matrixlab', "
-            "'off'). A multi-user server should drop 'off', which runs snippets unisolated."
+            "'off'). Unset: $" + ALLOWED_BACKENDS_ENV + f", else {list(DEFAULT_ALLOWED_BACKENDS)}. "
+            "'off' runs snippets unisolated, as the server's user: list it only on a "
+            "single-user server whose user accepts that."
+        ),
+    ).tag(config=True)
+
+    settings_owners = List(
+        Unicode(),
+        help=(
+            "Where the identity provider has real users (JupyterHub, a custom provider): "
+            "the users who may change the sandbox settings, which apply to every run on "
+            "this server. Others read them; a change gets 403 setting_not_allowed. Unset: "
+            "the user the server runs for ($JUPYTERHUB_USER), else none. Under "
+            "jupyter_server's token or password every caller is the one token holder."
+        ),
+    ).tag(config=True)
+
+    user_may_weaken = Bool(
+        None,
+        allow_none=True,
+        help=(
+            "Whether the settings' owners may save a change that weakens a wall for every "
+            "run: allow_network true. Unset: yes under a token or password (one principal), "
+            "no where identities are real. 'off' is allowed by allowed_backends, a longer "
+            "timeout by max_timeout_sec; never by a caller's confirm."
         ),
     ).tag(config=True)
 
@@ -63,12 +104,43 @@ class SandboxApp(ExtensionApp):
         help=f"The longest timeout a snippet may ask for, in seconds (1..{MAX_TIMEOUT_SEC}).",
     ).tag(config=True)
 
+    # The server variables a run receives: the administrator's lists (policy.ENV_LISTS).
     env_passthrough = List(
         Unicode(),
         help="Names of the server's environment variables every run receives (besides PATH, "
         "locale, TZ and TERM; nothing else of the server's environment reaches a snippet). "
-        f"Adds to {ENV_PASSTHROUGH_ENV}. A caller passes more by name (the 'env' field).",
+        f"Adds to {ENV_LISTS['env_passthrough']}. Each plan shows them. The product's own "
+        "secrets (GITPILOT_*, Jupyter and hub tokens) are refused at start.",
     ).tag(config=True)
+    env_allowlist = List(
+        Unicode(),
+        help="Names of the server's environment variables a caller may pass to a run by "
+        "name (the 'env' field, --env NAME); empty: none, a caller naming one is refused. "
+        f"Adds to {ENV_LISTS['env_allowlist']}. Agents use agent_env_allowlist instead. "
+        "The plan shows each passed name as a [!!] line.",
+    ).tag(config=True)
+    agent_env_allowlist = List(
+        Unicode(),
+        help="Names of the server's environment variables an agent (agent/plan, the agent "
+        "tools, jupyter sandbox mcp) may pass by name; empty: none. "
+        f"Adds to {ENV_LISTS['agent_env_allowlist']}.",
+    ).tag(config=True)
+
+    def build_env_lists(self) -> dict[str, frozenset[str]]:
+        """Each env list: its trait and its environment variable.
+
+        A bad name or a product secret raises :class:`TraitError` here, when the service
+        is built, so the extension does not load at all. (A ``@validate`` would refuse the
+        value while the config loads, and jupyter_server would go on with every trait of
+        this app at its default.)
+        """
+        try:
+            return {
+                key: env_list(key) | admin_names(getattr(self, key), setting=key)
+                for key in ENV_LISTS
+            }
+        except InvalidSetting as exc:
+            raise TraitError(exc.message) from None
 
     settings_dir = Unicode(
         "",
@@ -220,13 +292,6 @@ class SandboxApp(ExtensionApp):
         "($GITPILOT_MATRIXLAB_MAX_WORKSPACE_MB wins).",
     ).tag(config=True)
 
-    @validate("matrixlab_max_workspace_mb")
-    def _check_workspace_mb(self, proposal: Any) -> int:
-        try:
-            return check_workspace_mb(proposal["value"])
-        except InvalidSetting as exc:
-            raise TraitError(exc.message) from None
-
     batch_cluster = Unicode(
         "",
         help="Where POST /api/sandbox/batch runs items: empty = on this server's machine "
@@ -248,42 +313,110 @@ class SandboxApp(ExtensionApp):
         "", help="Its private key, when not in the batch_tls_cert file (empty: Dask's)."
     ).tag(config=True)
 
+    # -- capacity: the caps on runs under way and on what a stream may cost ------------
+
+    max_concurrent_runs = Int(
+        None,
+        allow_none=True,
+        help="The most runs under way on this server at once, all users and faces together "
+        f"(REST, cells, agents, batch items); one more is refused 429 busy with Retry-After. "
+        f"Unset: {RUNS_PER_CORE} per usable core, at least {MIN_RUNS}.",
+    ).tag(config=True)
+
+    max_runs_per_user = Int(
+        None,
+        allow_none=True,
+        help="The most runs under way for one identity of an identity provider with users "
+        "(the token's one principal has max_concurrent_runs). Unset: half of "
+        "max_concurrent_runs.",
+    ).tag(config=True)
+
+    memory_budget_mb = Int(
+        None,
+        allow_none=True,
+        help="The memory (MiB) the limits of the runs under way on this host may add up to; "
+        "a run that would pass it is refused 429 busy (one run alone always starts). Unset: "
+        f"the host's memory (or the server's cgroup's) less max({RESERVE_MB} MiB, "
+        f"{RESERVE_FRACTION:.1%}). 0: no memory cap.",
+    ).tag(config=True)
+
+    max_batch_workers = Int(
+        None,
+        allow_none=True,
+        help="The most items of a batch at a time; a batch asking more 'workers' runs this "
+        "many. Unset: max_concurrent_runs.",
+    ).tag(config=True)
+
+    stream_buffer_bytes = Int(
+        StreamLimits.buffer_bytes,
+        help="Bytes of NDJSON lines a client may leave unread before the run's output waits "
+        "for it.",
+    ).tag(config=True)
+
+    stream_stall_sec = Float(
+        StreamLimits.stall_sec,
+        help="Seconds an NDJSON stream may go with lines unread and none taken before it "
+        "is closed and its run stopped.",
+    ).tag(config=True)
+
+    def build_capacity(self) -> CapacityLimits:
+        """The caps on runs under way, from the traits above."""
+        try:
+            return capacity_limits(
+                self.max_concurrent_runs,
+                self.max_runs_per_user,
+                self.memory_budget_mb,
+                self.max_batch_workers,
+            )
+        except InvalidSetting as exc:
+            raise TraitError(exc.message) from None
+
+    def build_stream_limits(self) -> StreamLimits:
+        """What a client that stops reading an NDJSON stream may cost."""
+        if self.stream_buffer_bytes < 1 or self.stream_stall_sec <= 0:
+            raise TraitError("stream_buffer_bytes and stream_stall_sec must be positive")
+        return StreamLimits(self.stream_buffer_bytes, self.stream_stall_sec)
+
     service_class = Type(
         default_value=SandboxService,
         klass=SandboxService,
         help="The SandboxService class to build (a subclass may add policy or backends).",
     ).tag(config=True)
 
-    @validate("allowed_backends")
-    def _check_backends(self, proposal: Any) -> list[str]:
-        value: list[str] = list(proposal["value"])
-        unknown = sorted(set(value) - set(BACKENDS))
-        if unknown or not value:
+    @default("allowed_backends")
+    def _default_backends(self) -> list[str]:
+        return list(allowed_backends_from_env())
+
+    @default("settings_owners")
+    def _default_owners(self) -> list[str]:
+        hub_user = os.environ.get("JUPYTERHUB_USER", "").strip()
+        return [hub_user] if hub_user else []
+
+    def check_traits(self) -> None:
+        """Refuse a bad ``allowed_backends``, ``isolation``, ``max_timeout_sec`` or
+        ``plan_ttl_sec``, and normalise ``isolation``.
+
+        Called when the service is built, so a bad value stops the extension from loading.
+        (A ``@validate`` would refuse it while the config loads, and jupyter_server would go
+        on with every trait of this app at its default: one typo would quietly undo the
+        administrator's whole configuration.)
+        """
+        backends = list(self.allowed_backends)
+        unknown = sorted(set(backends) - set(BACKENDS))
+        if unknown or not backends:
             raise TraitError(
-                f"allowed_backends must be a non-empty subset of {list(BACKENDS)}, got {value}"
+                f"allowed_backends must be a non-empty subset of {list(BACKENDS)}, got {backends}"
             )
-        return value
-
-    @validate("isolation")
-    def _check_isolation(self, proposal: Any) -> str:
-        value = str(proposal["value"]).strip().lower()
-        if value and value not in ISOLATION_CHOICES:
-            raise TraitError(f"isolation must be one of {list(ISOLATION_CHOICES)}, got {value!r}")
-        return value
-
-    @validate("max_timeout_sec")
-    def _check_max_timeout(self, proposal: Any) -> int:
-        value = int(proposal["value"])
-        if not 1 <= value <= MAX_TIMEOUT_SEC:
+        isolation = str(self.isolation).strip().lower()
+        if isolation and isolation not in ISOLATION_CHOICES:
+            raise TraitError(
+                f"isolation must be one of {list(ISOLATION_CHOICES)}, got {self.isolation!r}"
+            )
+        self.isolation = isolation
+        if not 1 <= int(self.max_timeout_sec) <= MAX_TIMEOUT_SEC:
             raise TraitError(f"max_timeout_sec must be between 1 and {MAX_TIMEOUT_SEC}")
-        return value
-
-    @validate("plan_ttl_sec")
-    def _check_ttl(self, proposal: Any) -> float:
-        value = float(proposal["value"])
-        if value <= 0:
+        if float(self.plan_ttl_sec) <= 0:
             raise TraitError("plan_ttl_sec must be positive")
-        return value
 
     def build_isolator(self) -> Isolator:
         """The subprocess backend's isolator, as the ``isolation`` and ``cgroup_parent``
@@ -317,7 +450,14 @@ class SandboxApp(ExtensionApp):
             raise TraitError(exc.message) from None
 
     def build_lifecycle_config(self) -> LifecycleConfig:
-        """The Runner lifecycle config from the ``matrixlab_*`` traits (env applies per call)."""
+        """The Runner lifecycle config from the ``matrixlab_*`` traits (env applies per call).
+
+        A bad ``matrixlab_max_workspace_mb`` raises :class:`TraitError` (see :meth:`check_traits`).
+        """
+        try:
+            check_workspace_mb(self.matrixlab_max_workspace_mb)
+        except InvalidSetting as exc:
+            raise TraitError(exc.message) from None
         return LifecycleConfig(
             runner_image=self.matrixlab_runner_image,
             sandbox_images=tuple(self.matrixlab_sandbox_images),
@@ -332,18 +472,24 @@ class SandboxApp(ExtensionApp):
     def build_service(self) -> SandboxService:
         """The one service of this server, configured from the traits above."""
         assert self.serverapp is not None
+        self.check_traits()
+        env_lists = self.build_env_lists()
         service: SandboxService = self.service_class(
             isolator=self.build_isolator(),
             pool=self.build_pool_config(),
+            capacity=self.build_capacity(),
             lifecycle_config=self.build_lifecycle_config(),
             settings=SettingsStore(self.settings_dir or None),
             policy=SandboxPolicy(
                 max_timeout_sec=self.max_timeout_sec,
-                allowed_vars=admin_passthrough() | frozenset(env_names(self.env_passthrough)),
+                allowed_vars=env_lists["env_passthrough"],
+                caller_vars=env_lists["env_allowlist"],
+                agent_vars=env_lists["agent_env_allowlist"],
             ),
             plans=PlanStore(ttl_sec=self.plan_ttl_sec),
             require_approval=self.require_approval,
             allowed_backends=self.allowed_backends,
+            authority=SettingsAuthority.for_server(self.settings_owners, self.user_may_weaken),
             root_dir=self.serverapp.root_dir,
             audit=make_audit_hook(self.serverapp.event_logger, self.log),
         )
@@ -358,6 +504,7 @@ class SandboxApp(ExtensionApp):
         if warmed:
             self.log.info("gitpilot sandbox: warm pool started for %s", ", ".join(warmed))
         self.settings[SERVICE_KEY] = self.service
+        self.settings[STREAM_LIMITS_KEY] = self.build_stream_limits()
         self.settings[BATCH_CLUSTER_KEY] = cluster_option(
             self.batch_cluster, self.batch_tls_ca_file, self.batch_tls_cert, self.batch_tls_key
         )

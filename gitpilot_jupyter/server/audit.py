@@ -1,7 +1,7 @@
 """Audit events: the service's ``audit`` hook emitting jupyter_events with registered schemas.
 
-Each event kind (plan, approve, reject, claim, run, cancel, config, lifecycle) has a schema under
-``event_schemas/<kind>/v1.yaml``. Only the fields a schema declares are sent,
+Each event kind (plan, approve, reject, claim, run, refused, cancel, config, lifecycle) has a
+schema under ``event_schemas/<kind>/v1.yaml``. Only the fields a schema declares are sent,
 so code, output or a secret added to the core's data later can never leak.
 """
 
@@ -16,7 +16,17 @@ import yaml
 
 from ..sandbox.service import AuditHook
 
-EVENT_KINDS = ("plan", "approve", "reject", "claim", "run", "cancel", "config", "lifecycle")
+EVENT_KINDS = (
+    "plan",
+    "approve",
+    "reject",
+    "claim",
+    "run",
+    "refused",
+    "cancel",
+    "config",
+    "lifecycle",
+)
 SCHEMA_BASE = "https://schema.jupyter.org/gitpilot_jupyter/sandbox"
 
 

@@ -65,17 +65,23 @@ def authorized_execute(method: F) -> F:
 class SandboxHTTPError(web.HTTPError):
     """An ``HTTPError`` that carries the stable error ``code`` of the JSON body."""
 
-    def __init__(self, status_code: int, message: str, error_code: str) -> None:
+    def __init__(
+        self, status_code: int, message: str, error_code: str, retry_after: int | None = None
+    ) -> None:
         # The message goes in as an argument: a literal '%' in it must never be
         # taken for a format directive when tornado logs the error.
         super().__init__(status_code, "%s", message)
         self.message = message
         self.error_code = error_code
+        #: Seconds before trying again (a ``Retry-After`` header), for a ``busy`` refusal.
+        self.retry_after = retry_after
 
 
 def http_error(exc: SandboxError) -> SandboxHTTPError:
     """Translate a core error into its HTTP status, message and code."""
-    return SandboxHTTPError(exc.status, exc.message, exc.code)
+    return SandboxHTTPError(
+        exc.status, exc.message, exc.code, retry_after=getattr(exc, "retry_after", None)
+    )
 
 
 def error_body(status_code: int, exc: BaseException | None) -> dict[str, str]:
@@ -246,5 +252,7 @@ class SandboxHandler(APIHandler):
         exc_info = kwargs.get("exc_info")
         exc = exc_info[1] if exc_info else None
         body = error_body(status_code, exc)
+        if isinstance(exc, SandboxHTTPError) and exc.retry_after is not None:
+            self.set_header("Retry-After", str(exc.retry_after))
         self.log.warning("sandbox API %s: %s", body["code"], body["message"])
         self.finish(json.dumps(body))

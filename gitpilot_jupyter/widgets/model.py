@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
-from traitlets import Bool, Dict, HasTraits, Int, Unicode
+from traitlets import Bool, Dict, HasTraits, Int, List, Unicode
 
 from ..client.local import SandboxClient
 from ..sandbox.errors import SandboxError
 from ..sandbox.local.off import off_confirmation
 from ..sandbox.matrixlab.config import LIFECYCLE_FLAG
-from ..sandbox.settings import MAX_TIMEOUT_SEC, SandboxSettings
+from ..sandbox.settings import BACKENDS, MAX_TIMEOUT_SEC, SandboxSettings
 from ..sandbox.sync import run_sync
 
 T = TypeVar("T")
@@ -76,6 +76,11 @@ class SandboxSettingsModel(HasTraits):
     token_input = Unicode("", help="A new bearer token typed by the user; emptied on Save.")
     has_token = Bool(False, help="Whether a token is saved (the token itself is never read).")
     env_override = Unicode("", help="The env var that shadows the saved choice ('' = none).")
+    allowed_backends = List(
+        Unicode(),
+        default_value=list(BACKENDS),
+        help="The backends the administrator allows (the others are set by the administrator).",
+    )
     message = Unicode("", help="The outcome of the last action, for the user.")
     test_result = Unicode("", help="Test connection's verdict and hint.")
     lifecycle_enabled = Bool(False, help=f"Whether {LIFECYCLE_FLAG}=1 allows Install/Start/Stop.")
@@ -118,6 +123,7 @@ class SandboxSettingsModel(HasTraits):
         self._loaded = {key: getattr(self, key) for key in EDITABLE}
         self.has_token = bool(status.get("has_token", settings.get("has_token")))
         self.env_override = status.get("env_override") or ""
+        self.allowed_backends = list(status.get("allowed_backends", self.allowed_backends))
 
     def load(self) -> None:
         """Read the status and the lifecycle state from the sandbox."""
@@ -159,7 +165,9 @@ class SandboxSettingsModel(HasTraits):
 
     def save_question(self, changes: dict[str, object]) -> str | None:
         """What to ask before saving ``changes``, or None when they can be saved at once."""
-        question = off_confirmation(changes, str(self._loaded.get("backend", self.backend)))
+        question = off_confirmation(
+            changes, str(self._loaded.get("backend", self.backend)), self.allowed_backends
+        )
         if question is not None:
             return question
         if (

@@ -32,6 +32,8 @@ class SandboxSettingsPanel(ipw.VBox):  # type: ignore[misc]
         wide = ipw.Layout(width="28em")
         self.backend = ipw.RadioButtons(options=BACKEND_OPTIONS, description="Backend")
         self.env_badge = ipw.HTML()
+        #: The backends the administrator does not allow, said as theirs (a Save of one is refused).
+        self.backend_note = ipw.HTML()
         self.url = ipw.Text(description="Runner URL", layout=wide)
         self.token = ipw.Password(description="Token", placeholder="bearer token", layout=wide)
         self.token_saved = ipw.HTML(f"<code>{TOKEN_BULLETS}</code> saved")
@@ -77,9 +79,8 @@ class SandboxSettingsPanel(ipw.VBox):  # type: ignore[misc]
         self.test.on_click(lambda _: model.test_connection())
         for action in ("install", "start", "stop"):
             getattr(self, action).on_click(lambda _, a=action: model.run_lifecycle(a))
-        model.observe(
-            self._refresh, names=["has_token", "env_override", "busy", "transcript", "question"]
-        )
+        model.observe(self._refresh, names=["has_token", "env_override", "allowed_backends"])
+        model.observe(self._refresh, names=["busy", "transcript", "question"])
         model.observe(self._refresh, names=["lifecycle_enabled", "lifecycle_reason", "lifecycle"])
 
         matrixlab = ipw.VBox(
@@ -100,6 +101,7 @@ class SandboxSettingsPanel(ipw.VBox):  # type: ignore[misc]
             [
                 ipw.HTML(f"<b>Sandbox settings</b> <small>({html.escape(model.path)})</small>"),
                 ipw.HBox([self.backend, self.env_badge]),
+                self.backend_note,
                 matrixlab,
                 self.network,
                 self.timeout,
@@ -122,6 +124,13 @@ class SandboxSettingsPanel(ipw.VBox):  # type: ignore[misc]
         _shown(self.token_saved, m.has_token)
         _shown(self.clear_token, m.has_token)
         self.token.placeholder = "replace the saved token" if m.has_token else "bearer token"
+        refused = [label for label, name in BACKEND_OPTIONS if name not in m.allowed_backends]
+        self.backend_note.value = (
+            f"<small style='color:#616161'>{html.escape(', '.join(refused))}: set by the "
+            "administrator, not allowed here.</small>"
+            if refused
+            else ""
+        )
         env = html.escape(m.env_override)
         self.env_badge.value = (
             f"<span style='background:#fff3cd;padding:2px 6px;border-radius:4px'>"

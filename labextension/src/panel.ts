@@ -122,6 +122,8 @@ export class SandboxPanel extends Widget {
   private readonly lifecycle: LifecycleCard;
   private tokenCleared = false;
   private filledBackend = '';
+  /** The backends the administrator allows, from the last status (null: not known yet). */
+  private allowed: string[] | null = null;
   /** What the server said the settings are, when the form was last filled. */
   private saved: FormValues | null = null;
   /** The last connection test: the URL it tried and whether the Runner answered. */
@@ -239,6 +241,18 @@ export class SandboxPanel extends Widget {
 
   private fill(status: IStatus): void {
     const s = status.settings;
+    this.allowed = status.allowed_backends ?? null;
+    for (const radio of this.radios) {
+      // Set by the administrator: a backend it does not allow cannot be chosen here.
+      const refused = !this.isAllowed(radio.value);
+      radio.disabled = refused && radio.value !== s.backend;
+      radio.parentElement?.setAttribute(
+        'title',
+        refused
+          ? trans.__('Set by the administrator: not allowed on this server.')
+          : ''
+      );
+    }
     this.checkBackend(s.backend);
     this.url.value = s.matrixlab_url ?? '';
     this.image.value = s.matrixlab_image ?? '';
@@ -251,6 +265,11 @@ export class SandboxPanel extends Widget {
       : trans.__('not set');
     this.clearToken.disabled = !status.has_token;
     this.saved = this.formValues();
+  }
+
+  /** Whether the administrator allows `backend` (unknown until the first status: yes). */
+  private isAllowed(backend: string): boolean {
+    return this.allowed === null || this.allowed.includes(backend);
   }
 
   private checkBackend(backend: string): void {
@@ -354,7 +373,8 @@ export class SandboxPanel extends Widget {
       this.say(trans.__('Nothing changed: nothing to save.'), false);
       return;
     }
-    const off = changes.backend === 'off';
+    // Off where it is not allowed is refused by the server with how to allow it: no question.
+    const off = changes.backend === 'off' && this.isAllowed('off');
     if (off && !(await confirmPassThrough())) {
       this.say(trans.__('Not saved: the backend stays as it was.'), false);
       return;

@@ -46,8 +46,20 @@ export function requesterText(source: string): string {
 }
 
 /**
- * A card for `plan` titled by its goal (the card's accessible name) with `tag` beside it:
- * the card node and its header.
+ * Whose plan it is, in words, where identities are real (a JupyterHub, an identity
+ * provider with users): "Planned by alice". Null under a shared token login, where
+ * the server knows no owner.
+ */
+export function ownerText(plan: IPlan): string | null {
+  return typeof plan.owner === 'string' && plan.owner
+    ? trans.__('Planned by %1', escapeText(plan.owner))
+    : null;
+}
+
+/**
+ * A card for `plan` titled by its goal (the card's accessible name) with `tag` beside it,
+ * and, on a server with real identities, whose plan it is: the card node and
+ * its header.
  */
 function planCard(
   plan: IPlan,
@@ -67,6 +79,12 @@ function planCard(
   );
   goal.id = titleId;
   header.append(goal, tag);
+  const owner = ownerText(plan);
+  if (owner !== null) {
+    header.append(
+      el('span', 'jp-gitpilot-muted jp-gitpilot-plan-owner', owner)
+    );
+  }
   return { node, header };
 }
 

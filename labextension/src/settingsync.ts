@@ -113,7 +113,11 @@ export class SettingsSync {
     }
     this.sending = true;
     try {
-      const off = changes.backend === 'off';
+      // Not allowed by the administrator: no question, the server's refusal says how to allow it.
+      const allowed = status.allowed_backends ?? null;
+      const off =
+        changes.backend === 'off' &&
+        (allowed === null || allowed.includes('off'));
       if (off && !(await this.confirmOff())) {
         return; // `finally` puts the page back to the server's value
       }

@@ -36,6 +36,8 @@ export interface IPlan {
   created_at: string | number;
   code: string;
   file?: string | null;
+  /** The identity that made the plan; null under a shared (token) login. */
+  owner?: string | null;
 }
 
 /** An approved plan whose run is under way (`GET plans`, `running`): Stop ends it. */
@@ -130,6 +132,8 @@ export interface IStatus {
   settings_error?: string | null;
   /** How many plans `GET plans` lists (waiting for someone else's decision). */
   waiting_plans?: number;
+  /** The backends the administrator allows (`off` is not, by default). */
+  allowed_backends?: string[];
   version?: string;
 }
 

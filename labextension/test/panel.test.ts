@@ -227,6 +227,21 @@ describe('SandboxPanel', () => {
     expect(message.textContent).toBe('timeout_sec must be within 1..600');
   });
 
+  it('shows a backend the administrator does not allow as theirs', async () => {
+    const { q } = await openPanel({
+      'GET status': status({ allowed_backends: ['subprocess', 'matrixlab'] })
+    });
+    const off = q<HTMLInputElement>('input[name="backend"][value="off"]');
+    expect(off.disabled).toBe(true);
+    expect(off.parentElement?.title).toBe(
+      'Set by the administrator: not allowed on this server.'
+    );
+    const local = q<HTMLInputElement>(
+      'input[name="backend"][value="subprocess"]'
+    );
+    expect(local.disabled).toBe(false);
+  });
+
   it('disables Install / Start / Stop with the reason and the manual steps', async () => {
     const { panel, q } = await openPanel({ 'GET status': status() });
     const install = buttonNamed(panel.node, 'Install');

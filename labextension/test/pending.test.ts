@@ -130,6 +130,37 @@ describe('PendingPlansPanel', () => {
     ).toContain('No plans');
   });
 
+  it('shows whose plan it is where identities are real, and nothing under a token login', async () => {
+    const { panel } = await openPanel({
+      'GET plans': {
+        plans: [
+          plan({ plan_id: 'plan_alice_1', owner: 'alice' }),
+          plan({ plan_id: 'plan_token_1', owner: null }),
+          // A name that hides characters is shown escaped, never as they are.
+          plan({ plan_id: 'plan_bob_1', owner: 'bob\u202eecila' })
+        ],
+        running: [
+          {
+            plan: plan({ plan_id: 'plan_alice_2', owner: 'alice' }),
+            run_id: 'run_00112233445566ff',
+            state: 'running',
+            started_at: Date.now() / 1000,
+            approved_by: 'user'
+          }
+        ]
+      }
+    });
+    const ownerOf = (selector: string) =>
+      panel.node.querySelector(`${selector} .jp-gitpilot-plan-owner`)
+        ?.textContent ?? null;
+    expect(ownerOf('[data-plan-id="plan_alice_1"]')).toBe('Planned by alice');
+    expect(ownerOf('[data-plan-id="plan_token_1"]')).toBeNull();
+    const bob = ownerOf('[data-plan-id="plan_bob_1"]') ?? '';
+    expect(bob).toContain('Planned by bob');
+    expect(bob).not.toContain('\u202e');
+    expect(ownerOf('.jp-gitpilot-running-card')).toBe('Planned by alice');
+  });
+
   it('says so when nothing waits', async () => {
     const { panel } = await openPanel({ 'GET plans': { plans: [] } });
     expect(

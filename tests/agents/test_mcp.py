@@ -34,6 +34,8 @@ def run_session(
     child_env = {
         "GITPILOT_CONFIG_DIR": os.environ["GITPILOT_CONFIG_DIR"],
         "JUPYTER_RUNTIME_DIR": os.environ["JUPYTER_RUNTIME_DIR"],
+        # The code under test, where a checkout is put first on the path (a worktree).
+        **{k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ},
         **env,
     }
     params = StdioServerParameters(command=JUPYTER, args=["sandbox", "mcp", *args], env=child_env)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -197,15 +198,23 @@ def test_evicted_plan_ends_the_wait(audit: Recorder) -> None:
     assert sandbox.wait_for_approval(first.plan_id or "", 2).status == "not_approved"
 
 
-def test_a_variable_reaches_an_agents_snippet_only_when_named(
+def test_a_variable_reaches_an_agents_snippet_only_when_on_the_agents_list(
     service: SandboxService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("GITPILOT_TEST_DB_URL", "postgres://u:secret@db/x")
+    monkeypatch.setenv("TEST_DB_URL", "postgres://u:secret@db/x")
     sandbox = AgentSandbox(approval="auto", service=service)
-    code = "import os; print(os.environ.get('GITPILOT_TEST_DB_URL'))"
+    code = "import os; print(os.environ.get('TEST_DB_URL'))"
     assert sandbox.run_in_sandbox("python", code).result.stdout == "None\n"  # type: ignore[union-attr]
-    named = sandbox.run_in_sandbox("python", code, env=["GITPILOT_TEST_DB_URL"])
-    assert named.plan is not None and named.plan["env"] == ["GITPILOT_TEST_DB_URL"]
+    # A person's allowlist is not an agent's: listed for callers only, the agent is refused.
+    service.policy = dataclasses.replace(service.policy, caller_vars=frozenset({"TEST_DB_URL"}))
+    refused = sandbox.run_in_sandbox("python", code, env=["TEST_DB_URL"])
+    assert (refused.status, refused.error_code) == ("error", "env_not_allowed")
+    assert refused.result is None
+    assert "agent_env_allowlist" in refused.text
+    service.policy = dataclasses.replace(service.policy, agent_vars=frozenset({"TEST_DB_URL"}))
+    named = sandbox.run_in_sandbox("python", code, env=["TEST_DB_URL"])
+    assert named.plan is not None and named.plan["env"] == ["TEST_DB_URL"]
+    assert {"label": "passes the server's TEST_DB_URL", "ok": False} in named.plan["checks"]
     assert named.result is not None and named.result.stdout == "postgres://u:secret@db/x\n"
-    shell = sandbox.run_command('echo "$GITPILOT_TEST_DB_URL"', env=["GITPILOT_TEST_DB_URL"])
+    shell = sandbox.run_command('echo "$TEST_DB_URL"', env=["TEST_DB_URL"])
     assert shell.result is not None and shell.result.stdout == "postgres://u:secret@db/x\n"

@@ -28,8 +28,8 @@ BIG_OUTPUT = 400_000
 
 
 @pytest.fixture
-def off_cluster(tmp_path: Path) -> Iterator[DaskProcesses]:
-    """Two workers whose administrator allows ``off`` (2 threads each)."""
+def off_cluster(tmp_path: Path, allow_off: None) -> Iterator[DaskProcesses]:
+    """Two workers whose administrator allows ``off`` (2 threads each), as does this one's."""
     with dask_processes(tmp_path / "dask", env={WORKER_BACKENDS_ENV: "off,subprocess"}) as c:
         yield c
 

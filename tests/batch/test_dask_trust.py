@@ -106,6 +106,7 @@ async def test_the_scheduler_refuses_a_certificate_of_another_authority(
     assert f"cannot reach the Dask scheduler at {cluster.address}" in failed.value.message
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_off_sent_to_a_worker_that_does_not_allow_it_is_refused(
     cluster: DaskProcesses, tmp_path: Path
 ) -> None:

@@ -97,6 +97,7 @@ def test_changing_one_item_refuses_the_token(batches: BatchService, change: dict
     assert claimed.batch_id == batch.batch_id
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_network_backend_and_deadline_are_bound_too(batches: BatchService) -> None:
     base = items_from_list(items(2))
     digests = {

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from traitlets.config import Config
 
-from gitpilot_jupyter.server.audit import EVENT_KINDS, schema_id
 from tests.server.helpers import NDJSON, Api, check_stream_line
+from tests.support.audit import listen_to_audit
 
 ITEMS = [
     {"id": "a", "language": "python", "code": "print('a')"},
@@ -204,15 +204,7 @@ async def test_closing_the_stream_stops_the_batch(api: Api, client: httpx.AsyncC
 
 
 async def test_each_item_is_audited_as_a_single_run_is(api: Api, jp_serverapp: Any) -> None:
-    seen: list[tuple[str, dict[str, Any]]] = []
-    for kind in EVENT_KINDS:
-
-        async def listener(
-            logger: Any, schema_id: str, data: dict[str, Any], kind: str = kind
-        ) -> None:
-            seen.append((kind, data))
-
-        jp_serverapp.event_logger.add_listener(schema_id=schema_id(kind), listener=listener)
+    seen = listen_to_audit(jp_serverapp)
     secret = "print('batch-code-never-logged')"
     items = [{"id": "x", "language": "python", "code": secret}, ITEMS[3]]
     batch = await plan_batch(api, items)

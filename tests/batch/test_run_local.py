@@ -12,6 +12,7 @@ import pytest
 
 from gitpilot_jupyter.sandbox.batch import BatchService, items_from_list, read_results, run_batch
 from gitpilot_jupyter.sandbox.batch.runner import counted_over_file, held_records
+from gitpilot_jupyter.sandbox.policy import ENV_ALLOWLIST_ENV
 from gitpilot_jupyter.sandbox.service import SandboxService
 
 
@@ -118,6 +119,7 @@ def test_env_names_pass_variables_to_every_item_and_are_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COURSE_NAME", "Programming 101")
+    monkeypatch.setenv(ENV_ALLOWLIST_ENV, "COURSE_NAME")  # the administrator's list
     code = "import os; print(os.environ.get('COURSE_NAME'))"
     given = [{"id": i, "language": "python", "code": code} for i in range(2)]
     passed = list(run_batch(given, env=["COURSE_NAME"]))

@@ -112,7 +112,12 @@ def start_lab(workdir: Path, env: dict[str, str] | None = None) -> Lab:
     (news / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False})
     )
-    dirs = {"JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(workspaces)}
+    dirs = {
+        "JUPYTERLAB_SETTINGS_DIR": str(settings),
+        "JUPYTERLAB_WORKSPACES_DIR": str(workspaces),
+        # Its administrator allows off: the pass-through tests switch to it from the UI.
+        "GITPILOT_SANDBOX_ALLOWED_BACKENDS": "subprocess,matrixlab,off",
+    }
     # The test server exposes the app so a test can switch themes with the lab's own command.
     args = ["--LabApp.expose_app_in_browser=True"]
     return Lab(start_live_server(workdir, env={**dirs, **(env or {})}, args=args))

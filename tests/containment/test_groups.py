@@ -127,6 +127,14 @@ def test_3_without_a_subordinate_range_the_gap_is_said_with_its_fix(
     gap = missing["no-groups"]
     assert f"no subordinate range in {empty}" in gap["reason"], gap
     assert "apt-get install uidmap" in gap["fix"] and "usermod --add-subuids" in gap["fix"]
+    # Nor has each run a host uid of its own: said in status and in every plan.
+    assert "own-uid" not in report["layers"]
+    shared = missing["own-uid"]
+    assert "the server's own uid" in shared["reason"] and "pipe buffers" in shared["reason"]
+    assert "usermod --add-subuids" in shared["fix"], shared
+    gaps = {g["layer"]: g for g in LayeredIsolator().gaps()}
+    assert gaps["own-uid"]["reason"] == shared["reason"], gaps
     # A run still works, as the server's uid, and says nothing it does not do.
     result = run(SubprocessSandbox(isolator=LayeredIsolator()), "print(1)")
     assert result.exit_code == 0 and "no-groups" not in result.isolation
+    assert "own-uid" not in result.isolation

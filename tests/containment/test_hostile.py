@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
+from gitpilot_jupyter.sandbox.policy import ENV_ALLOWLIST_ENV
 from tests.isolation.conftest import make_backend
 from tests.server.helpers import Api
 from tests.support.system import require_system
@@ -216,6 +217,7 @@ def plant_home(home: Path, secret: str) -> list[Path]:
     return [home / rel for rel in files]
 
 
+@pytest.mark.parametrize("jp_server_config", [{"env_allowlist": ["GH_PAT"]}], indirect=True)
 async def test_4_home_jupyter_files_and_the_environment_stay_secret(
     api: Api, planted: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -233,9 +235,13 @@ async def test_4_home_jupyter_files_and_the_environment_stay_secret(
     result = await attack(api, HUNT % {"roots": [str(home), str(runtime), str(planted)]})
     assert result["exit_code"] == 0, result["stderr"]
     assert secret not in result["stdout"] + result["stderr"]
-    # Passed by name, a variable does reach the run (the allowlist is not a wall of bugs).
+    # Listed by the administrator and named, a variable does reach the run (the allowlist
+    # is not a wall of bugs); named without being listed, it is refused before any plan.
     named = await attack(api, "import os; print(os.environ['GH_PAT'])", env=["GH_PAT"])
     assert named["stdout"] == secret + "\n"
+    unlisted = {"language": "python", "code": "1", "env": ["MYSQL_PWD"]}
+    refused = await api("POST", "api/sandbox/plan", unlisted)
+    assert (refused.code, refused.body["code"]) == (400, "env_not_allowed"), refused.text
 
 
 def test_4_the_cli_passes_no_secret_variable(planted: Path, sandbox_config_dir: Path) -> None:
@@ -243,6 +249,7 @@ def test_4_the_cli_passes_no_secret_variable(planted: Path, sandbox_config_dir: 
     home = planted / "home"
     plant_home(home, secret)
     env = {**os.environ, "HOME": str(home), **dict.fromkeys(SECRET_ENV, secret)}
+    env[ENV_ALLOWLIST_ENV] = "MYSQL_PWD"  # may be named; passes only when named
     code = HUNT % {"roots": [str(home)]}
     cli = [str(Path(sys.executable).with_name("jupyter-sandbox")), "run", "python", "-c", code]
     cli.append("--yes")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gitpilot_jupyter.sandbox.policy import ENV_PASSTHROUGH_ENV
+from gitpilot_jupyter.sandbox.policy import ENV_ALLOWLIST_ENV, ENV_PASSTHROUGH_ENV
 from tests.server.helpers import Api
 
 from .conftest import attack, nonce, processes_named
@@ -268,7 +268,7 @@ async def test_5_a_plan_may_not_pass_the_servers_token(
 
 def test_5_the_cli_never_passes_the_servers_token(sandbox_config_dir: Path) -> None:
     secret = nonce("token")
-    env = {**os.environ, "JUPYTER_TOKEN": secret, ENV_PASSTHROUGH_ENV: "JUPYTER_TOKEN LANG"}
+    env = {**os.environ, "JUPYTER_TOKEN": secret}
     cli = [str(Path(sys.executable).with_name("jupyter-sandbox")), "run", "python", "-c"]
     code = "import os; print(sorted(os.environ))"
     named = subprocess.run(
@@ -276,12 +276,15 @@ def test_5_the_cli_never_passes_the_servers_token(sandbox_config_dir: Path) -> N
         capture_output=True, text=True, env=env, timeout=120, check=False,
     )  # fmt: skip
     assert named.returncode != 0 and "approve its own plans" in named.stderr, named.stderr
-    admin = subprocess.run(
-        [*cli, code + "; print(os.environ.get('JUPYTER_TOKEN'))", "--yes"],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
-    )  # fmt: skip
-    assert admin.returncode == 0, admin.stderr
-    assert secret not in admin.stdout and "JUPYTER_TOKEN" not in admin.stdout.splitlines()[0]
+    for listed in (ENV_ALLOWLIST_ENV, ENV_PASSTHROUGH_ENV):
+        admin = subprocess.run(
+            [*cli, code + "; print(os.environ.get('JUPYTER_TOKEN'))", "--yes", "--env", "LANG"],
+            capture_output=True, text=True, env={**env, listed: "JUPYTER_TOKEN LANG"},
+            timeout=120, check=False,
+        )  # fmt: skip
+        # An administrator's list naming the token is refused, saying which list and why.
+        assert admin.returncode != 0 and secret not in admin.stdout, admin.stdout
+        assert listed in admin.stderr and "approve its own plans" in admin.stderr
 
 
 # -- 6: a backdoor in the interpreter the server imports from; hard links to host files ----

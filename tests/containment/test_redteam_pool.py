@@ -294,6 +294,10 @@ async def test_3_id_games_change_nothing_the_host_sees(api: Api, reaper: list[st
     if tool.confine.as_root:  # each run its own uid (nsfree.RUN_IDS), its gid the same number
         uid = gid = int(creds["Uid"][0])
         assert nsfree.RUN_UID_BASE <= uid < nsfree.RUN_UID_BASE + nsfree.RUN_UID_COUNT, creds
+    elif tool.confine.idmap is not None:  # each run its own ids of the subordinate range
+        last, count = tool.confine.idmap.uid, tool.confine.idmap.count
+        uid, gid = int(creds["Uid"][0]), int(creds["Gid"][0])
+        assert last - count < uid < last and uid - gid == last - tool.confine.idmap.gid, creds
     assert maps["uid_map"][1:] == [str(uid), "1"] and maps["gid_map"][1:] == [str(gid), "1"], maps
     assert creds["Uid"] == [str(uid)] * 4 and creds["Gid"] == [str(gid)] * 4, creds
     if runs_drop_groups():

@@ -9,7 +9,7 @@ Checked from outside: user A's plan -> approve -> run works and is contained (th
 user's home, the hub's files, A's own secrets, the hub's API and its token are out of
 the snippet's reach, although A's uid may read those files), each result names its
 isolation layers, ``off`` cannot be chosen, and user B can neither see nor approve A's
-plan (the servers are separate).
+plan (the servers are separate), nor change her settings once she shares her server with him.
 """
 
 from __future__ import annotations
@@ -219,3 +219,40 @@ def test_the_other_user_cannot_see_or_approve_a_plan(
         # Still pending for Alice, who approves and runs it.
         approved = call(as_alice, "POST", f"{alice_api}/approve", {"plan_id": plan_id})
         assert approved.status_code == 200, approved.text
+
+
+def test_a_user_the_server_is_shared_with_cannot_change_its_settings(
+    hub: tuple[Hub, dict[str, HubUser], Path],
+) -> None:
+    server, users, _ = hub
+    alice, bob = users[USERS[0]], users[USERS[1]]
+    alice_api = f"/user/{alice.name}/api/sandbox"
+    with server.client() as admin:
+        shared = admin.post(f"/hub/api/shares/{alice.name}/", json={"user": bob.name})
+        assert shared.status_code in (200, 201), shared.text
+    try:
+        # A new token: the server would keep answering an old one as it did before the share.
+        with server.client_as(server.user_token(bob.name)) as as_bob:
+            # The hub lets Bob into Alice's server now; he reads her settings...
+            seen = call(as_bob, "GET", f"{alice_api}/config")
+            assert seen.status_code == 200, seen.text
+            # ...and changes none of them: network on for her next runs least of all.
+            for change in ({"allow_network": True}, {"timeout_sec": 30}):
+                refused = call(as_bob, "PUT", f"{alice_api}/config", change)
+                assert (refused.status_code, refused.json()["code"]) == (
+                    403,
+                    "setting_not_allowed",
+                ), refused.text
+                assert f"{bob.name!r} is not its owner" in refused.json()["message"]
+        with server.client_as(server.user_token(alice.name)) as as_alice:
+            # Alice, the owner, changes what the administrator leaves her...
+            own = call(as_alice, "PUT", f"{alice_api}/config", {"timeout_sec": 45})
+            assert own.status_code == 200 and own.json()["settings"]["timeout_sec"] == 45
+            # ...but not the network for every run (the recipe's user_may_weaken = False).
+            network = call(as_alice, "PUT", f"{alice_api}/config", {"allow_network": True})
+            assert (network.status_code, network.json()["code"]) == (403, "setting_not_allowed")
+            assert call(as_alice, "GET", f"{alice_api}/config").json()["allow_network"] is False
+            call(as_alice, "PUT", f"{alice_api}/config", {"timeout_sec": 120})
+    finally:
+        with server.client() as admin:
+            admin.delete(f"/hub/api/shares/{alice.name}/")

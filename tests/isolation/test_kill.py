@@ -129,7 +129,7 @@ def test_a_warm_run_answers_once_nothing_of_it_is_left(mark: str) -> None:
     which the kernel allows only after every process of the run is gone and reaped:
     what the snippet left running is gone by the answer (not even a zombie is left),
     not a moment later."""
-    from .test_pool import pooled, request, scenario, the_pool, until
+    from .pooling import pooled, request, scenario, the_pool, until
 
     env = {"PATH": os.environ["PATH"], mark: "1"}
     code = LEAVE_BEHIND.replace('print("left', 'import time; time.sleep(1)\nprint("left')
@@ -167,7 +167,7 @@ print("left a process that changes its pid", flush=True)
 def test_a_pid_hopping_process_is_gone_by_a_warm_run_s_answer() -> None:
     """Counted by the run's pids cgroup (one counter, however fast the pids change): more
     than the waiting slot's three processes while the run runs, none at its answer."""
-    from .test_pool import pooled, request, scenario, the_pool, until
+    from .pooling import pooled, request, scenario, the_pool, until
 
     tree = LayeredIsolator("bwrap").cgroup_tree()  # a delegated one too, as runs get
     has_pids = tree is not None and tree.pids_parent is not None

@@ -26,6 +26,13 @@ def spares() -> Iterator[nsfree._Spares]:
     own.close()
 
 
+def made(top: Path, *names: str) -> list[Path]:
+    """New folders ``names`` in ``top``."""
+    for name in names:
+        (top / name).mkdir()
+    return [top / name for name in names]
+
+
 def rules_for(run: Path, shared: Path) -> FsRules:
     return FsRules(execute=interpreter_rules(), read=(str(shared),), write=(str(run),))
 
@@ -52,9 +59,7 @@ def test_a_spare_gives_its_run_folder_and_not_the_one_before(
 def test_a_spare_whose_folder_was_replaced_is_not_used(
     tmp_path: Path, spares: nsfree._Spares
 ) -> None:
-    shared, run = tmp_path / "shared", tmp_path / "run"
-    shared.mkdir()
-    run.mkdir()
+    shared, run = made(tmp_path, "shared", "run")
     spares.make_ahead(rules_for(run, shared), deny_tcp=True, scoped=True)
     os.rename(shared, tmp_path / "old")  # an atomic replace: same path, another folder
     shared.mkdir()
@@ -62,3 +67,23 @@ def test_a_spare_whose_folder_was_replaced_is_not_used(
     fd = spares.ruleset(rules_for(run, shared), deny_tcp=True, scoped=True)
     seen = walled(Wall(fd), TRY_READ, str(shared / "note")).stdout
     assert seen == f"{shared / 'note'} new\n"
+
+
+def test_a_spare_whose_entry_of_a_split_folder_was_saved_over_is_not_used(
+    tmp_path: Path, spares: nsfree._Spares
+) -> None:
+    # A folder split around a secret (as /etc is): its entries are rules of their own,
+    # and a spare knows them by the folder's state. An atomic save of one is seen.
+    etc, run = made(tmp_path, "etc", "run")
+    (etc / "secret").write_text("secret")
+    (etc / "hosts").write_text("old")
+    entries = nsfree.allowed_under([etc], [etc / "secret"])
+    assert entries == [etc / "hosts"]
+    rules = FsRules(execute=interpreter_rules(), read=tuple(map(str, entries)), write=(str(run),))
+    spares.make_ahead(rules, deny_tcp=True, scoped=True)
+    (etc / "hosts.new").write_text("new")
+    os.rename(etc / "hosts.new", etc / "hosts")
+    fd = spares.ruleset(rules, deny_tcp=True, scoped=True)
+    paths = [str(etc / "hosts"), str(etc / "secret")]
+    seen = walled(Wall(fd), TRY_READ, *paths).stdout.splitlines()
+    assert seen == [f"{paths[0]} new", f"{paths[1]} PermissionError"]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gitpilot_jupyter.sandbox.local import launchplan, nsfree, prestart
-from gitpilot_jupyter.sandbox.local.confine import Confinement, HostFacts, IdMap, View
+from gitpilot_jupyter.sandbox.local.confine import Confinement, HostFacts, IdMap, View, relocated
 from gitpilot_jupyter.sandbox.local.isolation import ISOLATION_ENV
 from tests.support.system import require_system
 
@@ -31,15 +31,19 @@ RUN = Path("/tmp/gitpilot-run-abcd1234")
 PYTHON = Path("/opt/python3.12")
 HOME = Path("/home/alice")
 PLACEHOLDERS = {str(RUN): "{RUN}", str(PYTHON): "{PYTHON}", str(HOME): "{HOME}"}
-#: The server's uid as a non-root user, and the last ids of its subordinate range.
+#: The server's uid as a non-root user, its subordinate range (the last ids, the count)
+#: and a run's own ids from it (.subids).
 SERVER_IDS = (1000, 1000)
-RANGE_END = IdMap(165535, 165535)
+RANGE_END = IdMap(165535, 165535, 65536)
+MAPPED_IDS = (165527, 165527)
 NOBODY = (65534, 65534)
 #: A root server's run: an id of its own (nsfree.RUN_IDS).
 RUN_IDS = (2_100_000_007, 2_100_000_007)
-#: Stand-ins for :func:`.chainsteps.stage_steps` and a run cgroup.
+#: Stand-ins for :func:`.chainsteps.stage_steps` and a run cgroup (a run with a host uid of
+#: its own gets its RLIMIT_NPROC there: counted from its own user namespaces).
 FIRST = (
     "echo 0 >/sys/fs/cgroup/gitpilot/gitpilot-run-0123456789ab/cgroup.procs",
+    "ulimit -p 32",
     "ulimit -f 262144",
     "ulimit -t 30",
 )
@@ -52,9 +56,9 @@ BLOCKED = ("10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.0.2.10/32", "19
 MODES = ("cold", "warm", "prestart")
 
 
-def _view() -> View:
+def _view(python: Path = PYTHON) -> View:
     return View(
-        interpreters=[PYTHON],
+        interpreters=[python],
         cover_dirs=[HOME / ".ssh", HOME / ".local/share/jupyter"],
         cover_files=[HOME / ".netrc"],
     )
@@ -71,8 +75,11 @@ def _chain(who: str) -> Confinement:
     )
 
 
-def bwrap_plan(who: str, network: str, mode: str) -> launchplan.LaunchPlan:
-    """The bwrap engine's plan of a python run for these inputs."""
+def bwrap_plan(
+    who: str, network: str, mode: str, python: Path = PYTHON, view: View | None = None
+) -> launchplan.LaunchPlan:
+    """The bwrap engine's plan of a python run for these inputs (``python``: the
+    interpreter's folder; ``view``: else the golden files' one)."""
     facts = HostFacts(
         system=(("/usr", None), ("/bin", "usr/bin"), ("/lib", "usr/lib"), ("/etc", None)),
         resolv=None,
@@ -84,12 +91,13 @@ def bwrap_plan(who: str, network: str, mode: str) -> launchplan.LaunchPlan:
         snippet_fifo=mode == "warm",
         prestarted=mode == "prestart",
         server_ids=(0, 0) if who == "root" else SERVER_IDS,
+        mapped_ids=None if who == "root" else MAPPED_IDS,
     )
     return _chain(who).plan(
-        [str(PYTHON / "bin/python3"), "inline.py"],
+        [str(python / "bin/python3"), "inline.py"],
         workdir=RUN,
         allow_network=network == "on",
-        view=_view(),
+        view=view or _view(python),
         disk_mb=256,
         bpf=b"\0" * 64,
         facts=facts,
@@ -98,8 +106,11 @@ def bwrap_plan(who: str, network: str, mode: str) -> launchplan.LaunchPlan:
     )
 
 
-def landlock_plan(who: str, network: str) -> launchplan.LaunchPlan:
-    """The namespace-free engine's plan of a python run for these inputs."""
+def landlock_plan(who: str, network: str, mode: str = "cold") -> launchplan.LaunchPlan:
+    """The namespace-free engine's plan of a python run for these inputs; a warm slot's
+    shell is the one the pool starts (:func:`.nsfree.slot_argv`)."""
+    argv = [str(PYTHON / "bin/python3"), "inline.py"]
+    slot = [] if mode == "cold" else nsfree.slot_argv(argv, prestarted=mode == "prestart", env={})
     rules = launchplan.Rules(
         execute=("/usr", str(PYTHON)),
         read=("/etc/hosts", "/etc/passwd", "/etc/ssl/certs"),
@@ -110,7 +121,7 @@ def landlock_plan(who: str, network: str) -> launchplan.LaunchPlan:
     )
     root = who == "root"
     return launchplan.walled_plan(
-        [str(PYTHON / "bin/python3"), "inline.py"],
+        argv,
         rules=rules,
         seccomp=launchplan.SECCOMP_WALLED if network == "off" else launchplan.SECCOMP_WALLED_INET,
         limits=WALLED_LIMITS,
@@ -119,6 +130,8 @@ def landlock_plan(who: str, network: str) -> launchplan.LaunchPlan:
         network="none: no AF_INET/AF_INET6 sockets, TCP denied by Landlock"
         if network == "off"
         else "the host's network (an administrator's opt-in)",
+        slot=slot[: -len(argv)],
+        hook=f"{nsfree.PRESTART_DIR}/{prestart.HOOK_MODULE}.py" if mode == "prestart" else None,
     )
 
 
@@ -137,12 +150,19 @@ CASES = [
         for net in ("off", "on")
         for mode in MODES
     ),
-    *(("landlock", who, net, "cold") for who in ("root", "user") for net in ("off", "on")),
+    *(
+        ("landlock", who, net, mode)
+        for who in ("root", "user")
+        for net in ("off", "on")
+        for mode in MODES
+    ),
 ]
 
 
 def _plan(engine: str, who: str, network: str, mode: str) -> launchplan.LaunchPlan:
-    return bwrap_plan(who, network, mode) if engine == "bwrap" else landlock_plan(who, network)
+    if engine == "bwrap":
+        return bwrap_plan(who, network, mode)
+    return landlock_plan(who, network, mode)
 
 
 @pytest.mark.parametrize(("engine", "who", "network", "mode"), CASES)
@@ -242,9 +262,9 @@ def test_show_launch_prints_the_bwrap_chain_in_force(
     assert "--unshare-net" in off and "--seccomp 3" in off
     assert "--ro-bind /dev/null /etc/shadow\n" in off
     prefix = Path(sys.prefix).resolve()  # the interpreter's installation is in the view
-    assert any(line.endswith(f" {prefix}") for line in off.splitlines()), off
+    assert any(line.endswith(f" {relocated(prefix)}") for line in off.splitlines()), off
     on = show_launch(tmp_path / "on", "--network", env={ISOLATION_ENV: "bwrap"})
-    assert "--unshare-net" not in on
+    assert "     --unshare-net\n" not in on  # (the option's line; "refused here" names it)
     assert "network: egress only" in on or "refused here" in on, on
 
 

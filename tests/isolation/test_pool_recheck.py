@@ -26,7 +26,7 @@ from gitpilot_jupyter.sandbox.results import RunResult
 from tests.support.system import require_system
 
 from .conftest import require_mechanism
-from .test_pool import pooled, request, scenario, the_pool, until
+from .pooling import pooled, request, scenario, the_pool, until
 
 
 def relink(link: Path, target: Path | str) -> None:

@@ -22,9 +22,9 @@ from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 from gitpilot_jupyter.sandbox.local.pool import PRESTART_ENV, PoolConfig
 from gitpilot_jupyter.sandbox.results import RunResult
 
-from .test_pool import PATH as PATH_ENV
-from .test_pool import own_uids_named, request, scenario, the_pool, until, waiting_slot
-from .test_pool import pooled as _pooled
+from .pooling import PATH as PATH_ENV
+from .pooling import own_uids_named, request, scenario, the_pool, until, waiting_slot
+from .pooling import pooled as _pooled
 
 
 def pooled(mode: str = "auto", **config: Any) -> SubprocessSandbox:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from typing import Any
 
 import pytest
 
+from gitpilot_jupyter.server.base import SERVICE_KEY
 from tests.server.conftest import api, jp_server_config, openapi
 from tests.server.helpers import approved_run
 
@@ -19,15 +21,19 @@ __all__ = ["api", "jp_server_config", "openapi"]
 
 
 async def test_fork_bomb_and_memory_hog_leave_the_server_fine(
-    api: Any, mark: str, monkeypatch: pytest.MonkeyPatch
+    api: Any, jp_serverapp: Any, mark: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(mark, "1")  # passed to the runs by name: leftovers can be found
+    # Passed to the runs by name (the administrator lists it): leftovers can be found.
+    named = f"RUN_{mark}"
+    monkeypatch.setenv(named, "1")
+    service = jp_serverapp.web_app.settings[SERVICE_KEY]
+    service.policy = dataclasses.replace(service.policy, caller_vars=frozenset({named}))
     answer = await api("PUT", "api/sandbox/config", {"max_processes": 16, "memory_limit_mb": 96})
     assert answer.code == 200, answer.text
     layers = answer.body["isolation"]
     if not {"cgroup-pids", "rlimit-nproc"} & set(layers):
         pytest.skip(f"no process limit here: {answer.body['isolation_report']['unavailable']}")
-    bomb = asyncio.ensure_future(approved_run(api, "python", FORK_BOMB, timeout_sec=3, env=[mark]))
+    bomb = asyncio.ensure_future(approved_run(api, "python", FORK_BOMB, timeout_sec=3, env=[named]))
     await asyncio.sleep(1.0)
     started = time.monotonic()
     status = await api("GET", "api/sandbox/status")
@@ -36,7 +42,7 @@ async def test_fork_bomb_and_memory_hog_leave_the_server_fine(
     assert result["timed_out"] and result["stdout"].startswith("bomb")
     assert [p for p in marked_processes(mark) if p != os.getpid()] == []
     if "cgroup-memory" in layers:
-        hog = (await approved_run(api, "python", HOG, env=[mark])).body
+        hog = (await approved_run(api, "python", HOG, env=[named])).body
         assert "memory limit exceeded" in hog["stderr"] and hog["exit_code"] != 0
     after = (await approved_run(api, "python", "print('next run')")).body
     assert (after["exit_code"], after["stdout"]) == (0, "next run\n")

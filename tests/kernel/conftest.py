@@ -10,6 +10,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from gitpilot_jupyter.kernel.magics import SandboxMagics
+from gitpilot_jupyter.sandbox.settings import ALLOWED_BACKENDS_ENV
 from tests.support.live_server import LiveServer, start_live_server
 
 
@@ -40,7 +41,12 @@ def venv_kernelspec(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """A real ``jupyter server`` subprocess with the sandbox extension, one per test module."""
-    live = start_live_server(tmp_path_factory.mktemp("live"))
+    """A real ``jupyter server`` subprocess with the sandbox extension, one per test module.
+
+    Its administrator allows ``off`` (test_client_paths switches to it on both paths).
+    """
+    live = start_live_server(
+        tmp_path_factory.mktemp("live"), env={ALLOWED_BACKENDS_ENV: "subprocess,matrixlab,off"}
+    )
     yield live
     live.stop()

@@ -172,6 +172,7 @@ def test_status_and_config_on_both_paths(both: dict[str, SandboxClient]) -> None
     run_sync(local.configure({"timeout_sec": 120}))
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_switching_to_off_needs_confirm_on_both_paths(both: dict[str, SandboxClient]) -> None:
     for name, client in both.items():
         with pytest.raises(SandboxError) as info:

@@ -18,6 +18,7 @@ from traitlets.config import Config
 
 from gitpilot_jupyter.kernel.display import SandboxBlocked, SandboxRunError
 from gitpilot_jupyter.kernel.magics import NO_SERVER_NOTE, SandboxMagics
+from gitpilot_jupyter.sandbox.policy import ENV_ALLOWLIST_ENV
 from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.sync import run_sync
 from tests.support.system import require_system
@@ -296,6 +297,7 @@ def test_line_magic_errors(shell: InteractiveShell, line: str, message: str) -> 
         shell.run_line_magic("sandbox", line)
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_backend_flag_and_env_override(
     shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -315,6 +317,7 @@ def test_backend_flag_and_env_override(
     assert shell.user_ns["r"]["backend"] == "subprocess"
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_config_asks_before_switching_to_off(
     shell: InteractiveShell, sandbox_config_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -330,6 +333,7 @@ def test_config_asks_before_switching_to_off(
     assert 'backend            "off"' in out.stdout
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_config_to_off_without_a_way_to_ask_needs_yes(
     shell: InteractiveShell, sandbox_config_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -440,3 +444,17 @@ def test_a_host_that_cannot_contain_a_run_refuses_the_cell_with_the_reason(
     assert "cannot keep a snippet away from your files" in text, text
     assert "GITPILOT_SANDBOX_ALLOW_UNCONTAINED=1" in text, text
     assert not marker.exists()
+
+
+def test_env_passes_only_a_listed_variable(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNEL_SITE", "listed-value")
+    monkeypatch.setenv("KERNEL_OTHER", "kept-back")
+    monkeypatch.setenv(ENV_ALLOWLIST_ENV, "KERNEL_SITE")
+    code = "import os; print(os.environ.get('KERNEL_SITE'), os.environ.get('KERNEL_OTHER'))"
+    with pytest.raises(UsageError, match="KERNEL_OTHER may not be passed"):
+        cell(shell, "--yes --env KERNEL_OTHER", code)
+    with capture_output() as cap:
+        cell(shell, "--yes --env KERNEL_SITE", code)
+    assert cap.stdout.startswith("listed-value None\n")

@@ -21,7 +21,7 @@ from gitpilot_jupyter.client.rest import RestClient
 from gitpilot_jupyter.sandbox.policy import SandboxPolicy
 from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService
-from gitpilot_jupyter.sandbox.settings import SettingsStore
+from gitpilot_jupyter.sandbox.settings import ALLOWED_BACKENDS_ENV, SettingsStore
 from gitpilot_jupyter.sandbox.sync import run_sync
 from tests.support.live_server import LiveServer, start_live_server
 from tests.unit.test_cli import cli
@@ -31,9 +31,11 @@ CLAMPED = 60
 
 @pytest.fixture(scope="module")
 def clamped_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """A real Jupyter server whose administrator allows at most 60 s per run."""
+    """A real Jupyter server whose administrator allows at most 60 s per run, and ``off``."""
     live = start_live_server(
-        tmp_path_factory.mktemp("clamped"), args=[f"--SandboxApp.max_timeout_sec={CLAMPED}"]
+        tmp_path_factory.mktemp("clamped"),
+        args=[f"--SandboxApp.max_timeout_sec={CLAMPED}"],
+        env={ALLOWED_BACKENDS_ENV: "subprocess,off"},
     )
     yield live
     live.stop()
@@ -47,6 +49,7 @@ def clients(server: LiveServer) -> dict[str, SandboxClient]:
 
 
 @pytest.mark.parametrize("path", ["in-process", "REST"])
+@pytest.mark.usefixtures("allow_off")
 def test_kernel_clients_run_the_plan_as_planned(clamped_server: LiveServer, path: str) -> None:
     client = clients(clamped_server)[path]
 
@@ -81,6 +84,7 @@ def test_agents_run_the_plan_as_planned(clamped_server: LiveServer, where: str) 
     assert reply.result is not None and reply.result.stdout == "agent ran\n"
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_cli_runs_the_plan_as_planned(tmp_path: Path) -> None:
     stdin = tmp_path / "stdin.txt"
     stdin.write_text("typed\n", encoding="utf-8")

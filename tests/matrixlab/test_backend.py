@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import re
 import shutil
 import time
 import zipfile
@@ -16,7 +17,7 @@ import httpx
 import pytest
 
 from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
-from gitpilot_jupyter.sandbox.errors import BackendFailure, BackendUnreachable
+from gitpilot_jupyter.sandbox.errors import BackendFailure, BackendUnreachable, RunOutcomeUnknown
 from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.sandbox.matrixlab.protocol import image_language, runner_error
 from gitpilot_jupyter.sandbox.matrixlab.wrapper import START_ALLOWANCE_SEC
@@ -118,13 +119,17 @@ async def test_a_snippet_goes_to_code_run_as_a_script_that_writes_and_times_it(
     runner_standin: StandinRunner,
 ) -> None:
     code = "import os\nprint(input().upper(), sorted(os.listdir('.')))"
-    request = snippet(code, stdin="abc\n", env={"HOST_SECRET_PATH": "/x"})
+    env = {"PATH": "/host/bin", "LANG": "C.UTF-8", "PASSED_BY_NAME": "v"}
+    request = snippet(code, stdin="abc\n", env=env)
     result = await backend_for(runner_standin).run(request)
     # The Runner's script.sh and stdin.txt are gone before the snippet starts.
     assert result.stdout == "ABC ['main.py']\n" and result.stderr == ""
     sent = sent_requests(runner_standin)[-1]
     body = sent["body"]
-    assert sent["path"] == "/code/run" and isinstance(body, dict) and "env" not in body
+    assert sent["path"] == "/code/run" and isinstance(body, dict)
+    # Only what was passed by name goes, with the run's tag; never this host's PATH or locale.
+    tag = body["env"].pop("GITPILOT_RUN_TAG")
+    assert body["env"] == {"PASSED_BY_NAME": "v"} and re.fullmatch("[0-9a-f]{24}", tag)
     assert body["language"] == "bash" and body["image"] == "python"
     assert body["stdin"] == "abc\n" and code in body["code"]
     # The Runner gets the container's start on top of the snippet's own 10 s.
@@ -251,14 +256,17 @@ async def test_nothing_listening_is_unreachable() -> None:
     assert health["ok"] is False and "cannot reach" in health["error"]
 
 
-async def test_a_runner_slower_than_its_budget_plus_grace_is_unreachable(
+async def test_a_runner_silent_past_its_budget_plus_grace_has_an_unknown_outcome(
     start_standin: StartStandin,
 ) -> None:
+    # The Runner took the run: it may be running it still, so it is never "not run".
     runner = start_standin(mode="slow", delay=10)
     request = snippet("print(1)")
     request.timeout_sec = 1
-    with pytest.raises(BackendUnreachable, match="did not answer within 9 s"):
+    with pytest.raises(RunOutcomeUnknown, match="did not answer within 9 s") as caught:
         await backend_for(runner).run(request)
+    assert (caught.value.status, caught.value.code) == (504, "run_outcome_unknown")
+    assert "may still be running" in caught.value.message
 
 
 @pytest.mark.parametrize(
@@ -410,7 +418,7 @@ async def _under_way(service: SandboxService, run_id: str) -> None:
 async def test_a_stop_the_backend_does_not_honour_ends_the_run_after_the_grace(
     matrixlab_service: SandboxService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The MatrixLab backend has no stop of its own: the executor cancels it after the grace.
+    # A backend slower to stop than the grace: the executor cancels it.
     monkeypatch.setattr(runs, "STOP_GRACE_SEC", 0.5)
     run_id = "run_" + "5" * 16
     asked: list[float] = []
@@ -427,6 +435,9 @@ async def test_a_stop_the_backend_does_not_honour_ends_the_run_after_the_grace(
     await stopper
     assert result.cancelled and result.exit_code == -1 and not result.ok
     assert (result.run_id, result.backend) == (run_id, "matrixlab")
+    # Even so, the envelope has the backend's own command and notes.
+    assert result.command == ["python", "/workspace/main.py"]
+    assert result.notes and result.notes[0].startswith("no file-size limit")
     assert 0.4 < waited < 5, waited  # the grace, not the snippet's 30 s
     assert matrixlab_service.executor.active_runs() == []
     # The task that ran it is not left cancelled.

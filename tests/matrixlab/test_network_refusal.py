@@ -74,5 +74,6 @@ def test_the_server_traits_reach_the_runner_host_config() -> None:
     app.matrixlab_max_workspace_mb = 20
     config = app.build_lifecycle_config()
     assert (config.network_isolated, config.max_workspace_mb) == (True, 20)
+    app.matrixlab_max_workspace_mb = 501
     with pytest.raises(TraitError, match="1 to 500"):
-        app.matrixlab_max_workspace_mb = 501
+        app.build_lifecycle_config()

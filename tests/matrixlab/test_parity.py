@@ -9,6 +9,7 @@ impossible to match assert the difference ``docs/admin/matrixlab.md`` documents.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
 from dataclasses import dataclass
@@ -159,3 +160,66 @@ async def test_limits_the_runner_cannot_honour_are_in_the_plan_and_the_result(
         parity_service, language="python", code="print(1)", backend="subprocess"
     )
     assert local.notes == [] and not any("Runner" in c["label"] for c in local_plan.checks)
+
+
+async def test_a_variable_passed_by_name_reaches_the_snippet_on_both(
+    parity_service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITPILOT_PARITY_VALUE", 'it\'s "quoted"\nand two lines')
+    code = "import os\nprint(repr(os.environ.get('GITPILOT_PARITY_VALUE')))"
+    answers = {}
+    for backend in ("subprocess", "matrixlab"):
+        plan, result = await run_here(
+            parity_service,
+            language="python",
+            code=code,
+            env=["GITPILOT_PARITY_VALUE"],
+            backend=backend,
+        )
+        assert "passes the server's GITPILOT_PARITY_VALUE" in [c["label"] for c in plan.checks]
+        answers[backend] = result.stdout
+    assert answers["matrixlab"] == answers["subprocess"] == "'it\\'s \"quoted\"\\nand two lines'\n"
+
+
+async def test_a_killed_snippets_unflushed_print_is_kept_by_the_runners_image(
+    parity_service: SandboxService,
+) -> None:
+    """Documented difference: the Runner's python image sets PYTHONUNBUFFERED=1."""
+    code = "import time\nprint('before the kill')\ntime.sleep(30)"
+    _, remote = await run_here(
+        parity_service, language="python", code=code, timeout_sec=2, backend="matrixlab"
+    )
+    assert remote.timed_out and remote.stdout == "before the kill\n"
+
+
+async def test_a_stop_where_no_container_can_be_removed_says_the_run_goes_on(
+    parity_service: SandboxService,
+) -> None:
+    """Documented difference: locally Stop kills the process tree; the Runner has no cancel,
+    and the stand-in's runs are local processes, so there is no container to remove."""
+    run_id = "run_" + "7" * 16
+
+    async def stop_it() -> None:
+        while run_id not in parity_service.active_runs():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(1.0)
+        parity_service.cancel(run_id)
+
+    stopper = asyncio.ensure_future(stop_it())
+    plan, result = await run_here(
+        parity_service,
+        language="python",
+        code="import time; time.sleep(30)",
+        timeout_sec=30,
+        backend="matrixlab",
+        run_id=run_id,
+    )
+    await stopper
+    assert result.cancelled and result.exit_code == -1
+    assert result.command == plan.command == ["python", "/workspace/main.py"]
+    assert result.notes[:-1] == [c["label"] for c in plan.checks if not c["ok"]][-1:]
+    assert result.notes[-1] == (
+        "Stop could not stop the run on the Runner (no container of this run is on the "
+        "Docker engine this server reaches): it goes on there until it ends or reaches its "
+        "timeout of 33 s"
+    )

@@ -200,7 +200,7 @@ async def test_a_configured_image_the_runner_cannot_pull_is_not_ok(
 async def test_an_image_with_only_python3_is_not_ok(runner_standin: StandinRunner) -> None:
     image = "example/python3-only:latest"
     report = await probe_runner(runner_standin.url, runner_standin.token, image=image)
-    assert report["ok"] is False and "exited 127" in report["error"]
+    assert report["ok"] is False and "no `python` command" in report["error"]
     assert "no `python` command (an image with only `python3`?)" in report["hint"]
 
 

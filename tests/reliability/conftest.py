@@ -9,7 +9,7 @@ secret. A single hit fails the module.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,8 +91,9 @@ class Live:
         return self.http.post("/api/sandbox/run", json=body)
 
 
-def start_live(workdir: Path, env: dict[str, str] | None = None) -> Live:
-    """Start a server that writes its audit events to ``workdir/audit.jsonl``."""
+def start_live(workdir: Path, env: dict[str, str] | None = None, args: Sequence[str] = ()) -> Live:
+    """Start a server that writes its audit events to ``workdir/audit.jsonl``
+    (``args``: more server options)."""
     audit_path = workdir / "audit.jsonl"
     config = workdir / "jupyter-config"
     config.mkdir(parents=True, exist_ok=True)
@@ -105,9 +106,12 @@ def start_live(workdir: Path, env: dict[str, str] | None = None) -> Live:
         env={
             "GITPILOT_MATRIXLAB_TOKEN": MATRIXLAB_TOKEN,
             "TMPDIR": str(_private_tmp(workdir)),
+            # Its administrator allows off: test_timeouts holds off runs to theirs too.
+            "GITPILOT_SANDBOX_ALLOWED_BACKENDS": "subprocess,matrixlab,off",
             **ENV_SECRETS,
             **(env or {}),
         },
+        args=args,
     )
     live = Live(server=server, http=server.client(), audit_path=audit_path)
     live.http.event_hooks["response"].append(live.record)

@@ -64,8 +64,8 @@ FAULTS: list[Fault] = [
         "slow",
         lambda start: start(mode="slow", delay=10.0).url,
         {"timeout_sec": 1},
-        503,
-        "backend_unreachable",
+        504,  # the Runner took the run: it may be running it, so never "unreachable"
+        "run_outcome_unknown",
         "did not answer within 9 s",
     ),
     ("error500", lambda start: start(mode="error500").url, {}, 502, "backend_error", "500"),

@@ -75,8 +75,14 @@ def _children(pid: int) -> list[tuple[int, str]]:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    """A real server with the default warm pool (the suite's servers have it off)."""
-    instance = start_live(tmp_path_factory.mktemp("live"), env={"GITPILOT_SANDBOX_POOL": "auto"})
+    """A real server with the default warm pool (the suite's servers have it off), whose
+    caps let all the concurrent runs in (test_capacity.py saturates them)."""
+    instance = start_live(
+        tmp_path_factory.mktemp("live"),
+        env={"GITPILOT_SANDBOX_POOL": "auto"},
+        # 200 runs at 1 GiB each pass any host's memory: the memory cap is off here.
+        args=[f"--SandboxApp.max_concurrent_runs={CONCURRENT}", "--SandboxApp.memory_budget_mb=0"],
+    )
     yield instance
     stop_and_sweep(instance)
 

@@ -24,7 +24,7 @@ from gitpilot_jupyter.sandbox.errors import (
 from gitpilot_jupyter.sandbox.languages import CANONICAL_LANGUAGES, canonical_language
 from gitpilot_jupyter.sandbox.output import CappedText
 from gitpilot_jupyter.sandbox.plans import plan_digest
-from gitpilot_jupyter.sandbox.policy import SandboxPolicy, find_destructive
+from gitpilot_jupyter.sandbox.policy import SandboxPolicy, find_destructive, never_passed
 from gitpilot_jupyter.sandbox.settings import (
     BACKENDS,
     FIELD_NAMES,
@@ -246,6 +246,7 @@ def test_env_scrub_property_names() -> None:
     def check(pre: str, word: str, post: str) -> None:
         name = pre + word.lower() if len(pre) % 2 else pre + word
         name += post
+        assume(not never_passed(name))  # those never pass, even named (tested apart)
         policy = SandboxPolicy(allowed_vars=frozenset())
         env = policy.scrub_env({name: "s3cret", "PATH": "/bin"}, allow_network=True)
         assert name not in env and env["PATH"] == "/bin"

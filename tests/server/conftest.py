@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 from openapi_core import OpenAPI
 from traitlets.config import Config
 
 from gitpilot_jupyter.server.schemas import openapi_document
+from tests.support.audit import AuditEvents, listen_to_audit
 
 from .helpers import NDJSON, Answer, Api, check_against_openapi, server_config
 
@@ -75,3 +77,21 @@ def api(jp_fetch: Any, openapi: OpenAPI) -> Api:
         return answer
 
     return call
+
+
+@pytest.fixture
+def client(
+    http_server_client: Any, jp_http_port: int, jp_base_url: str, jp_auth_header: dict[str, str]
+) -> httpx.AsyncClient:
+    """A real HTTP client on the test server (``http_server_client`` makes it listen)."""
+    return httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{jp_http_port}{jp_base_url}",
+        headers=jp_auth_header,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def events(jp_serverapp: Any) -> AuditEvents:
+    """Every sandbox audit event the server emits, as (kind, data)."""
+    return listen_to_audit(jp_serverapp)

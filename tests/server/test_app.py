@@ -123,8 +123,57 @@ async def test_settings_dir(api: Api, settings_dir: Path, sandbox_config_dir: Pa
     ],
 )
 def test_bad_trait_values_are_refused(trait: str, value: object) -> None:
-    with pytest.raises(TraitError):
-        SandboxApp(**{trait: value})
+    with pytest.raises(TraitError, match=trait):
+        SandboxApp(**{trait: value}).check_traits()
+
+
+@pytest.mark.parametrize(
+    ("trait", "value", "message"),
+    [
+        ("env_passthrough", ["A B"], "'A B' is not a variable name"),
+        ("env_passthrough", ["JUPYTER_TOKEN"], "approve its own plans"),
+        ("env_allowlist", ["GITPILOT_MATRIXLAB_TOKEN"], "never passed"),
+        ("agent_env_allowlist", ["JUPYTERHUB_API_TOKEN"], "approve its own plans"),
+    ],
+)
+def test_an_env_list_naming_a_product_secret_stops_the_start(
+    trait: str, value: list[str], message: str
+) -> None:
+    with pytest.raises(TraitError, match=message) as info:
+        SandboxApp(**{trait: value}).build_env_lists()
+    assert f"c.SandboxApp.{trait}" in str(info.value)
+
+
+def test_an_env_variable_list_naming_a_product_secret_stops_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GITPILOT_SANDBOX_AGENT_ENV_ALLOWLIST", "GITPILOT_MATRIXLAB_TOKEN")
+    with pytest.raises(TraitError, match=r"agent_env_allowlist .* never passed"):
+        SandboxApp(agent_env_allowlist=["DATABASE_URL"]).build_env_lists()
+
+
+@pytest.mark.parametrize(
+    "jp_server_config",
+    [{"env_allowlist": ["SITE_NAME"], "agent_env_allowlist": ["AGENT_SITE"]}],
+    indirect=True,
+)
+async def test_the_env_allowlists_reach_people_and_agents_apart(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_SITE", "for-agents")
+    code = {"language": "python", "code": "import os; print(os.environ['AGENT_SITE'])"}
+    person = await api("POST", "api/sandbox/plan", {**code, "env": ["AGENT_SITE"]})
+    assert (person.code, person.body["code"]) == (400, "env_not_allowed")
+    agent = await api("POST", "api/sandbox/agent/plan", {**code, "env": ["AGENT_SITE"]})
+    assert agent.code == 200, agent.text
+    assert {"label": "passes the server's AGENT_SITE", "ok": False} in agent.body["plan"]["checks"]
+    refused = await api("POST", "api/sandbox/agent/plan", {**code, "env": ["SITE_NAME"]})
+    assert (refused.code, refused.body["code"]) == (400, "env_not_allowed")
+    auto = await api(
+        "POST", "api/sandbox/agent/plan", {**code, "env": ["AGENT_SITE"], "approve": True}
+    )
+    ran = await api("POST", "api/sandbox/run", {"approval_token": auto.body["approval_token"]})
+    assert ran.code == 200 and ran.body["stdout"] == "for-agents\n", ran.text
 
 
 def test_every_trait_has_help_text() -> None:
@@ -180,3 +229,27 @@ async def test_matrixlab_traits_reach_the_lifecycle(api: Api) -> None:
     text = json.dumps(lifecycle)
     assert "example/runner:test" in text and "example/python:test" in text
     assert "gitpilot-admin-runner" in text
+
+
+@pytest.mark.parametrize(
+    "jp_server_config",
+    [{"allowed_backends": ["subprocess"], "max_timeout_sec": 0}],
+    indirect=True,
+)
+async def test_one_bad_trait_serves_no_sandbox_rather_than_every_default(
+    jp_fetch: Any, jp_serverapp: Any
+) -> None:
+    # Before, the bad max_timeout_sec made jupyter_server load the extension with every
+    # trait at its default: allowed_backends was the default list, not the administrator's.
+    answer = await jp_fetch("api", "sandbox", "status", raise_error=False)
+    assert answer.code == 404  # the extension did not load
+    assert SERVICE_KEY not in jp_serverapp.web_app.settings
+
+
+@pytest.mark.parametrize("jp_server_config", [{"env_allowlist": ["JUPYTER_TOKEN"]}], indirect=True)
+async def test_a_server_whose_list_names_its_token_serves_no_sandbox(
+    jp_fetch: Any, jp_serverapp: Any
+) -> None:
+    answer = await jp_fetch("api", "sandbox", "status", raise_error=False)
+    assert answer.code == 404  # the extension did not load: nothing runs with that list
+    assert SERVICE_KEY not in jp_serverapp.web_app.settings

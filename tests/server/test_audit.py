@@ -9,28 +9,10 @@ from typing import Any
 import pytest
 from traitlets.config import Config
 
-from gitpilot_jupyter.server.audit import EVENT_KINDS, schema_id
-
 from .helpers import Api, approved_run
 
 SECRET_CODE = "print('the-code-' + 'x')  # do-not-log-me"
 TOKEN = "runner-token-never-logged"
-
-
-@pytest.fixture
-def events(jp_serverapp: Any) -> list[tuple[str, dict[str, Any]]]:
-    """Every sandbox event the server emits, as (kind, data)."""
-    seen: list[tuple[str, dict[str, Any]]] = []
-    logger = jp_serverapp.event_logger
-    for kind in EVENT_KINDS:
-
-        async def listener(
-            logger: Any, schema_id: str, data: dict[str, Any], kind: str = kind
-        ) -> None:
-            seen.append((kind, data))
-
-        logger.add_listener(schema_id=schema_id(kind), listener=listener)
-    return seen
 
 
 async def test_plan_approve_run_and_config_are_audited(

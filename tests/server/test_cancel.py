@@ -15,11 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from gitpilot_jupyter.sandbox.results import new_run_id
-from gitpilot_jupyter.server import audit
-from gitpilot_jupyter.server.audit import EVENT_KINDS
 
 from .helpers import NDJSON, Api, check_stream_line, plan_and_approve
 
@@ -75,31 +72,23 @@ async def gone(marker: str, within: float = 10.0) -> bool:
     return True
 
 
-@pytest.fixture
-def client(
-    http_server_client: Any, jp_http_port: int, jp_base_url: str, jp_auth_header: dict[str, str]
-) -> httpx.AsyncClient:
-    """A real HTTP client on the test server (``http_server_client`` makes it listen)."""
-    return httpx.AsyncClient(
-        base_url=f"http://127.0.0.1:{jp_http_port}{jp_base_url}",
-        headers=jp_auth_header,
-        timeout=60,
-    )
+async def approved_sleeper(api: Api) -> tuple[str, dict[str, Any]]:
+    """An approved :func:`sleeper`: its marker and the run body naming its own run id."""
+    marker = new_marker()
+    code = sleeper(marker)
+    _, token = await plan_and_approve(api, language="python", code=code)
+    body = {"language": "python", "code": code, "approval_token": token, "run_id": new_run_id()}
+    return marker, body
 
 
-@pytest.fixture
-def events(jp_serverapp: Any) -> list[tuple[str, dict[str, Any]]]:
-    """Every sandbox audit event the server emits, as (kind, data)."""
-    seen: list[tuple[str, dict[str, Any]]] = []
-    for kind in EVENT_KINDS:
-
-        async def listener(
-            logger: Any, schema_id: str, data: dict[str, Any], kind: str = kind
-        ) -> None:
-            seen.append((kind, data))
-
-        jp_serverapp.event_logger.add_listener(schema_id=audit.schema_id(kind), listener=listener)
-    return seen
+async def running_sleeper(client: httpx.AsyncClient, marker: str, body: dict[str, Any]) -> Any:
+    """The plain JSON run of ``body`` (a future), once its snippet has started."""
+    running = asyncio.ensure_future(client.post("api/sandbox/run", json=body))
+    deadline = time.monotonic() + 30
+    while not processes_with(marker):
+        assert time.monotonic() < deadline, "the snippet never started"
+        await asyncio.sleep(0.1)
+    return running
 
 
 async def test_delete_stops_a_streaming_run_and_its_envelope_says_so(
@@ -108,11 +97,8 @@ async def test_delete_stops_a_streaming_run_and_its_envelope_says_so(
     jp_serverapp: Any,
     events: list[tuple[str, dict[str, Any]]],
 ) -> None:
-    marker = new_marker()
-    code = sleeper(marker)
-    _, token = await plan_and_approve(api, language="python", code=code)
-    run_id = new_run_id()
-    body = {"language": "python", "code": code, "approval_token": token, "run_id": run_id}
+    marker, body = await approved_sleeper(api)
+    run_id = body["run_id"]
     lines: list[dict[str, Any]] = []
     started = time.monotonic()
     async with (
@@ -172,17 +158,10 @@ async def test_closing_the_stream_stops_the_run_on_the_server(
 async def test_a_plain_json_run_stopped_from_another_request(
     api: Api, client: httpx.AsyncClient
 ) -> None:
-    marker = new_marker()
-    code = sleeper(marker)
-    _, token = await plan_and_approve(api, language="python", code=code)
-    run_id = new_run_id()
-    body = {"language": "python", "code": code, "approval_token": token, "run_id": run_id}
+    marker, body = await approved_sleeper(api)
+    run_id = body["run_id"]
     async with client:
-        running = asyncio.ensure_future(client.post("api/sandbox/run", json=body))
-        deadline = time.monotonic() + 30
-        while not processes_with(marker):
-            assert time.monotonic() < deadline, "the snippet never started"
-            await asyncio.sleep(0.1)
+        running = await running_sleeper(client, marker, body)
         # The same id cannot start a second run while this one is under way.
         _, token2 = await plan_and_approve(api, language="python", code="print(1)")
         clash = await api(

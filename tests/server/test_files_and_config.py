@@ -107,6 +107,11 @@ async def test_config_roundtrip_and_masking(api: Api, sandbox_config_dir: Path) 
     assert cleared.body["has_token"] is False
 
 
+#: The administrator lists ``off`` (it is not allowed by default).
+OFF_ALLOWED = {"allowed_backends": ["subprocess", "matrixlab", "off"]}
+
+
+@pytest.mark.parametrize("jp_server_config", [OFF_ALLOWED], indirect=True)
 async def test_switching_to_off_needs_an_explicit_confirmation(
     api: Api, sandbox_config_dir: Path
 ) -> None:
@@ -172,6 +177,7 @@ async def test_token_never_appears_in_any_response(
         assert SECRET not in text
 
 
+@pytest.mark.parametrize("jp_server_config", [OFF_ALLOWED], indirect=True)
 async def test_env_override_is_reported_and_never_saved(
     api: Api, monkeypatch: pytest.MonkeyPatch, sandbox_config_dir: Path
 ) -> None:

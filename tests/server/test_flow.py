@@ -27,6 +27,7 @@ async def test_plan_approve_run_each_language(api: Api, language: str) -> None:
     plan, token = await plan_and_approve(api, language=alias, code=code)
     assert plan["language"] == language
     assert plan["plan_id"].startswith("plan_") and plan["requires_approval"] is True
+    assert plan["owner"] is None  # a shared token login: every holder is one principal
     assert len(token) >= 43
 
     # Planned with an alias, run with the canonical name: the same snippet.

@@ -38,6 +38,10 @@ async def test_pending_lists_only_ones_own_plans(api: Api) -> None:
     theirs = (await api("POST", "api/sandbox/agent/plan", SNIPPET, headers=BOB)).body["plan"]
     assert await pending_ids(api, ALICE) == [mine["plan_id"]]
     assert await pending_ids(api, BOB) == [theirs["plan_id"]]
+    # Each plan says whose it is, in every answer (what Pending Plans shows).
+    assert (mine["owner"], theirs["owner"]) == ("alice", "bob")
+    listed = await api("GET", "api/sandbox/plans", headers=ALICE)
+    assert [plan["owner"] for plan in listed.body["plans"]] == ["alice"]
 
 
 async def test_others_cannot_approve_or_reject(api: Api) -> None:

@@ -131,7 +131,7 @@ c.JupyterHub.services = [{{"name": "test-admin", "api_token": {admin_token!r}}}]
 c.JupyterHub.load_roles = [
     {{
         "name": "test-admin",
-        "scopes": ["admin:users", "admin:servers", "tokens"],
+        "scopes": ["admin:users", "admin:servers", "tokens", "shares"],
         "services": ["test-admin"],
     }}
 ]

@@ -17,6 +17,14 @@ included (section "Behaviour observed on the real Runner 0.1.0"), in every mode:
   whose ``input`` echoes the stdin, as FastAPI does), memory below 128 MB and pids
   below 16; there is no file-size limit;
 * ``/health`` and ``/capabilities`` need no token;
+* the Runner's python image's environment (``PYTHONUNBUFFERED=1``...);
+* no cancel: a run goes on when its client hangs up;
+* ``/run`` blocks the event loop: while one runs, nothing else is answered;
+* ``busy``: requests past ``--workers`` wait before their handler starts, and each
+  run in progress adds ``--start-per-run`` seconds to a container's start;
+* ``--docker-image IMAGE``: runs are real containers on the Docker engine, named and
+  made as the Runner makes them (``mlab-<job>-command-<hex>``, no label, the request's
+  env in the container's command);
 * with ``MATRIXLAB_LOCAL_JOBS_DIR`` set, each run leaves a ``job-*`` folder there
   that is never deleted; ``--require-docker-socket`` exits at start without
   ``/var/run/docker.sock`` (the real Runner's preflight), as in its image.
@@ -38,7 +46,8 @@ inside the run's timeout), ``down-docker`` (health ``ok: false``, runs fail),
 ``slow`` (every answer waits ``--delay`` seconds), ``error500`` (every POST is a
 500), ``error500-timeout`` (every POST is at once a 500 that mentions a timeout),
 ``garbage`` (every POST answers 200 with invalid JSON), ``old`` (no ``/code/run``
-nor ``/run``: a Runner too old), ``no-banner`` (stdout without the banner).
+nor ``/run``: a Runner too old), ``no-banner`` (stdout without the banner), ``busy``
+(``--workers`` at once, ``--delay`` + ``--start-per-run`` per run in progress to start).
 """
 
 from __future__ import annotations
@@ -46,12 +55,14 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import http.client
 import io
 import json
 import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -77,12 +88,23 @@ MODES = (
     "garbage",
     "old",
     "no-banner",
+    "busy",
 )
 LANGUAGES = {"python": "main.py", "javascript": "main.js", "node": "main.js", "bash": "script.sh"}
 #: The real Runner's image aliases; a name that is none of them is used as is.
 IMAGE_ALIASES = {
     alias: f"matrix-lab-sandbox-{alias}:latest"
     for alias in ("utils", "python", "node", "go", "rust", "build")
+}
+#: What the Runner's images set in their environment (sandbox-python/Dockerfile of 0.1.0):
+#: unbuffered Python keeps a killed snippet's printed output.
+IMAGE_ENV = {
+    IMAGE_ALIASES["python"]: {
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_CACHE_DIR": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
 }
 #: Repositories the stand-in's "Docker" can run; any other image fails to pull (exit 125).
 RUNNABLE_REPOSITORIES = ("python", "node", "debian", "ubuntu", "python3-only")
@@ -163,6 +185,62 @@ def python3_only_path() -> str:
     return folder
 
 
+def _docker_socket() -> str:
+    host = os.environ.get("DOCKER_HOST", "")
+    return host[len("unix://") :] if host.startswith("unix://") else DOCKER_SOCKET
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP to the Docker engine's unix socket."""
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(_docker_socket())
+
+
+def _docker(
+    method: str, path: str, body: dict[str, Any] | None = None, timeout: float = 120
+) -> tuple[int, bytes]:
+    """One call of the Docker engine API: (status, body)."""
+    connection = _UnixHTTPConnection(timeout)
+    try:
+        data = json.dumps(body).encode() if body is not None else None
+        connection.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def _attach(cid: str, timeout: float) -> tuple[bytes, bytes, bool]:
+    """A container's stdout and stderr until it exits, or ``timeout``: (out, err, timed out)."""
+    connection = _UnixHTTPConnection(timeout)
+    streams = {1: bytearray(), 2: bytearray()}
+    deadline = time.monotonic() + timeout
+    try:
+        connection.request("POST", f"/containers/{cid}/attach?logs=1&stream=1&stdout=1&stderr=1")
+        sock = connection.sock  # the response takes it over (a close-delimited stream)
+        assert sock is not None
+        response = connection.getresponse()
+        while True:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            header = response.read(8)
+            if len(header) < 8:
+                return bytes(streams[1]), bytes(streams[2]), False
+            size = int.from_bytes(header[4:8], "big")
+            streams.get(header[0], streams[1]).extend(response.read(size))
+    except TimeoutError:
+        return bytes(streams[1]), bytes(streams[2]), True
+    except (ConnectionError, http.client.HTTPException):
+        return bytes(streams[1]), bytes(streams[2]), False  # removed under us
+    finally:
+        connection.close()
+
+
 class Invalid(Exception):
     """A request of the wrong shape: answered 422 as FastAPI does."""
 
@@ -216,7 +294,16 @@ def _common(body: dict[str, Any]) -> dict[str, Any]:
 class Runner:
     """The state and behaviour behind the HTTP handler."""
 
-    def __init__(self, token: str, mode: str, delay: float) -> None:
+    def __init__(
+        self,
+        token: str,
+        mode: str,
+        delay: float,
+        *,
+        workers: int = 0,
+        start_per_run: float = 0.0,
+        docker_image: str = "",
+    ) -> None:
         self.token, self.mode, self.delay = token, mode, delay
         #: The limits the last run asked for, for tests at GET /_standin/requests.
         self.last_limits: dict[str, Any] = {}
@@ -230,6 +317,15 @@ class Runner:
         #: The last POSTs (path, body), for tests at GET /_standin/requests.
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        #: Mode ``busy``: requests handled at once, and each run in progress adds this
+        #: much to a container's start (see :meth:`handler_slot`).
+        self.handlers = threading.BoundedSemaphore(workers) if workers > 0 else None
+        self.start_per_run = start_per_run
+        #: Held by a /run for its whole run (see :meth:`on_event_loop`).
+        self.event_loop = threading.Lock()
+        self.running = 0
+        #: ``--docker-image``: runs are real containers of this image (see :meth:`run_container`).
+        self.docker_image = docker_image
 
     # -- execution ------------------------------------------------------------------
 
@@ -246,19 +342,24 @@ class Runner:
         if not _runnable(image):
             return self._result(sandbox_id, 125, "", _pull_error(image), started)
         exports = " ".join(f"{shlex.quote(k)}={shlex.quote(v)}" for k, v in env.items())
+        home = "/workspace" if self.docker_image else workspace
         script = "\n".join(
             [
                 "set -euo pipefail",
-                f"export HOME={shlex.quote(workspace)}",
+                f"export HOME={shlex.quote(home)}",
                 f"export {exports}" if exports else "",
                 "" if self.mode == "no-banner" else 'echo "== Matrix Lab step: command =="',
                 f"cd {shlex.quote(cwd)}",
                 command,
             ]
         )
+        if self.docker_image:
+            with self.in_progress():
+                return self.run_container(script, workspace, body, sandbox_id, started)
         child_env = {
             "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "LANG": "C.UTF-8",
+            **IMAGE_ENV.get(image, {}),
         }
         if _repository(image) in PYTHON3_ONLY_REPOSITORIES:
             child_env["PATH"] = self.python3_only_path
@@ -266,6 +367,21 @@ class Runner:
         if self.mode == "slow-start":
             # The container's start counts in the Runner's timeout.
             time.sleep(self.delay)
+        with self.in_progress() as others:
+            if self.mode == "busy":
+                time.sleep(self.delay + self.start_per_run * others)
+            return self._run_local(script, workspace, child_env, timeout, sandbox_id, started)
+
+    def _run_local(
+        self,
+        script: str,
+        workspace: str,
+        child_env: dict[str, str],
+        timeout: int,
+        sandbox_id: str,
+        started: float,
+    ) -> dict[str, Any]:
+        """The step as a local process group (the stand-in playing the container)."""
         proc = subprocess.Popen(
             ["bash", "-c", script],
             cwd=workspace,
@@ -280,9 +396,24 @@ class Runner:
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             out, err = proc.communicate()
+            return self._answer(sandbox_id, 124, out, err, started, timed_out=True)
+        return self._answer(sandbox_id, proc.returncode, out, err, started)
+
+    def _answer(
+        self,
+        sandbox_id: str,
+        code: int,
+        out: bytes,
+        err: bytes,
+        started: float,
+        *,
+        timed_out: bool = False,
+    ) -> dict[str, Any]:
+        """The Runner's answer for a step's captured bytes, its quirks included."""
+        if timed_out:
             if err:
                 # The real Runner adds str to the bytes TimeoutExpired carries (its 500 bug).
-                raise Invalid([], "can't concat str to bytes", status=500) from None
+                raise Invalid([], "can't concat str to bytes", status=500)
             return self._result(
                 sandbox_id, 124, out.decode("utf-8", "replace"), "\nTIMEOUT", started
             )
@@ -290,7 +421,100 @@ class Runner:
             stdout, stderr = _text(out), _text(err)
         except UnicodeDecodeError as exc:
             return self._result(sandbox_id, 999, "", f"Runner error: {exc}", started)
-        return self._result(sandbox_id, proc.returncode, stdout, stderr, started)
+        return self._result(sandbox_id, code, stdout, stderr, started)
+
+    # -- load (mode busy) -----------------------------------------------------------
+    # Seen on Runner 0.1.0 with 12-16 runs at once: requests past its workers wait before
+    # their handler starts (outside the run's timeout), and each container starts more
+    # slowly the more run beside it (the start counts in the run's timeout).
+
+    @contextlib.contextmanager
+    def handler_slot(self) -> Iterator[None]:
+        """Mode ``busy``: wait for one of ``--workers`` handlers, as queued requests do."""
+        if self.mode != "busy" or self.handlers is None:
+            yield
+            return
+        with self.handlers:
+            yield
+
+    @contextlib.contextmanager
+    def in_progress(self) -> Iterator[int]:
+        """Count a run in progress; yields how many others are."""
+        with self.lock:
+            others = self.running
+            self.running += 1
+        try:
+            yield others
+        finally:
+            with self.lock:
+                self.running -= 1
+
+    # -- the event loop ---------------------------------------------------------------
+    # Runner 0.1.0 serves /run as an async route that runs blocking code: while one runs,
+    # its event loop answers nothing else (/health neither); runs already in worker
+    # threads (/code/run) go on.
+
+    @contextlib.contextmanager
+    def on_event_loop(self, hold: bool = False) -> Iterator[None]:
+        """Wait for the event loop; ``hold`` keeps it for the whole request (a /run)."""
+        if hold:
+            with self.event_loop:
+                yield
+            return
+        with self.event_loop:
+            pass
+        yield
+
+    # -- real containers (--docker-image) -------------------------------------------
+    # The Runner's own `docker run --rm --name mlab-<job>-command-<hex> ... bash -lc <step>`
+    # through the engine's API on its socket: no label, the request's env only in the
+    # step script. The workspace is bind-mounted (the jobs folder has the same path for
+    # the engine). A container removed under it ends the run as `docker run` does: 137
+    # with the output so far.
+
+    def run_container(
+        self, script: str, workspace: str, body: dict[str, Any], sandbox_id: str, started: float
+    ) -> dict[str, Any]:
+        common = _common(body)
+        name = f"mlab-{sandbox_id[4:12]}-command-{uuid.uuid4().hex[:4]}"
+        output = os.path.join(os.path.dirname(workspace), "out")
+        os.makedirs(output, exist_ok=True)
+        for folder in (workspace, output):
+            os.chmod(folder, 0o777)
+        create = {
+            "Image": self.docker_image,
+            "Cmd": ["bash", "-lc", script],
+            "WorkingDir": "/workspace",
+            "HostConfig": {
+                "Init": True,
+                "ReadonlyRootfs": True,
+                "CapDrop": ["ALL"],
+                "SecurityOpt": ["no-new-privileges"],
+                "IpcMode": "none",
+                "NetworkMode": "bridge" if common["allow_network"] else "none",
+                "Memory": int(body.get("mem_limit_mb") or 1024) * 1024 * 1024,
+                "PidsLimit": int(body.get("pids_limit") or 256),
+                "NanoCpus": int(float(body.get("cpu_limit") or 1.0) * 1e9),
+                "Binds": [f"{workspace}:/workspace:rw", f"{output}:/output:rw"],
+                "Tmpfs": {"/tmp": "rw,noexec,nosuid,size=256m"},
+            },
+        }
+        status, answer = _docker("POST", f"/containers/create?name={name}", create)
+        if status != 201:
+            return self._result(sandbox_id, 125, "", f"docker: {answer.decode()}\n", started)
+        cid = json.loads(answer)["Id"]
+        _docker("POST", f"/containers/{cid}/start")
+        remaining = max(0.01, common["timeout"] - (time.monotonic() - started))
+        out, err, timed_out = _attach(cid, remaining)
+        if timed_out:
+            _docker("POST", f"/containers/{cid}/kill")
+        status, answer = _docker("POST", f"/containers/{cid}/wait")
+        code = json.loads(answer)["StatusCode"] if status == 200 else 137
+        for _ in range(20):  # --rm (the engine may still be finishing the exit)
+            if _docker("DELETE", f"/containers/{cid}?force=1")[0] in (204, 404):
+                break
+            time.sleep(0.1)
+        return self._answer(sandbox_id, code, out, err, started, timed_out=timed_out)
 
     def _result(
         self, sandbox_id: str, code: int, stdout: str, stderr: str, started: float
@@ -437,7 +661,8 @@ class Runner:
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         if path in ("/code/run", "/chat/run") and self.mode != "old":
-            return self.code_run(body)
+            with self.handler_slot():
+                return self.code_run(body)
         if path == "/run" and self.mode != "old":
             return self.workspace_run(body)
         if path == "/repo/run":
@@ -479,17 +704,21 @@ class Handler(BaseHTTPRequestHandler):
         return not token or self.headers.get("Authorization") == f"Bearer {token}"
 
     def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/_standin/requests":
+            with self.runner.lock:
+                return self._send(200, {"requests": self.runner.requests})
+        with self.runner.on_event_loop():
+            return self._get(path)
+
+    def _get(self, path: str) -> None:
         runner = self.runner
         if runner.mode == "slow":
             time.sleep(runner.delay)
-        path = self.path.split("?", 1)[0]
         if path == "/health":
             return self._send(200, runner.health())
         if path == "/capabilities":
             return self._send(200, runner.capabilities())
-        if path == "/_standin/requests":
-            with runner.lock:
-                return self._send(200, {"requests": runner.requests})
         if not self._authorized():
             return self._send(401, {"detail": "missing or invalid bearer token"})
         parts = path.strip("/").split("/")
@@ -502,9 +731,14 @@ class Handler(BaseHTTPRequestHandler):
         return self._send(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
-        runner = self.runner
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        # /run is an async route running blocking code: the loop is its for the whole run.
+        with self.runner.on_event_loop(hold=self.path.split("?", 1)[0] == "/run"):
+            return self._post(raw)
+
+    def _post(self, raw: bytes) -> None:
+        runner = self.runner
         if runner.mode == "slow":
             time.sleep(runner.delay)
         if not self._authorized():
@@ -546,6 +780,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=MODES, default="ok")
     parser.add_argument("--delay", type=float, default=3.0, help="seconds of delay in slow mode")
     parser.add_argument(
+        "--workers", type=int, default=16, help="busy mode: requests handled at once"
+    )
+    parser.add_argument(
+        "--start-per-run",
+        type=float,
+        default=0.35,
+        help="busy mode: seconds each run in progress adds to a container's start",
+    )
+    parser.add_argument(
+        "--docker-image",
+        default="",
+        help="run each step as a real container of this image on the Docker engine",
+    )
+    parser.add_argument(
         "--require-docker-socket",
         action="store_true",
         help=f"exit at start when {DOCKER_SOCKET} is missing, as the real Runner's preflight",
@@ -559,7 +807,16 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         return 3
-    Handler.runner = Runner(args.token, args.mode, args.delay)
+    Handler.runner = Runner(
+        args.token,
+        args.mode,
+        args.delay,
+        workers=args.workers,
+        start_per_run=args.start_per_run,
+        docker_image=args.docker_image,
+    )
+    # uvicorn's backlog, so that many clients at once queue instead of being refused.
+    ThreadingHTTPServer.request_queue_size = 2048
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
     host, port = server.server_address[:2]

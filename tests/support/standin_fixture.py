@@ -4,8 +4,8 @@ The root ``tests/conftest.py`` registers this module as a plugin, so every test
 can ask for them (pytest refuses ``pytest_plugins`` in a non-root conftest):
 
 * ``runner_standin``: a healthy Runner with a bearer token; has ``.url`` and ``.token``.
-* ``start_standin``: a factory, ``start_standin(mode="slow", token="", delay=3.0, port=0)``,
-  for the failure modes listed in :mod:`tests.support.runner_standin`.
+* ``start_standin``: a factory, ``start_standin(mode="slow", token="", delay=3.0, port=0,
+  args=())``, for the modes and options listed in :mod:`tests.support.runner_standin`.
 
 Every process started is killed at teardown.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import secrets
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,9 +49,10 @@ class StandinRunner:
 
 
 def launch_standin(
-    mode: str = "ok", token: str = "", delay: float = 3.0, port: int = 0
+    mode: str = "ok", token: str = "", delay: float = 3.0, port: int = 0, args: Sequence[str] = ()
 ) -> StandinRunner:
-    """Start ``python -m tests.support.runner_standin`` on ``port`` (0: a free loopback port)."""
+    """Start ``python -m tests.support.runner_standin`` on ``port`` (0: a free loopback port);
+    ``args``: more of its options (``--workers``, ``--docker-image``...)."""
     process = subprocess.Popen(
         [
             sys.executable,
@@ -65,6 +66,7 @@ def launch_standin(
             token,
             "--delay",
             str(delay),
+            *args,
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -89,9 +91,13 @@ def start_standin() -> Iterator[StartStandin]:
     started: list[StandinRunner] = []
 
     def start(
-        mode: str = "ok", token: str = "", delay: float = 3.0, port: int = 0
+        mode: str = "ok",
+        token: str = "",
+        delay: float = 3.0,
+        port: int = 0,
+        args: Sequence[str] = (),
     ) -> StandinRunner:
-        runner = launch_standin(mode=mode, token=token, delay=delay, port=port)
+        runner = launch_standin(mode=mode, token=token, delay=delay, port=port, args=args)
         started.append(runner)
         return runner
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -167,6 +168,7 @@ def test_other_session(service: SandboxService) -> None:
         {"backend": "off"},
     ],
 )
+@pytest.mark.usefixtures("allow_off")
 def test_mismatch_is_refused_and_does_not_spend_the_token(
     service: SandboxService, change: dict[str, Any]
 ) -> None:
@@ -298,6 +300,7 @@ def test_file_plan_reads_under_root_only(service: SandboxService, tmp_path: Path
             sync(service.plan(RunOptions(file=path)))
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_default_backend_and_env_resolution(
     service: SandboxService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -320,6 +323,7 @@ def test_default_backend_and_env_resolution(
 def test_a_plan_rebuilt_from_its_json_shows_the_same_run_and_digest(
     service: SandboxService,
 ) -> None:
+    service.policy = dataclasses.replace(service.policy, caller_vars=frozenset({"HOME"}))
     options = RunOptions(language="py", code="print(input())", stdin="secret", env=["HOME"])
     plan = sync(service.plan(options))
     shown = plan.to_dict()

@@ -11,6 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from gitpilot_jupyter.sandbox.policy import ENV_ALLOWLIST_ENV
+
 BIN = Path(sys.executable).parent
 
 
@@ -66,6 +70,7 @@ def test_file_run_guesses_the_language(tmp_path: Path) -> None:
     assert result.returncode == 0 and result.stdout == "from-file\n"
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_config_set_and_show(sandbox_config_dir: Path) -> None:
     assert cli("config", "--set", "timeout_sec=30", "--set", "backend=off", "--yes").returncode == 0
     shown = json.loads(cli("config", "--json").stdout)
@@ -78,6 +83,19 @@ def test_config_set_and_show(sandbox_config_dir: Path) -> None:
     )
 
 
+def test_off_is_refused_unless_the_administrator_allows_it(sandbox_config_dir: Path) -> None:
+    fix = "GITPILOT_SANDBOX_ALLOWED_BACKENDS=subprocess,matrixlab,off"
+    for refused in (
+        cli("config", "--set", "backend=off", stdin=""),  # not even asked: refused at once
+        cli("config", "--set", "backend=off", "--yes"),
+        cli("run", "python", "-c", "print(1)", "--backend", "off", "--yes"),
+    ):
+        assert refused.returncode != 0 and refused.stdout == ""
+        assert "'off' is not allowed here" in refused.stderr and fix in refused.stderr
+    assert not (sandbox_config_dir / "settings.json").exists()
+
+
+@pytest.mark.usefixtures("allow_off")
 def test_switching_to_off_asks_first_and_saves_nothing_unconfirmed(
     sandbox_config_dir: Path,
 ) -> None:
@@ -185,7 +203,8 @@ def test_json_errors_are_a_json_object() -> None:
     assert json.loads(bad.stdout)["error"]["code"] == "invalid_setting"
 
 
-def test_every_flag_reaches_the_plan_through_the_client() -> None:
+def test_every_flag_reaches_the_plan_through_the_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_ALLOWLIST_ENV, "CLI_PROBE")
     # The CLI used to call the service with its own mapping of flags; it now goes
     # through the client layer: each flag must still arrive in the plan.
     plan = cli(
@@ -199,7 +218,7 @@ def test_every_flag_reaches_the_plan_through_the_client() -> None:
         "subprocess",
         "--network",
         "--env",
-        "GITPILOT_CLI_PROBE",
+        "CLI_PROBE",
         "--json",
     )
     assert plan.returncode == 0, plan.stderr
@@ -209,7 +228,7 @@ def test_every_flag_reaches_the_plan_through_the_client() -> None:
         7,
         "subprocess",
     )
-    assert shown["network"] is True and shown["env"] == ["GITPILOT_CLI_PROBE"]
+    assert shown["network"] is True and shown["env"] == ["CLI_PROBE"]
     assert shown["source"] == "api" and shown["code"] == "print(1)"
     off = json.loads(cli("plan", "bash", "-c", "true", "--no-network", "--json").stdout)
     assert off["network"] is False and off["language"] == "bash"
@@ -218,18 +237,35 @@ def test_every_flag_reaches_the_plan_through_the_client() -> None:
 def test_run_passes_named_variables_and_stdin_through_the_client(tmp_path: Path) -> None:
     feed = tmp_path / "in.txt"
     feed.write_text("fed\n", encoding="utf-8")
-    code = "import os; print(input(), *(os.environ.get(f'GITPILOT_CLI_{n}') for n in 'AB'))"
-    args = ["run", "python", "-c", code, "--stdin", str(feed), "--env", "GITPILOT_CLI_A"]
+    code = "import os; print(input(), *(os.environ.get(f'CLI_PROBE_{n}') for n in 'AB'))"
+    args = ["run", "python", "-c", code, "--stdin", str(feed), "--env", "CLI_PROBE_A"]
     done = subprocess.run(
         [str(BIN / "jupyter-sandbox"), *args, "--yes", "--json"],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "GITPILOT_CLI_A": "passed-on", "GITPILOT_CLI_B": "kept-back"},
+        env={
+            **os.environ,
+            "CLI_PROBE_A": "passed-on",
+            "CLI_PROBE_B": "kept-back",
+            ENV_ALLOWLIST_ENV: "CLI_PROBE_A CLI_PROBE_B",
+        },
     )
     assert done.returncode == 0, done.stderr
-    # Only the named variable crosses; the rest of the environment does not.
+    # Only the named variable crosses; the rest of the environment (listed or not) does not.
     assert json.loads(done.stdout)["stdout"] == "fed passed-on None\n"
+
+
+def test_run_refuses_a_variable_the_administrator_did_not_list() -> None:
+    done = subprocess.run(
+        [str(BIN / "jupyter-sandbox"), "run", "python", "-c", "1", "--env", "CLI_PROBE_C"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "CLI_PROBE_C": "kept-back", ENV_ALLOWLIST_ENV: ""},
+    )
+    assert done.returncode == 2 and "kept-back" not in done.stdout + done.stderr
+    assert "CLI_PROBE_C may not be passed" in done.stderr and ENV_ALLOWLIST_ENV in done.stderr
 
 
 def test_config_names_the_settings_file(sandbox_config_dir: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -90,6 +91,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_grandchildren_are_killed_on_timeout(service: SandboxService, tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     code = (
@@ -139,8 +141,10 @@ def test_secrets_are_invisible_to_the_snippet(
     result = run(service, "python", code)
     for name in ("GITHUB_TOKEN", "MY_SERVICE_TOKEN", "JUPYTERHUB_API_TOKEN", "HTTPS_PROXY"):
         assert name not in result.stdout
-    # An allowlist: a harmless-looking name passes only when named.
+    # An allowlist: a harmless-looking name passes only when the administrator lists it
+    # and the caller names it.
     assert "VISIBLE_SETTING" not in result.stdout and "'PATH'" in result.stdout
+    service.policy = dataclasses.replace(service.policy, caller_vars=frozenset({"VISIBLE_SETTING"}))
     named = run(service, "python", code, env=["VISIBLE_SETTING"])
     assert "VISIBLE_SETTING" in named.stdout and "GITHUB_TOKEN" not in named.stdout
 
@@ -191,6 +195,7 @@ def test_output_is_streamed_as_it_is_produced() -> None:
     assert result.stdout == "one\n" and result.stderr == "two\n"
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_off_backend_has_no_os_layers(service: SandboxService) -> None:
     """No isolation layer: at most the per-run cgroup that kills its leftovers."""
     result = run(service, "python", "print(1)", backend="off")
@@ -213,14 +218,13 @@ def test_the_kernel_client_passes_named_variables_and_the_digest_binds_them(
     from gitpilot_jupyter.sandbox.errors import ApprovalError
     from gitpilot_jupyter.sandbox.sync import run_sync
 
-    monkeypatch.setenv("GITPILOT_TEST_NAMED", "named-value")
+    monkeypatch.setenv("TEST_NAMED", "named-value")
+    service.policy = dataclasses.replace(service.policy, caller_vars=frozenset({"TEST_NAMED"}))
     client = LocalClient(service)
-    code = "import os; print(os.environ.get('GITPILOT_TEST_NAMED'))"
-    plan = run_sync(
-        client.plan(RunOptions(language="python", code=code, env=["GITPILOT_TEST_NAMED"]))
-    )
-    assert plan.spec.env == ("GITPILOT_TEST_NAMED",)
-    assert any("GITPILOT_TEST_NAMED" in c["label"] for c in plan.checks)
+    code = "import os; print(os.environ.get('TEST_NAMED'))"
+    plan = run_sync(client.plan(RunOptions(language="python", code=code, env=["TEST_NAMED"])))
+    assert plan.spec.env == ("TEST_NAMED",)
+    assert any("TEST_NAMED" in c["label"] for c in plan.checks)
     result = run_sync(client.approve_and_run(plan))
     assert result.stdout == "named-value\n"
     # An approval for a plan without the name does not cover a run that adds it.
@@ -231,13 +235,12 @@ def test_the_kernel_client_passes_named_variables_and_the_digest_binds_them(
             service.run(
                 token,
                 Caller(session_id=client.session_id),
-                expected=RunOptions(language="python", code=code, env=["GITPILOT_TEST_NAMED"]),
+                expected=RunOptions(language="python", code=code, env=["TEST_NAMED"]),
             )
         )
 
 
 def test_the_envelope_is_every_field_in_order_its_lists_copied(service: SandboxService) -> None:
-    import dataclasses
     import typing
 
     result = run(service, "python", "print(2+2)")

@@ -30,6 +30,7 @@ def test_undecided_plans_expire_and_leave(sandbox_config_dir: Path) -> None:
         asyncio.run(service.approve(plan.plan_id))
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_every_off_plan_warns_and_never_says_network_disabled(sandbox_config_dir: Path) -> None:
     service = SandboxService(settings=SettingsStore(sandbox_config_dir))
     plan = asyncio.run(service.plan(RunOptions(language="python", code="print(1)", backend="off")))

@@ -8,6 +8,7 @@ from gitpilot_jupyter.sandbox.errors import InvalidRequest, PolicyViolation, Unk
 from gitpilot_jupyter.sandbox.languages import canonical_language
 from gitpilot_jupyter.sandbox.output import CappedText, cap_text
 from gitpilot_jupyter.sandbox.policy import (
+    ENV_ALLOWLIST_ENV,
     ENV_PASSTHROUGH_ENV,
     SandboxPolicy,
     env_names,
@@ -87,11 +88,13 @@ def test_names_pass_only_when_the_administrator_or_the_caller_names_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     env = {"PATH": "/bin", "DATABASE_URL": "x", "GH_PAT": "y", "OTHER": "z"}
-    monkeypatch.setenv(ENV_PASSTHROUGH_ENV, "DATABASE_URL, not-a-name")
+    monkeypatch.setenv(ENV_PASSTHROUGH_ENV, "DATABASE_URL, ")
+    monkeypatch.setenv(ENV_ALLOWLIST_ENV, "GH_PAT")
     policy = SandboxPolicy()
     assert policy.allowed_vars == {"DATABASE_URL"}
     assert policy.scrub_env(env, allow_network=False) == {"PATH": "/bin", "DATABASE_URL": "x"}
-    assert policy.scrub_env(env, allow_network=False, passthrough=env_names(["GH_PAT"])) == {
+    named = policy.caller_env(["GH_PAT"])
+    assert policy.scrub_env(env, allow_network=False, passthrough=named) == {
         "PATH": "/bin",
         "DATABASE_URL": "x",
         "GH_PAT": "y",

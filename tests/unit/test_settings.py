@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from gitpilot_jupyter.sandbox.errors import InvalidSetting, UnknownBackend
-from gitpilot_jupyter.sandbox.settings import SettingsStore, parse_setting
+from gitpilot_jupyter.sandbox.settings import (
+    ALLOWED_BACKENDS_ENV,
+    SettingsStore,
+    allowed_backends_from_env,
+    parse_setting,
+)
 
 
 def store(folder: Path, **env: str) -> SettingsStore:
@@ -326,3 +331,12 @@ def test_a_fresh_file_is_never_kept_by_the_effective_settings(tmp_path: Path) ->
     first = settings.effective()
     assert first.settings.timeout_sec == 31
     assert settings.effective() is not first  # read again: an edit in this tick is not lost
+
+
+def test_the_allowed_backends_leave_off_out_unless_listed() -> None:
+    assert allowed_backends_from_env({}) == ("subprocess", "matrixlab")
+    assert "off" not in allowed_backends_from_env({ALLOWED_BACKENDS_ENV: " "})
+    listed = {ALLOWED_BACKENDS_ENV: "off,subprocess docker off"}
+    assert allowed_backends_from_env(listed) == ("off", "subprocess")  # no such backend: ignored
+    typo = {ALLOWED_BACKENDS_ENV: "docker"}
+    assert allowed_backends_from_env(typo) == ("subprocess", "matrixlab")

@@ -65,9 +65,24 @@ def test_model_and_view_are_linked_both_ways(panel: SandboxSettingsPanel) -> Non
     assert panel.network.value is True
 
 
+def test_off_is_the_administrators_and_is_not_asked_for(
+    panel: SandboxSettingsPanel, sandbox_config_dir: Path
+) -> None:
+    assert "Pass-through: set by the administrator" in panel.backend_note.value
+    panel.backend.value = "off"
+    panel.save.click()
+    # No question to answer: the save is refused at once, with how to allow it.
+    assert panel.question.layout.display == "none"
+    assert "'off' is not allowed here" in panel.model.message
+    assert "GITPILOT_SANDBOX_ALLOWED_BACKENDS" in panel.model.message
+    assert saved(sandbox_config_dir) == {}
+
+
+@pytest.mark.usefixtures("allow_off")
 def test_save_writes_only_what_the_user_changed(
     panel: SandboxSettingsPanel, sandbox_config_dir: Path
 ) -> None:
+    assert panel.backend_note.value == ""  # every backend allowed: nothing to say
     panel.timeout.value = 30
     panel.backend.value = "off"
     panel.save.click()
@@ -84,6 +99,7 @@ def test_save_writes_only_what_the_user_changed(
     assert "Nothing to save" in panel.message.value
 
 
+@pytest.mark.usefixtures("allow_off")
 def test_cancelling_the_switch_to_off_leaves_the_settings_as_they_were(
     panel: SandboxSettingsPanel, sandbox_config_dir: Path
 ) -> None:

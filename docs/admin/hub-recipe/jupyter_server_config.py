@@ -18,3 +18,6 @@ c.SandboxApp.isolation = "auto"
 c.SandboxApp.max_timeout_sec = 300
 # No server variable reaches a snippet but PATH, locale, TZ and TERM.
 c.SandboxApp.env_passthrough = []
+# Only the server's owner ($JUPYTERHUB_USER) changes the sandbox settings, and not to
+# turn the network on for every run (one run may still ask for it in its plan).
+c.SandboxApp.user_may_weaken = False

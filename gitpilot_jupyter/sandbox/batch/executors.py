@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ClusterUnavailable, SandboxError
 from ..plans import ExecutionPlan
+from ..service.capacity import usable_cores
 from .cluster import (
     ClusterAccess,
     cluster_access,
@@ -42,10 +42,7 @@ MIN_IN_FLIGHT = 4
 
 def default_workers() -> int:
     """The concurrency of a batch on this machine: the cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    return usable_cores()
 
 
 class Executor(Protocol):
@@ -233,7 +230,13 @@ def make_executor(
     user: str | None = None,
 ) -> Executor:
     """This machine (``cluster`` None), a ``LocalCluster`` (``local``) or a ``tls://``
-    scheduler (:class:`ClusterAccess`)."""
+    scheduler (:class:`ClusterAccess`).
+
+    ``workers`` over the administrator's ``max_batch_workers`` is clamped to it (the
+    executor's name says how many run at a time): the batch's token is spent by now.
+    """
+    if workers is not None:
+        workers = min(workers, service.executor.admission.limits.batch_workers)
     if cluster:
         return DaskExecutor(cluster, workers, user)
     return LocalExecutor(service, workers, user)

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..errors import RETRYABLE_CODES
 from ..plans import ExecutionPlan
 from .executors import Answer, Executor
 from .output import ResultLog, held_results
@@ -179,7 +180,7 @@ class BatchRun:
         status = record["status"]
         setattr(self.progress, status, getattr(self.progress, status) + 1)
         # An item that could not run for the machinery's sake is not recorded: a rerun tries it.
-        if status == "error" and record.get("code") is None:
+        if status == "error" and (record.get("code") is None or record["code"] in RETRYABLE_CODES):
             self.lost.append(record["id"])
         elif self.log is not None:
             self.log.append(record)

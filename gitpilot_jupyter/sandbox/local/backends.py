@@ -30,6 +30,7 @@ from ..results import RunResult
 from . import nsfree, prestart
 from .cleanup import AfterRuns, make_run_dir, remove_orphaned_run_dirs_once, remove_tree
 from .isolation import Isolator, Launch
+from .launcherclient import LaunchedRun
 from .layered import cgroup_fix, default_isolator
 from .pool import PoolConfig, PoolKey, Slot, WarmChild, WarmPool
 from .supervise import _feed_slot, _feed_stdin, _kill_group, supervise
@@ -126,11 +127,18 @@ class SubprocessSandbox(SandboxBackend):
         python = self.interpreters.resolve("python") or sys.executable
         if self.isolator.fingerprint([python, "inline.py"], allow_network=False) is None:
             return "only the bubblewrap launch chain can be started ahead"
-        if "rlimit-nproc" in self.isolator.layers() and self.isolator.engine != nsfree.ENGINE:
+        layers = self.isolator.layers()
+        if (
+            "rlimit-nproc" in layers
+            and "own-uid" not in layers
+            and self.isolator.engine != nsfree.ENGINE
+        ):
             # The kernel counts RLIMIT_NPROC over every process of the server's user
             # namespaces: waiting slots would take the runs' allowance (and their own).
-            # (The namespace-free engine has none: a root server's slots have a uid each,
-            # and a user's slot counts what runs when it starts, as a cold run does.)
+            # (Not where each run and slot has a uid of its own: bwrap's then count each
+            # in its own user namespaces, see chainsteps.stage_steps. The namespace-free
+            # engine has none: a root server's slots have a uid each, and a user's slot
+            # counts what runs when it starts, as a cold run does.)
             return (
                 "runs' process cap is RLIMIT_NPROC, which counts waiting slots and runs "
                 f"together (no pids cgroup): {cgroup_fix()}"
@@ -398,13 +406,15 @@ class SubprocessSandbox(SandboxBackend):
 
     async def _spawn(
         self, request: RunRequest, launch: Launch, workdir: Path, result: RunResult
-    ) -> asyncio.subprocess.Process | None:
+    ) -> asyncio.subprocess.Process | LaunchedRun | None:
         """Start a cold run's chain; None (the reason in ``result.stderr``) if it failed."""
+        env = run_env(request.env, workdir)
         try:
-            proc = await asyncio.create_subprocess_exec(
+            started = await launch.start(cwd=str(workdir), env=env, stdin=request.stdin is not None)
+            proc = started or await asyncio.create_subprocess_exec(
                 *launch.argv,
                 cwd=str(workdir),
-                env=run_env(request.env, workdir),
+                env=env,
                 stdin=asyncio.subprocess.PIPE
                 if request.stdin is not None
                 else asyncio.subprocess.DEVNULL,

@@ -282,6 +282,10 @@ class CgroupRun:
         for fd in self._fds:
             os.write(fd, b"0")
 
+    def join_fds(self) -> list[int]:
+        """The open join files (of :meth:`open_join_fds`), for a child started elsewhere."""
+        return list(self._fds)
+
     def close_fds(self) -> None:
         """Close the join fds (the parent needs them only until the child started)."""
         for fd in self._fds:

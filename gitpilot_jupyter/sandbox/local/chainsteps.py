@@ -110,7 +110,7 @@ def exec_prefix(
 
 
 def stage_steps(
-    shell: str, rlimits: RlimitPlan, cgroup: cgroups.CgroupRun | None
+    shell: str, rlimits: RlimitPlan, cgroup: cgroups.CgroupRun | None, *, own_uid: bool = False
 ) -> list[str] | None:
     """The cgroup join and ``rlimits`` as the first lines of the bubblewrap chain's
     staging shell (``shell``), which saves the prefix shell's exec; None when they must
@@ -123,11 +123,17 @@ def stage_steps(
     :meth:`cgroups.CgroupRun.join_files`), inside its new user namespace the same
     uid, so it and all it starts are in the run cgroup; ``set -e`` stops the launch at
     a failed join or limit. They stay in the prefix when a limit is ``RLIMIT_NPROC``
-    (counted per user namespace from where it is set: :meth:`RlimitPlan.per_process`),
-    when this shell's ``ulimit`` does not set a limit exactly (``prlimit`` must), and
-    when ``shell`` is not the one :func:`shell_ulimits` probed.
+    (counted per user namespace from where it is set: :meth:`RlimitPlan.per_process`)
+    unless ``own_uid``, when this shell's ``ulimit`` does not set a limit exactly
+    (``prlimit`` must), and when ``shell`` is not the one :func:`shell_ulimits` probed.
+
+    ``own_uid``: the run becomes a host uid of its own after this shell (a root server's,
+    or one of a non-root server's subordinate range, in the user namespace the chain's
+    ``unshare`` made): set here, ``RLIMIT_NPROC`` counts that run's processes alone,
+    where set before ``unshare`` it would count those of every run of the server's user
+    together (one run's fork bomb would stop the others from starting any).
     """
-    if shell != SHELL or not rlimits.per_process():
+    if shell != SHELL or not (own_uid or rlimits.per_process()):
         return None
     builtins = rlimits.ulimit_commands(shell_ulimits())
     if builtins is None:

@@ -9,14 +9,21 @@
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import contextlib
 import logging
 import os
+import re
+import secrets
 import stat
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
+
+if sys.platform != "win32":
+    import fcntl
 
 log = logging.getLogger(__name__)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -100,9 +107,12 @@ def _remove(path: str) -> bool:
 #: Every run folder's name starts with this (``debug`` and the tests look for it).
 RUN_DIR_PREFIX = "gitpilot-sandbox-"
 #: In each run folder on the host (never inside the run, which sees its own tmpfs): the
-#: pid and start time of the server that made it, so a later server can tell a folder
-#: whose server died without cleaning up (SIGKILL, OOM, power loss) from a live one.
+#: name of its server's lock file (:func:`server_lock`), so a later server can tell a
+#: folder whose server died without cleaning up (SIGKILL, OOM, power loss) from a live one.
 OWNER_FILE = ".owner"
+#: The lock files of live servers, next to their run folders: ``<prefix><16 hex>``.
+SERVER_LOCK_PREFIX = f".{RUN_DIR_PREFIX}server-"
+_SERVER_LOCK_NAME = re.compile(re.escape(SERVER_LOCK_PREFIX) + r"[0-9a-f]{16}")
 
 
 def start_time(pid: int) -> str | None:
@@ -125,9 +135,9 @@ _OWN_START: dict[int, str] = {}
 
 def owner(pid: int | None = None) -> tuple[int, str]:
     """``(pid, start time)`` of process ``pid`` (this one): what names it for good, in
-    run folders' marks and run cgroups' names. This process's is read once (a start time
-    never changes; a forked child has a pid of its own). Raises ProcessLookupError for
-    a process that is gone.
+    run cgroups' names. This process's is read once (a start time never changes; a
+    forked child has a pid of its own). Raises ProcessLookupError for a process that
+    is gone.
     """
     pid = os.getpid() if pid is None else pid
     started = _OWN_START.get(pid) or start_time(pid)
@@ -144,30 +154,101 @@ def owner_gone(pid: int, started: str) -> bool:
     return start_time(pid) != started
 
 
-def _owner_mark() -> str:
-    pid, started = owner()
-    return f"{pid} {started}\n"
+#: (folder, pid) -> (fd, name) of the lock this process holds in that folder.
+_LOCKS: dict[tuple[str, int], tuple[int, str]] = {}
+_LOCKS_LOCK = threading.Lock()
+
+
+def server_lock(base: str) -> str:
+    """The name of this process's lock file in ``base``, made and locked on first use.
+
+    A pid and its start time name a process only in its own pid namespace: a server in
+    another one (a container, ``unshare --pid``) sharing the temp dir sees other pids.
+    A lock cannot be mistaken that way: this process holds a shared ``flock`` on the
+    file as long as it lives (the kernel lets go when it dies, however it dies), and a
+    sweep removes a folder only when it can take the lock itself. The file is locked
+    before it gets its name, so no sweep ever finds it unlocked while its server runs.
+    """
+    key = (base, os.getpid())  # a forked child takes a lock of its own
+    with _LOCKS_LOCK:
+        held = _LOCKS.get(key)
+        if held is not None:
+            return held[1]
+        fd, starting = tempfile.mkstemp(prefix=f"{SERVER_LOCK_PREFIX}starting-", dir=base)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            name = f"{SERVER_LOCK_PREFIX}{secrets.token_hex(8)}"
+            os.rename(starting, os.path.join(base, name))
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(starting)
+            raise
+        _LOCKS[key] = (fd, name)
+    atexit.register(_drop_lock, key)
+    return name
+
+
+def _drop_lock(key: tuple[str, int]) -> None:
+    # At a clean exit: the lock file goes (in a forked child, only the child's own).
+    if key[1] != os.getpid():
+        return
+    with _LOCKS_LOCK:
+        held = _LOCKS.pop(key, None)
+    if held is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(key[0], held[1]))
+        with contextlib.suppress(OSError):
+            os.close(held[0])
 
 
 def make_run_dir() -> str:
     """A fresh private run folder under the temp dir, marked with its server (mode 0700)."""
-    path = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX)
+    base = tempfile.gettempdir()
+    if sys.platform == "win32":  # no flock: unmarked, so no sweep ever takes it
+        return tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=base)
+    mark = f"{server_lock(base)} pid={os.getpid()} pidns={_pid_namespace()}\n"
+    path = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=base)
     fd = os.open(os.path.join(path, OWNER_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as mark:
-        mark.write(_owner_mark())
+    with os.fdopen(fd, "w", encoding="ascii") as mark_file:
+        mark_file.write(mark)  # the pid and its namespace are for a person reading it
     return path
 
 
-def _orphaned(path: str) -> bool:
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "unknown"
+
+
+def _lock_free(base: str, name: str) -> bool:
+    """True when no process holds the lock file ``name`` in ``base`` (or it is gone)."""
+    if sys.platform == "win32" or not _SERVER_LOCK_NAME.fullmatch(name):
+        return False
+    try:
+        fd = os.open(os.path.join(base, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True  # its server removed it at exit, or a sweep did once it was free
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: its server runs (or cannot tell: leave it)
+    finally:
+        os.close(fd)  # a lock taken goes with the descriptor
+    return True
+
+
+def _orphaned(path: str, base: str) -> bool:
     """True when the server that made the run folder ``path`` no longer runs."""
     try:
         with open(os.path.join(path, OWNER_FILE), encoding="ascii") as mark:
-            pid_text, _, started = mark.read().strip().partition(" ")
+            name = mark.read(256).partition(" ")[0]
     except (OSError, UnicodeDecodeError):
         return False  # no mark (or not ours to read): leave it
-    if not pid_text.isdigit():
-        return False
-    return owner_gone(int(pid_text), started)
+    return _lock_free(base, name)
 
 
 _SWEPT: set[str] = set()
@@ -184,8 +265,9 @@ def remove_orphaned_run_dirs_once() -> None:
 def remove_orphaned_run_dirs(folder: str | None = None) -> int:
     """Remove the run folders under ``folder`` (the temp dir) whose server died; how many.
 
-    Only folders this user owns and whose mark names a process that is gone; a folder
-    of a live server, or without a mark, is left alone. Never raises.
+    Only folders this user owns whose mark names a server lock no process holds; a
+    folder of a live server (in whatever pid namespace), or without a mark, is left
+    alone. The lock files of servers that are gone go too. Never raises.
     """
     removed = 0
     base = folder or tempfile.gettempdir()
@@ -200,10 +282,14 @@ def remove_orphaned_run_dirs(folder: str | None = None) -> int:
                 entry.name.startswith(RUN_DIR_PREFIX)
                 and entry.is_dir(follow_symlinks=False)
                 and entry.stat(follow_symlinks=False).st_uid == uid
-                and _orphaned(entry.path)
+                and _orphaned(entry.path, base)
                 and remove_tree(entry.path)
             ):
                 removed += 1
+    for entry in entries:  # after the folders: a folder naming a missing lock is gone too
+        with contextlib.suppress(OSError):
+            if entry.stat(follow_symlinks=False).st_uid == uid and _lock_free(base, entry.name):
+                os.unlink(entry.path)
     if removed:
         log.info("removed %d run folders of sandbox servers that are gone", removed)
     return removed

@@ -13,10 +13,11 @@ namespace tool is still the server's direct child)::
                                                 system folders and the interpreter
           interpreter snippet                   uid != 0, no capabilities, filtered
 
-As root, ``setpriv`` drops to ``nobody``. A server that is not root first makes a
-user namespace whose maps ``newuidmap``/``newgidmap`` write (:class:`IdMap`): its
-own uid is root there and ``nobody`` is the last id of its subordinate range
-(``/etc/subuid``, ``/etc/subgid``). Such a namespace allows ``setgroups``, so
+As root, ``setpriv`` drops to a uid of the run's own (:data:`.nsfree.RUN_IDS`). A
+server that is not root first makes a user namespace whose maps
+``newuidmap``/``newgidmap`` write (:class:`IdMap`): its own uid is root there and
+``nobody`` is a host id of its subordinate range (``/etc/subuid``, ``/etc/subgid``)
+that no other run has (:mod:`.subids`). Such a namespace allows ``setgroups``, so
 ``setpriv`` clears the supplementary groups (``docker``!) the kernel would
 otherwise keep, and the snippet is a host uid that owns no file. Without
 ``newuidmap`` or a range, the namespace is ``--map-root-user`` (no ``setgroups``):
@@ -73,6 +74,12 @@ CGROUP_NS = os.path.exists("/proc/self/ns/cgroup")
 INODES_PER_MB = 64
 #: Where the run's private, size-capped writable space is mounted, inside the run folder.
 STAGE = "stage"
+#: The folders a bwrap run gets empty and its own (``/var/tmp`` is a link to its ``/tmp``).
+PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+#: Where a run sees an interpreter folder that lies in one of :data:`PRIVATE_DIRS` on the
+#: host (a checkout's venv under ``/tmp``), below it at its host path: bound there, its
+#: private folder stays empty.
+RELOCATED = "/run/gitpilot-interpreters"
 SECCOMP_FILE = ".seccomp.bpf"
 #: Where the run's stage is mounted in its own mount namespace when the run drops its
 #: uid (folders anyone can enter): the first that holds no interpreter folder to stage.
@@ -211,6 +218,30 @@ def inside(path: Path, folder: Path) -> bool:
     return path.parts[: len(parts)] == parts
 
 
+def relocated(folder: Path) -> Path:
+    """Where a run sees interpreter folder ``folder``: at its own path, or below
+    :data:`RELOCATED` when it lies in one of :data:`PRIVATE_DIRS`."""
+    if any(inside(folder, Path(private)) for private in PRIVATE_DIRS):
+        return Path(RELOCATED + str(folder))
+    return folder
+
+
+def seen_at(path: Path, interpreters: Sequence[Path]) -> Path:
+    """Where a run sees ``path`` of the host: below its interpreter folder's
+    :func:`relocated` place when it lies in one, else at its own path."""
+    for folder in interpreters:
+        if inside(path, folder):
+            return relocated(folder) / path.relative_to(folder)
+    return path
+
+
+def relocated_command(argv: Sequence[str], interpreters: Sequence[Path]) -> list[str]:
+    """``argv`` with its program at the path the run sees it at (see :func:`seen_at`)."""
+    if not argv:
+        return list(argv)
+    return [str(seen_at(Path(argv[0]), interpreters)), *argv[1:]]
+
+
 @functools.cache
 def _system_trees() -> list[Path]:
     return [Path(d).resolve() for d in SYSTEM_DIRS if os.path.isdir(d)]
@@ -228,26 +259,34 @@ def _outermost(paths: Iterable[Path]) -> list[Path]:
 
 @dataclass(frozen=True)
 class IdMap:
-    """The host ids a non-root server's runs become: the last of its subordinate ranges.
+    """A non-root server's subordinate ranges: the host ids its runs become.
 
     The run's user namespace maps the server's uid and gid to 0 (the staging shell)
-    and :func:`sandbox_ids` to ``uid``/``gid``, written by ``newuidmap`` and
-    ``newgidmap``, which allow ``setgroups`` in it.
+    and :func:`sandbox_ids` to a pair of host ids of the ranges, written by
+    ``newuidmap`` and ``newgidmap``, which allow ``setgroups`` in it. ``uid`` and
+    ``gid`` are the ranges' last ids (the probes'); each run claims a pair of its own
+    below them (:mod:`.subids`).
     """
 
     uid: int
     gid: int
+    #: How many ids each range has (the smaller of the two).
+    count: int = 1
 
-    def unshare_options(self, inner: tuple[int, int]) -> list[str]:
+    def unshare_options(
+        self, inner: tuple[int, int], host: tuple[int, int] | None = None
+    ) -> list[str]:
         """The ``unshare`` (util-linux 2.38+) options that make that user namespace,
-        with ``inner`` (:func:`sandbox_ids`) the ids the run drops to in it."""
+        with ``inner`` (:func:`sandbox_ids`) the ids the run drops to in it, which are
+        ``host`` (default: the ranges' last ids) on the host."""
         inner_uid, inner_gid = inner
+        uid, gid = host if host is not None else (self.uid, self.gid)
         return [
             "--user",
             "--map-user=0",
             "--map-group=0",
-            f"--map-users={self.uid},{inner_uid},1",
-            f"--map-groups={self.gid},{inner_gid},1",
+            f"--map-users={uid},{inner_uid},1",
+            f"--map-groups={gid},{inner_gid},1",
         ]
 
 
@@ -305,7 +344,7 @@ def id_map(unshare: str) -> tuple[IdMap | None, str | None]:
     if users is None or groups is None:
         absent = [f for f, r in ((SUBUID_FILE, users), (SUBGID_FILE, groups)) if r is None]
         return None, f"the user {name} has no subordinate range in {' or '.join(absent)}"
-    return IdMap(sum(users) - 1, sum(groups) - 1), None
+    return IdMap(sum(users) - 1, sum(groups) - 1, min(users[1], groups[1])), None
 
 
 def groups_fix(name: str | None = None) -> str:
@@ -399,6 +438,9 @@ class HostFacts:
     prestarted: bool = False
     #: The server's own uid and gid (what a run keeps when it cannot drop).
     server_ids: tuple[int, int] = (0, 0)
+    #: The host ids a non-root server's run is mapped to, its own (:mod:`.subids`);
+    #: None: the :class:`IdMap`'s last ones (a probe).
+    mapped_ids: tuple[int, int] | None = None
 
 
 @dataclass
@@ -427,8 +469,9 @@ class Confinement:
         return self.setpriv is not None
 
     def run_ids(self) -> tuple[int, int]:
-        """The host uid and gid a run has (as the host's ``/proc`` shows them); as root,
-        those of a run given no ids of its own (``own_ids`` of :meth:`command`)."""
+        """The host uid and gid a run has (as the host's ``/proc`` shows them); with a
+        drop, those of a run given no ids of its own (``own_ids`` of :meth:`command`:
+        a probe's)."""
         if self.idmap is not None:
             return self.idmap.uid, self.idmap.gid
         if self.as_root:
@@ -481,15 +524,19 @@ class Confinement:
         """The full argv; prepares ``workdir`` (stage folder, seccomp file, fstab).
 
         The :meth:`plan` of the run with this host's :meth:`facts`, executed
-        (:func:`.launchplan.execute`), as an argv. ``own_ids``: the uid and gid this
-        run drops to instead of :func:`sandbox_ids` (a root server gives each run its
-        own, see :meth:`.LayeredIsolator.prepare`).
+        (:func:`.launchplan.execute`), as an argv. ``own_ids``: the host uid and gid of
+        this run alone (see :meth:`.LayeredIsolator.prepare`): as root, what it drops to
+        instead of :func:`sandbox_ids`; with an :class:`IdMap`, what its user namespace
+        maps :func:`sandbox_ids` to.
         """
         with_egress = allow_network and egress and self.net_tools is not None
         facts = self.facts(argv, workdir=workdir, view=view, blocked=with_egress)
         if own_ids is not None:
-            assert self.as_root, "only a root server's runs drop to ids of their own"
-            facts = dataclasses.replace(facts, sandbox_ids=own_ids)
+            assert self.drops, "only a run that drops its uid has ids of its own"
+            if self.as_root:
+                facts = dataclasses.replace(facts, sandbox_ids=own_ids)
+            else:
+                facts = dataclasses.replace(facts, mapped_ids=own_ids)
         plan = self.plan(
             argv,
             workdir=workdir,
@@ -625,7 +672,7 @@ class Confinement:
         if self.idmap is not None:
             # newuidmap/newgidmap write the maps: setgroups is allowed, so setpriv can
             # clear the groups below.
-            unshare += self.idmap.unshare_options(facts.sandbox_ids)
+            unshare += self.idmap.unshare_options(facts.sandbox_ids, facts.mapped_ids)
         elif not self.as_root:
             unshare += ["--user", "--map-root-user"]
         unshare.append("--")
@@ -673,13 +720,16 @@ class Confinement:
             )
         if facts.resolv is not None:
             binds.append(("--ro-bind", facts.resolv, "/etc/resolv.conf"))
-        # The run's own /tmp first: an interpreter folder under /tmp is bound back into it.
+        # The run's own /tmp, empty: an interpreter folder that lies in /tmp (or /var/tmp,
+        # /dev/shm) on the host is seen below RELOCATED instead, and its command with it.
         binds.append(("--bind", str(moved / "tmp"), "/tmp"))
         for source, target in zip(view.interpreters, staged, strict=True):
-            binds.append(("--ro-bind", str(moved / target), str(source)))
+            binds.append(("--ro-bind", str(moved / target), str(relocated(source))))
         empty = str(moved / "empty")
-        binds += [("--ro-bind", empty, str(folder)) for folder in view.cover_dirs]
-        binds += [("--ro-bind", "/dev/null", str(file)) for file in view.cover_files]
+        # (A cover inside a relocated interpreter folder covers it where the run sees it.)
+        seen = functools.partial(seen_at, interpreters=view.interpreters)
+        binds += [("--ro-bind", empty, str(seen(folder))) for folder in view.cover_dirs]
+        binds += [("--ro-bind", "/dev/null", str(seen(file))) for file in view.cover_files]
         binds += [("--dev", "", "/dev"), ("--proc", "", "/proc")]
         binds.append(("--bind", str(moved / "shm"), "/dev/shm"))
         binds += [("--dir", "", "/var"), ("--symlink", "../tmp", "/var/tmp")]
@@ -710,16 +760,16 @@ class Confinement:
             launchplan.Mount("--remount-ro", "", "/dev"),
         ]
         if self.drops:
-            ids, groups = (
-                (uid, gid) if self.idmap is None else (self.idmap.uid, self.idmap.gid),
-                "none",
+            mapped = facts.mapped_ids or (
+                (self.idmap.uid, self.idmap.gid) if self.idmap is not None else None
             )
+            ids, groups = (uid, gid) if mapped is None else mapped, "none"
         else:
             ids, groups = facts.server_ids, f"the server's (kept: {self.groups_gap})"
         return LaunchPlan(
             engine="bwrap",
             steps=tuple(steps),
-            command=tuple(argv),
+            command=tuple(relocated_command(argv, view.interpreters)),
             fds=tuple(fds),
             mounts=tuple(mounts),
             seccomp=launchplan.SECCOMP_BWRAP if bpf is not None else None,
@@ -769,6 +819,7 @@ def unavailable(chain: Confinement | None, egress_error: str | None) -> list[dic
                 "fix": groups_fix(),
             }
         )
+        out.append(own_uid_gap(chain))
     bpf, why = seccomp_filter()
     if bpf is None:
         out.append({"layer": "seccomp", "reason": str(why), "fix": seccomp.FIX})
@@ -782,6 +833,18 @@ def unavailable(chain: Confinement | None, egress_error: str | None) -> list[dic
             }
         )
     return out
+
+
+def own_uid_gap(chain: Confinement) -> dict[str, str]:
+    """Why the runs of ``chain`` (a non-root server's without an :class:`IdMap`) share
+    one host uid, and how an administrator gives each its own."""
+    return {
+        "layer": "own-uid",
+        "reason": "every run has the server's own uid (no subordinate id range to map runs "
+        f"to: {chain.groups_gap}): the kernel's per-user accounting (pipe buffers, epoll "
+        "watches, locked memory, keys) is shared by all runs and the server",
+        "fix": groups_fix(),
+    }
 
 
 def seccomp_filter() -> tuple[bytes | None, str | None]:

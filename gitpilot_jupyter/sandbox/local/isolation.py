@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..backend import ResourceLimits
 from ..records import IsolationGap, IsolationReport
+from .launcherclient import LaunchedRun
 
 #: Caps the containment engine: ``auto`` (bwrap, else landlock), ``bwrap``, ``landlock``,
 #: ``unshare`` (namespaces alone, no file-system wall) or ``none``.
@@ -50,6 +51,11 @@ class Launch:
     argv: list[str]
     layers: list[str] = field(default_factory=list)
     preexec_fn: Callable[[], None] | None = None
+
+    async def start(self, *, cwd: str, env: Mapping[str, str], stdin: bool) -> LaunchedRun | None:
+        """Start the run by the launch's own means; None (the default): the backend
+        spawns ``argv`` with ``preexec_fn`` itself."""
+        return None
 
     def on_started(self, pid: int) -> None:
         """Called with the child's pid right after it was spawned."""

@@ -1,9 +1,10 @@
 """The namespace-free wall: Landlock rules, no_new_privs, rlimits and seccomp, by ctypes.
 
 For hosts that forbid user namespaces (a JupyterHub pod, ``docker run`` with the
-default seccomp profile) but allow Landlock and seccomp. A :class:`Wall` is built in
-the server (ruleset fd, compiled BPF, rlimits) and applied in the child between fork
-and exec (``preexec_fn=wall.apply``), in a fixed order: rlimits, the id drop,
+default seccomp profile) but allow Landlock and seccomp. A :class:`~.wall.Wall` is built
+(ruleset fd, compiled BPF, rlimits) and applied in the run's process between fork and
+exec (a cold run's by the launcher's child, :mod:`.launcher`; a warm slot's by the
+server's ``preexec_fn``), in a fixed order: rlimits, the id drop,
 ``PR_SET_NO_NEW_PRIVS``, ``landlock_restrict_self``, the seccomp filter.
 
 Why our own ctypes layer rather than the ``landlockpy`` package (ABI 1-11): the wall
@@ -34,13 +35,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-if sys.platform != "win32":
-    import resource
+from .wall import Wall as Wall
+from .wall import c_long, error, syscall
 
 # Syscall numbers: the generic table's, the same on x86_64, aarch64 and the others.
 _SYS_CREATE_RULESET = 444
 _SYS_ADD_RULE = 445
-_SYS_RESTRICT_SELF = 446
 _CREATE_RULESET_VERSION = 1 << 0
 _RULE_PATH_BENEATH = 1
 
@@ -76,12 +76,6 @@ SCOPE_SIGNAL = 1 << 1
 NET_ABI = 4
 SCOPE_ABI = 6
 
-_PR_SET_NO_NEW_PRIVS = 38
-_PR_SET_SECCOMP = 22
-_SECCOMP_MODE_FILTER = 2
-#: Bytes per BPF instruction (``struct sock_filter``: u16 code, u8 jt, u8 jf, u32 k).
-_BPF_INSN = 8
-
 
 class _RulesetAttr(ctypes.Structure):
     _fields_ = (
@@ -96,38 +90,13 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
 
 
-class _SockFprog(ctypes.Structure):
-    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _syscall() -> Callable[..., int]:
-    """libc's variadic ``syscall``; every argument is passed as a C long (or a pointer)."""
-    fn = _libc().syscall
-    fn.restype = ctypes.c_long
-    return fn
-
-
-def _long(value: int) -> ctypes.c_long:
-    return ctypes.c_long(value)
-
-
-def _error(what: str) -> OSError:
-    code = ctypes.get_errno()
-    return OSError(code, f"{what} failed: {os.strerror(code)}")
-
-
 @functools.cache
 def abi() -> int:
     """The Landlock ABI version of this kernel; 0 when it lacks Landlock or it is disabled."""
     if sys.platform != "linux":
         return 0
-    syscall = _syscall()
-    version = syscall(_long(_SYS_CREATE_RULESET), None, _long(0), _long(_CREATE_RULESET_VERSION))
+    call = syscall()
+    version = call(c_long(_SYS_CREATE_RULESET), None, c_long(0), c_long(_CREATE_RULESET_VERSION))
     return max(int(version), 0)
 
 
@@ -180,10 +149,10 @@ def ruleset(rules: FsRules, *, deny_tcp: bool, scoped: bool) -> int:
     )
     # An older ABI reads a shorter struct: pass only the fields it knows.
     size = 8 if version < NET_ABI else (16 if version < SCOPE_ABI else ctypes.sizeof(attr))
-    syscall = _syscall()
-    fd = int(syscall(_long(_SYS_CREATE_RULESET), ctypes.byref(attr), _long(size), _long(0)))
+    call = syscall()
+    fd = int(call(c_long(_SYS_CREATE_RULESET), ctypes.byref(attr), c_long(size), c_long(0)))
     if fd < 0:
-        raise _error("landlock_create_ruleset")
+        raise error("landlock_create_ruleset")
     try:
         os.set_inheritable(fd, False)  # the kernel sets O_CLOEXEC already; say it here too
         add_rules(fd, rules)
@@ -200,7 +169,7 @@ def add_rules(fd: int, rules: FsRules) -> None:
     later do not reach that process.
     """
     handled = handled_fs(abi())
-    syscall = _syscall()
+    call = syscall()
     groups = (
         (rules.execute, _EXECUTE_RIGHTS),
         (rules.read, _READ_RIGHTS),
@@ -209,7 +178,7 @@ def add_rules(fd: int, rules: FsRules) -> None:
     )
     for paths, rights in groups:
         for path in paths:
-            _add_path(syscall, fd, path, rights & handled)
+            _add_path(call, fd, path, rights & handled)
 
 
 def _in_process_tree(target: int) -> bool:
@@ -218,7 +187,7 @@ def _in_process_tree(target: int) -> bool:
     return real[:2] == ("/", "proc") and (len(real) == 2 or real[2].isdigit())
 
 
-def _add_path(syscall: Callable[..., int], fd: int, path: str, rights: int) -> None:
+def _add_path(call: Callable[..., int], fd: int, path: str, rights: int) -> None:
     try:
         target = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -237,88 +206,17 @@ def _add_path(syscall: Callable[..., int], fd: int, path: str, rights: int) -> N
         if not folder:
             rights &= _FILE_RIGHTS
         rule = _PathBeneathAttr(allowed_access=rights, parent_fd=target)
-        done = syscall(
-            _long(_SYS_ADD_RULE), _long(fd), _long(_RULE_PATH_BENEATH), ctypes.byref(rule), _long(0)
+        done = call(
+            c_long(_SYS_ADD_RULE),
+            c_long(fd),
+            c_long(_RULE_PATH_BENEATH),
+            ctypes.byref(rule),
+            c_long(0),
         )
         if done < 0:
-            raise _error(f"landlock_add_rule({path})")
+            raise error(f"landlock_add_rule({path})")
     finally:
         os.close(target)
-
-
-class Wall:
-    """A prepared wall: built in the server, applied in the child as ``preexec_fn``.
-
-    ``ruleset_fd`` comes from :func:`ruleset`; ``bpf`` is a compiled seccomp filter
-    (:func:`.seccomp.compiled_namespace_free`) or None; ``rlimits`` are
-    ``(resource, soft, hard)``; ``ids`` is ``(uid, gid)`` to drop to (a root server).
-    Everything ctypes needs is made here, so :meth:`apply` is only syscalls.
-    """
-
-    def __init__(
-        self,
-        ruleset_fd: int,
-        *,
-        bpf: bytes | None = None,
-        rlimits: Sequence[tuple[int, int, int]] = (),
-        ids: tuple[int, int] | None = None,
-    ) -> None:
-        self.ruleset_fd = ruleset_fd
-        self.rlimits = tuple((which, (soft, hard)) for which, soft, hard in rlimits)
-        self.ids = ids
-        libc = _libc()
-        self._syscall = _syscall()
-        prctl = libc.prctl
-        prctl.argtypes = (
-            ctypes.c_int,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-        )
-        prctl.restype = ctypes.c_int
-        self._prctl = prctl
-        self._restrict_args = (_long(_SYS_RESTRICT_SELF), _long(ruleset_fd), _long(0))
-        self._filter: ctypes.Array[ctypes.c_char] | None = None
-        self._fprog: _SockFprog | None = None
-        self._fprog_address = 0
-        if bpf is not None:
-            count, rest = divmod(len(bpf), _BPF_INSN)
-            if rest or not 0 < count <= 0xFFFF:
-                raise ValueError(f"not a compiled BPF program: {len(bpf)} bytes")
-            self._filter = ctypes.create_string_buffer(bpf, len(bpf))
-            self._fprog = _SockFprog(count, ctypes.addressof(self._filter))
-            self._fprog_address = ctypes.addressof(self._fprog)
-
-    def apply(self) -> None:
-        """Wall in the calling process; raises at the first step that fails.
-
-        Order: rlimits, the id drop (groups, gid, uid), no_new_privs (Landlock and
-        seccomp need it from an unprivileged process), Landlock, seccomp last (its
-        filter could refuse the calls before it).
-        """
-        for which, limits in self.rlimits:
-            resource.setrlimit(which, limits)
-        if self.ids is not None:
-            uid, gid = self.ids
-            os.setgroups([])
-            os.setresgid(gid, gid, gid)
-            os.setresuid(uid, uid, uid)
-        if self._prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise _error("prctl(PR_SET_NO_NEW_PRIVS)")
-        if self._syscall(*self._restrict_args) != 0:
-            raise _error("landlock_restrict_self")
-        if self._fprog_address and self._prctl(
-            _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, self._fprog_address, 0, 0
-        ):
-            raise _error("prctl(PR_SET_SECCOMP)")
-
-    def close(self) -> None:
-        """Close the ruleset fd (in the server, once the child is spawned)."""
-        if self.ruleset_fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.ruleset_fd)
-            self.ruleset_fd = -1
 
 
 #: What the probe's child tries; each line it prints is an escape.

@@ -2,7 +2,8 @@
 
 :class:`LayeredLaunch` is a bubblewrap or ``unshare`` run's (its cgroup joined and its
 rlimits set by the chain's shell or a ``preexec_fn``); :class:`WalledLaunch` is the
-namespace-free engine's (its :class:`~.landlock.Wall` put up between fork and exec).
+namespace-free engine's (its :class:`~.wall.Wall` put up between fork and exec: by the
+launcher's child for a cold run, :mod:`.launcher`; by a ``preexec_fn`` for a slot).
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from . import cgroups, landlock, nsfree
+from . import cgroups, landlock, launcherclient, nsfree
 from .chainsteps import exec_prefix
 from .isolation import Launch
-from .rlimits import RlimitPlan
+from .rlimits import RlimitPlan, capped
 
 LINUX = sys.platform == "linux"
 
@@ -132,6 +133,8 @@ class WalledLaunch(LayeredLaunch):
     ) -> None:
         super().__init__(argv, layers, rlimits, cgroup, None)
         self._wall = wall
+        with contextlib.suppress(OSError):  # else the start says why
+            launcherclient.LAUNCHER.ensure()  # (in the worker thread that prepares)
         self._run_uid = run_uid
         #: Builds the next run's ruleset once this run is over (:data:`.nsfree.SPARES`).
         self._ahead = ahead
@@ -139,6 +142,26 @@ class WalledLaunch(LayeredLaunch):
     def _preexec(self) -> None:
         super()._preexec()
         self._wall.apply()
+
+    async def start(
+        self, *, cwd: str, env: Mapping[str, str], stdin: bool
+    ) -> launcherclient.LaunchedRun:
+        """Start the run through the launcher: the same steps as :meth:`_preexec`, in
+        the launcher's child (a small process forks in a fraction of the server's time).
+
+        Raises ``OSError`` (the run is refused) when the wall or the exec failed.
+        """
+        limits = [(which, capped(which, value)) for which, value in self._rlimits.limits]
+        wall = launcherclient.WallParts(
+            ruleset_fd=self._wall.ruleset_fd,
+            bpf=self._wall.bpf,
+            rlimits=tuple((which, value, value) for which, value in limits),
+            ids=self._wall.ids,
+        )
+        join = self._cgroup.join_fds() if self._cgroup is not None else []
+        return await launcherclient.launch(
+            self.argv, cwd=cwd, env=env, wall=wall, join_fds=join, stdin=stdin
+        )
 
     def on_started(self, pid: int) -> None:
         """Remember the pid; the parent no longer needs the ruleset or the join fds."""

@@ -221,10 +221,17 @@ def walled_plan(
     ids: tuple[int, int],
     dropped: bool,
     network: str,
+    slot: Sequence[str] = (),
+    hook: str | None = None,
 ) -> LaunchPlan:
     """The namespace-free engine's plan: one process, walled between fork and exec.
 
     ``dropped``: the run drops to ``ids`` (a root server), clearing its groups.
+    ``slot``: a warm slot's shell, the words before ``command`` of
+    :func:`.nsfree.slot_argv`, which waits behind the wall for the code and then execs
+    ``command``; ``hook``: its interpreter starts ahead and waits in that hook (a file
+    of the run folder: this engine has no private ``/tmp``), the code coming on
+    :data:`CODE`.
     """
     uid, gid = ids
     inside = [
@@ -235,12 +242,32 @@ def walled_plan(
         "landlock_restrict_self(the ruleset below)",
         f"seccomp(SECCOMP_SET_MODE_FILTER, {seccomp})",
     ]
+    # A cold run is forked by the launcher (launcher.py); a warm slot by the server itself.
+    parent = "the server's child" if slot else "the launcher's child"
+    steps = [Step((), f"{parent}, between fork and exec, in this order", tuple(inside))]
+    fds: tuple[tuple[Fd, str], ...] = ()
+    if slot and hook is not None:
+        what = (
+            "a warm slot's shell, behind the wall: the code FIFO and the run's output on "
+            f"their fds, then the interpreter, which waits in its hook {hook}"
+        )
+        steps.append(Step(tuple(slot), what))
+        fds = (
+            (CODE, "the run folder's code FIFO (its name removed once open)"),
+            (RUN_STDOUT, "the run's stdout pipe"),
+            (RUN_STDERR, "the run's stderr pipe"),
+        )
+    elif slot:
+        what = (
+            "a warm slot's shell, behind the wall: waits for the code in the snippet's "
+            "FIFO, copies it out to its end and over the FIFO, then the interpreter"
+        )
+        steps.append(Step(tuple(slot), what))
     return LaunchPlan(
         engine="landlock",
-        steps=(
-            Step((), "the server's child, between fork and exec, in this order", tuple(inside)),
-        ),
+        steps=tuple(steps),
         command=tuple(command),
+        fds=fds,
         rules=rules,
         seccomp=seccomp,
         limits=tuple(limits),

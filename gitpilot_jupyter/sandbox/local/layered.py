@@ -26,7 +26,7 @@ from typing import cast
 
 from ..backend import ResourceLimits
 from ..records import IsolationGap, IsolationReport
-from . import cgroups, confine, landlock, namespaces, nsfree
+from . import cgroups, confine, landlock, namespaces, nsfree, subids
 from .bundled import is_bundled
 from .chainsteps import launch_tools, stage_steps
 from .confine import View, jupyter_dirs, needed_paths, plan_view
@@ -242,6 +242,12 @@ class LayeredIsolator(Isolator):
         out: list[IsolationGap] = []
         if isinstance(engine, nsfree.Engine):
             out += nsfree.gaps(as_root=os.geteuid() == 0)
+        elif (
+            isinstance(engine, namespaces.Namespaces)
+            and engine.confine is not None
+            and not engine.confine.drops  # runs keep the server's uid
+        ):
+            out.append(cast(IsolationGap, confine.own_uid_gap(engine.confine)))
         tree, cg_missing = self._cgroups()
         memory = tree is not None and tree.memory_parent is not None
         if not memory:
@@ -377,30 +383,35 @@ class LayeredIsolator(Isolator):
             return self._prepare_walled(engine, argv, workdir, allow_network, limits)
         tool = engine
         tree, _ = self._cgroups()
-        run_uid = None
-        if tool is not None and tool.confine is not None and tool.confine.idmap is not None:
-            run_uid = tool.confine.idmap.uid  # (RLIMIT_NPROC counts its tasks too)
-        # As root, each bwrap run (and slot) is a host uid of its own: no run can use up
-        # the per-uid limits (processes, inotify) of another.
-        own = tool is not None and tool.confine is not None and tool.confine.as_root
-        own_uid = nsfree.RUN_IDS.take() if own else None
+        chain = tool.confine if tool is not None else None
+        # Each bwrap run (and slot) that drops its uid is a host uid of its own: no run
+        # can use up the per-uid limits (processes, pipe buffers) of another. As root any
+        # uid (nsfree.RUN_IDS); otherwise one of the subordinate range (subids).
+        own_uid = nsfree.RUN_IDS.take() if chain is not None and chain.as_root else None
+        claim = None
         run: cgroups.CgroupRun | None = None
-        if tree is not None:
-            cgroups.remove_stale()
-            try:
-                run = tree.create(limits)
-            except OSError:
-                run = None  # fall back to rlimits for this run, and say so by the layers
-            except BaseException:
-                if own_uid is not None:
-                    nsfree.RUN_IDS.give_back(own_uid)
-                raise
+        try:
+            if chain is not None and chain.idmap is not None:
+                claim = subids.run_ids(chain.idmap).take()
+            if tree is not None:
+                cgroups.remove_stale()
+                try:
+                    run = tree.create(limits)
+                except OSError:
+                    run = None  # fall back to rlimits for this run, and say so by the layers
+        except BaseException:
+            if own_uid is not None:
+                nsfree.RUN_IDS.give_back(own_uid)
+            if claim is not None:
+                claim.release()
+            raise
+        own_ids = claim.ids if claim else (own_uid, own_uid) if own_uid is not None else None
         covered = tree.layers() if run is not None and tree is not None else []
         rlimits = plan_rlimits(
             limits,
             memory="cgroup-memory" not in covered,
             processes="cgroup-pids" not in covered,
-            run_uid=run_uid,
+            own_uid=own_ids is not None,
         )
         tools = launch_tools()
         layers: list[str] = []
@@ -413,8 +424,17 @@ class LayeredIsolator(Isolator):
                 hidden, view = (found.hidden, found.view) if found else (((), ()), None)
                 if "hidden-credentials" in layers and view is not None and view.kept:
                     layers.remove("hidden-credentials")  # one holds the interpreter: visible
-                if tool.confine is not None and tools is not None:
-                    first = stage_steps(tool.confine.shell, rlimits, run)
+                if chain is not None and tools is not None:
+                    first = stage_steps(chain.shell, rlimits, run, own_uid=own_ids is not None)
+                if first is None and claim is not None and chain is not None:
+                    # RLIMIT_NPROC set before the run's user namespace counts every task of
+                    # the server's user: its tasks now plus the run's allowance.
+                    rlimits = plan_rlimits(
+                        limits,
+                        memory="cgroup-memory" not in covered,
+                        processes="cgroup-pids" not in covered,
+                        run_uid=claim.uid,
+                    )
                 argv = tool.wrap(
                     argv,
                     workdir=workdir,
@@ -423,17 +443,23 @@ class LayeredIsolator(Isolator):
                     disk_mb=limits.disk_mb,
                     view=view,
                     first=first or (),
-                    own_ids=(own_uid, own_uid) if own_uid is not None else None,
+                    own_ids=own_ids,
                 )
         except BaseException:
             if run is not None:
                 run.cleanup()
             if own_uid is not None:
                 nsfree.RUN_IDS.give_back(own_uid)
+            if claim is not None:
+                claim.release()
             raise
         layers += covered
         layers += rlimits.layers
         layers += self._uncontained_layers(allow_network)
+        if claim is not None:
+            return subids.ClaimedLaunch(
+                list(argv), layers, rlimits, run, tools, staged=first is not None, claim=claim
+            )
         return LayeredLaunch(
             list(argv), layers, rlimits, run, tools, staged=first is not None, own_uid=own_uid
         )
@@ -552,7 +578,7 @@ class LayeredIsolator(Isolator):
             memory="cgroup-memory" not in covered,
             processes="cgroup-pids" not in covered,
             count_tasks=False,
-            own_uid=isinstance(engine, nsfree.Engine) and os.geteuid() == 0,
+            own_uid=_own_uids(engine),
         )
         return out + covered + rlimits.layers + self._uncontained_layers(allow_network)
 
@@ -571,10 +597,9 @@ class LayeredIsolator(Isolator):
                 if blockers:
                     gap["reason"] += "; in this container: " + "; ".join(blockers)
                 gap["fix"] = f"{CONTAINER_FIX}; or use the matrixlab backend"
-        own_uid = isinstance(engine, nsfree.Engine) and os.geteuid() == 0  # NPROC holds then
         missing += unavailable_reasons(
             memory="cgroup-memory" not in covered,
-            processes="cgroup-pids" not in covered and not own_uid,
+            processes="cgroup-pids" not in covered and not _own_uids(engine),  # NPROC holds
         )
         if tool is not None and tool.kind == "bwrap":
             missing += confine.unavailable(tool.confine, tool.egress_error)
@@ -628,6 +653,13 @@ class LayeredIsolator(Isolator):
             "choice": self.choice,
             "unavailable": cast(list[IsolationGap], missing),
         }
+
+
+def _own_uids(engine: Engine | None) -> bool:
+    """True when each run of ``engine`` has a host uid of its own (see ``own-uid``)."""
+    if isinstance(engine, nsfree.Engine):
+        return os.geteuid() == 0
+    return engine is not None and engine.confine is not None and engine.confine.drops
 
 
 def _plain(gap: IsolationGap) -> dict[str, str]:

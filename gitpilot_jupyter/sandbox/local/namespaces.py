@@ -121,7 +121,9 @@ class Namespaces:
                 out.append("cgroupns")
             out[:0] = list(BWRAP_LAYERS)
             if self.confine is not None and self.confine.drops:
-                out.insert(2, "no-groups")
+                # No groups, and a host uid of the run's own (root: .nsfree.RUN_IDS; an
+                # id map: .subids), which LayeredIsolator.prepare takes for each run.
+                out[2:2] = ["no-groups", "own-uid"]
             out += ["hidden-credentials", "proc-sys-ro"]
             if seccomp_filter()[0] is not None:
                 out.append("seccomp")
@@ -146,8 +148,8 @@ class Namespaces:
         ``disk_mb`` caps the run's writable space (bwrap only); ``view`` is the
         :func:`plan_view` of ``argv`` and ``hidden`` when the caller has it already;
         ``first``: shell lines the bwrap chain's staging shell runs before anything
-        else (see :meth:`Confinement.command`; bwrap only); ``own_ids``: the ids a root
-        server's run drops to (bwrap only).
+        else (see :meth:`Confinement.command`; bwrap only); ``own_ids``: the host ids of
+        this run alone (bwrap only, a chain that drops: see :meth:`Confinement.command`).
         """
         if self.kind == "bwrap":
             assert self.confine is not None

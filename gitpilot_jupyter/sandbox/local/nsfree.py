@@ -2,9 +2,10 @@
 
 In a JupyterHub pod or a ``docker run`` with the default seccomp profile neither
 bubblewrap nor ``unshare`` can make a namespace, but Landlock, seccomp and
-``no_new_privs`` still work. A run is then walled in by those, all set in the child
-between fork and exec (``preexec_fn``: :meth:`.landlock.Wall.apply`), none of which
-the snippet can undo:
+``no_new_privs`` still work. A run is then walled in by those, all set in the run's
+process between fork and exec (:meth:`.wall.Wall.apply`: by the launcher's child for a
+cold run, :mod:`.launcher`; by a ``preexec_fn`` for a warm slot), none of which the
+snippet can undo:
 
 * **Landlock**, a file-system allowlist: the system folders and the interpreter's
   folders read-only and executable, ``/etc`` but its secrets read-only, a few device
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..records import IsolationGap
-from . import landlock, prestart, seccomp
+from . import idclaims, landlock, prestart, seccomp
 from .confine import SECRET_DIRS, SECRET_FILES, SYSTEM_DIRS, inside, needed_paths
 from .launchplan import CODE, RUN_STDERR, RUN_STDOUT
 
@@ -64,6 +65,8 @@ def _ancestors_excluded(path: Path, excluded: Sequence[Path]) -> bool:
 #: renamed in it changes its mtime).
 _ALLOWED: dict[object, tuple[list[Path], tuple[tuple[str, object], ...]]] = {}
 _ALLOWED_KEPT = 16
+#: Every folder :func:`allowed_under` listed (its entries are rules of their own).
+_SPLIT: set[str] = set()
 
 
 def _folder_state(path: str) -> object:
@@ -83,10 +86,17 @@ def allowed_under(roots: Iterable[Path], excluded: Sequence[Path]) -> list[Path]
     not exist is left out. Kept while every folder it listed is the same (one
     ``stat`` each: ``/etc`` and the few below it that hold a secret).
     """
+    return list(_allowed_under(roots, excluded)[0])
+
+
+def _allowed_under(
+    roots: Iterable[Path], excluded: Sequence[Path]
+) -> tuple[list[Path], tuple[tuple[str, object], ...]]:
+    """:func:`allowed_under`'s paths (not to be changed), and each folder it listed."""
     key = (tuple(sorted(set(roots))), tuple(excluded))
     kept = _ALLOWED.get(key)  # one read: worker threads call this too
     if kept is not None and all(_folder_state(p) == state for p, state in kept[1]):
-        return list(kept[0])
+        return kept
     out: list[Path] = []
     listed: list[tuple[str, object]] = []
     todo = list(key[0])
@@ -98,6 +108,7 @@ def allowed_under(roots: Iterable[Path], excluded: Sequence[Path]) -> list[Path]
             out.append(path)
             continue
         listed.append((str(path), _folder_state(str(path))))
+        _SPLIT.add(str(path))
         with contextlib.suppress(OSError):
             for entry in os.scandir(path):
                 child = Path(entry.path)
@@ -107,8 +118,8 @@ def allowed_under(roots: Iterable[Path], excluded: Sequence[Path]) -> list[Path]
     out.sort()
     if len(_ALLOWED) >= _ALLOWED_KEPT:
         _ALLOWED.clear()
-    _ALLOWED[key] = (out, tuple(listed))
-    return list(out)
+    found = _ALLOWED[key] = (out, tuple(listed))
+    return found
 
 
 @functools.cache
@@ -120,6 +131,15 @@ def _system_roots() -> tuple[tuple[Path, ...], Path | None]:
     return tuple(sorted(roots)), etc
 
 
+#: The secrets left out of every rule (as they resolve now: one may be a link).
+_SECRETS = (*SECRET_DIRS, *SECRET_FILES)
+#: What :func:`fs_rules` found, by (interpreter folders, secrets, hidden paths): the
+#: paths to execute and to read, whether the hidden paths stay out, and each folder
+#: listed to find them (kept while each is the same, as :func:`allowed_under` does).
+_RulesFound = tuple[tuple[str, ...], tuple[str, ...], bool, tuple[tuple[str, object], ...]]
+_RULES: dict[object, _RulesFound] = {}
+
+
 def fs_rules(argv0: str, workdir: Path, hidden: Sequence[Path]) -> tuple[landlock.FsRules, bool]:
     """The run's file-system allowlist, and whether every hidden path stays out of it.
 
@@ -127,27 +147,58 @@ def fs_rules(argv0: str, workdir: Path, hidden: Sequence[Path]) -> tuple[landloc
     :meth:`.layered.LayeredIsolator.hidden_paths`): left out of every tree the run
     sees, as are the system's secrets (:data:`.confine.SECRET_DIRS`, ``SECRET_FILES``).
     False when one of them holds an interpreter folder, which a run cannot do without.
+    Worked out again only when a folder listed for it changed (a run's ``prepare``
+    otherwise spent ~0.5 ms sorting and converting the same ~165 paths).
     """
+    needed = tuple(needed_paths(argv0))
+    secrets = tuple(os.path.realpath(p) for p in _SECRETS if os.path.lexists(p))
+    key = (needed, secrets, tuple(hidden))
+    kept = _RULES.get(key)  # one read: worker threads call this too
+    if kept is None or not all(_folder_state(p) == state for p, state in kept[3]):
+        kept = _rules_now(needed, secrets, hidden)
+        if len(_RULES) >= _ALLOWED_KEPT:
+            _RULES.clear()
+        _RULES[key] = kept
+    execute, read, stays_out, _ = kept
+    rules = landlock.FsRules(execute=execute, read=read, write=(str(workdir),), devices=DEVICES)
+    return rules, stays_out
+
+
+def _rules_now(
+    needed: Sequence[Path], secrets: Sequence[str], hidden: Sequence[Path]
+) -> _RulesFound:
     system, etc = _system_roots()
-    interpreters = [p for p in needed_paths(argv0) if not any(inside(p, s) for s in system)]
-    secrets = [Path(p) for p in (*SECRET_DIRS, *SECRET_FILES) if os.path.lexists(p)]
-    excluded = sorted({*(p.resolve() for p in secrets), *hidden})
-    kept = not any(inside(i, h) for i in interpreters for h in hidden)
-    execute = allowed_under([*system, *interpreters], excluded)
-    read = allowed_under([etc], excluded) if etc is not None else []
-    rules = landlock.FsRules(
-        execute=tuple(map(str, execute)),
-        read=tuple(map(str, read)),
-        write=(str(workdir),),
-        devices=DEVICES,
+    interpreters = [p for p in needed if not any(inside(p, s) for s in system)]
+    excluded = sorted({*map(Path, secrets), *hidden})
+    stays_out = not any(inside(i, h) for i in interpreters for h in hidden)
+    execute, listed = _allowed_under([*system, *interpreters], excluded)
+    read, listed_read = _allowed_under([etc], excluded) if etc is not None else ([], ())
+    return (
+        tuple(map(str, execute)),
+        tuple(map(str, read)),
+        stays_out,
+        (*listed, *listed_read),
     )
-    return rules, kept
 
 
 def _identity(rules: landlock.FsRules) -> tuple[object, ...]:
-    """Which folder or file each path of ``rules`` is now (device, inode; None: gone)."""
+    """Which folder or file each path of ``rules`` is now (device, inode; None: gone).
+
+    An entry of a folder :func:`allowed_under` split (~140 of ``/etc``) is named by
+    that folder's state instead (device, inode, mtime: an entry made, removed,
+    renamed or replaced in it, an atomic save, changes the folder's mtime): one
+    ``stat`` for all of them, where one each took most of a run's ``prepare``.
+    """
     seen: list[object] = []
+    folders: dict[str, object] = {}
     for path in (*rules.execute, *rules.read, *rules.devices):
+        parent = os.path.dirname(path)
+        if parent in _SPLIT:
+            state = folders.get(parent)
+            if state is None:
+                state = folders[parent] = ("in", parent, _folder_state(parent))
+            seen.append(state)
+            continue
         try:
             info = os.stat(path)
         except OSError:
@@ -294,25 +345,46 @@ SPARES = _Spares()
 
 
 class _RunIds:
-    """The uids a root server's runs drop to: one free uid per run under way."""
+    """The uids a root server's runs drop to: one free uid per run under way, on this
+    host (claimed in root's claim folder, :mod:`.idclaims`, so two root servers never
+    hand one uid to two runs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, folder: Path | None = None) -> None:
         self._lock = threading.Lock()
-        self._taken: set[int] = set()
+        self._taken: dict[int, int | None] = {}  # uid -> its claim's fd (None: this process only)
         self._next = itertools.cycle(range(RUN_UID_COUNT))
+        self.folder = folder
+        self._shared: bool | None = None
+
+    def _claim(self, uid: int) -> tuple[bool, int | None]:
+        """(free, fd): free when no other server's run holds ``uid``."""
+        if self._shared is None:
+            if self.folder is None:
+                self.folder = idclaims.claim_folder()
+            self._shared = idclaims.private_folder(self.folder)
+        if not self._shared:
+            return True, None
+        assert self.folder is not None
+        fd = idclaims.lock_id(self.folder, f"root-{uid}")
+        return fd is not None, fd
 
     def take(self) -> int:
         with self._lock:
             for _ in range(RUN_UID_COUNT):
                 uid = RUN_UID_BASE + next(self._next)
-                if uid not in self._taken:
-                    self._taken.add(uid)
+                if uid in self._taken:
+                    continue
+                free, fd = self._claim(uid)
+                if free:
+                    self._taken[uid] = fd
                     return uid
         raise OSError("every run uid is in use")
 
     def give_back(self, uid: int) -> None:
         with self._lock:
-            self._taken.discard(uid)
+            fd = self._taken.pop(uid, None)
+        if fd is not None:
+            os.close(fd)  # (the lock goes with its last fd)
 
 
 RUN_IDS = _RunIds()
@@ -329,31 +401,25 @@ def own_run_folder(workdir: Path, uid: int) -> None:
 
 def session_members(sid: int) -> list[int]:
     """Every process whose session is ``sid`` (a run's, which it cannot leave: setsid
-    is refused to it), read from ``/proc``. The kernel keeps a session's number from
-    being given to a new process while any member lives, so nothing else matches.
+    is refused to it), by ``getsid`` on each process of ``/proc``. The kernel keeps a
+    session's number from being given to a new process while any member lives, so
+    nothing else matches.
 
-    Bare ``open``/``read`` of each ``stat`` (it runs before every answer of this
-    engine, on the event loop: pathlib's text read took five times as long).
+    One ``getsid`` per process (it runs before every answer of this engine, on the
+    event loop): reading each ``/proc/PID/stat`` took three syscalls and a parse, ten
+    times as long on a host with a few hundred processes.
     """
     found = []
-    want = str(sid).encode()
     with contextlib.suppress(OSError):
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
+            pid = int(entry)
             try:
-                fd = os.open(f"/proc/{entry}/stat", os.O_RDONLY | os.O_CLOEXEC)
+                if os.getsid(pid) == sid:
+                    found.append(pid)
             except OSError:
-                continue
-            try:
-                stat = os.read(fd, 1024)
-            except OSError:
-                continue
-            finally:
-                os.close(fd)
-            fields = stat.rpartition(b")")[2].split()
-            if len(fields) > 3 and fields[3] == want:
-                found.append(int(entry))
+                continue  # it ended meanwhile
     return found
 
 

@@ -15,7 +15,7 @@ scrubbing, destructive patterns) still applies. So:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from ..errors import ConfirmationRequired
 from ..records import PlanWarning
@@ -46,12 +46,20 @@ def network_for(backend: str, requested: bool) -> bool:
     return True if is_off(backend) else requested
 
 
-def off_confirmation(changes: Mapping[str, object], current_backend: str | None) -> str | None:
+def off_confirmation(
+    changes: Mapping[str, object],
+    current_backend: str | None,
+    allowed: Iterable[str] | None = None,
+) -> str | None:
     """The question to ask before saving ``changes``, or None when no confirmation is due.
 
-    Due when the changes switch the backend to ``off`` from anything else.
+    Due when the changes switch the backend to ``off`` from anything else, and ``off``
+    is among the ``allowed`` backends (status' ``allowed_backends``; None: not known).
+    Where it is not allowed nobody is asked: the save is refused with how to allow it.
     """
     if not is_off(str(changes.get("backend", ""))) or is_off(current_backend):
+        return None
+    if allowed is not None and OFF_BACKEND not in allowed:
         return None
     return (
         f"Switch the sandbox backend to off? {OFF_RISK[0].upper()}{OFF_RISK[1:]}: "

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from ..backend import ResourceLimits
-from . import cgroups, launchplan, nsfree
+from . import cgroups, launchplan, nsfree, subids
 from .chainsteps import exec_prefix, launch_tools, stage_steps
 from .cleanup import RUN_DIR_PREFIX
 from .confine import seccomp_filter
@@ -111,7 +111,7 @@ def launch_plan(
         limits,
         memory="cgroup-memory" not in covered,
         processes="cgroup-pids" not in covered,
-        run_uid=chain.idmap.uid if chain.idmap is not None else None,
+        own_uid=chain.drops,  # (each run a host uid of its own)
     )
     view = isolator.host_view(argv).view
     egress = engine.egress_error is None
@@ -119,10 +119,15 @@ def launch_plan(
         argv, workdir=workdir, view=view, blocked=allow_network and egress and bool(chain.net_tools)
     )
     facts = dataclasses.replace(facts, snippet=argv[-1], snippet_fifo=False, prestarted=False)
-    if chain.as_root:  # each run drops to a uid of its own: the first one here
+    # Each run that drops has host ids of its own: the first ones here.
+    if chain.as_root:
         facts = dataclasses.replace(facts, sandbox_ids=(nsfree.RUN_UID_BASE, nsfree.RUN_UID_BASE))
+    elif chain.idmap is not None:
+        facts = dataclasses.replace(facts, mapped_ids=subids.run_ids(chain.idmap).first())
     tools = launch_tools()
-    first = stage_steps(chain.shell, rlimits, run) if tools is not None else None
+    first = (
+        stage_steps(chain.shell, rlimits, run, own_uid=chain.drops) if tools is not None else None
+    )
     plan = chain.plan(
         argv,
         workdir=workdir,

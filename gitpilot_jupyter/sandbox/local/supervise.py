@@ -17,8 +17,9 @@ from typing import IO, Any, Protocol
 
 from ..backend import OutputCallback, RunRequest
 from ..output import CappedText
-from ..results import RunResult
+from ..results import MEMORY_EXCEEDED, RunResult
 from .isolation import Launch
+from .launcherclient import LaunchedRun
 from .pool import Slot, WarmChild, write_all
 
 _READ_SIZE = 65536
@@ -103,7 +104,7 @@ def _close_pipes(proc: Child) -> None:
     asyncio closes them only once every pipe saw EOF; a pipe still held by an
     escaped process would otherwise keep its fd until garbage collection.
     """
-    if isinstance(proc, WarmChild):
+    if isinstance(proc, WarmChild | LaunchedRun):
         proc.close_pipes()
         return
     transport = getattr(proc, "_transport", None)
@@ -111,7 +112,7 @@ def _close_pipes(proc: Child) -> None:
         transport.close()
 
 
-async def _feed_stdin(proc: asyncio.subprocess.Process, data: str) -> None:
+async def _feed_stdin(proc: asyncio.subprocess.Process | LaunchedRun, data: str) -> None:
     if proc.stdin is None:
         return
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -218,4 +219,4 @@ async def supervise(
         # A child killed by a signal reports 128 + signal, as a shell does.
         result.exit_code = 128 - code if code < 0 else code
         if launch.memory_exceeded():
-            result.stderr += "\n[sandbox] killed: memory limit exceeded\n"
+            result.stderr += MEMORY_EXCEEDED

@@ -9,14 +9,19 @@ local backends' envelope: the banner line is stripped, a timeout is ``timed_out`
 with exit -1 and the output kept, a snippet exiting 124 or writing ``TIMEOUT`` is
 not timed out, the Runner's own failures (exit 999, Docker's 125, its 500s) are
 502 ``backend_error`` naming its message, and our output cap applies after the
-Runner's. Limits the Runner cannot honour are said in ``notes``. See
-``docs/admin/matrixlab.md`` for what still differs.
+Runner's. Limits the Runner cannot honour are said in ``notes``. Runs wait for one
+of the Runner's slots (:mod:`.load`); a stop removes the run's container
+(:mod:`.stopping`) or says why it could not. See ``docs/admin/matrixlab.md`` for
+what still differs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,12 +29,15 @@ import httpx
 
 from ...tls import tls_context
 from ..backend import OutputCallback, ResourceLimits, RunRequest, SandboxBackend
-from ..errors import BackendFailure, ContainmentUnavailable
+from ..errors import BackendFailure, ContainmentUnavailable, SandboxError
 from ..languages import canonical_language
 from ..output import cap_text
-from ..results import RunResult
+from ..policy import BASE_VARS
+from ..results import MEMORY_EXCEEDED, RunResult
 from .config import RUNNER_MAX_WORKSPACE_MB, network_refusal
+from .docker_steps import error_text
 from .jobs import forget_run
+from .load import RunnerSlots, max_runs
 from .protocol import (
     BANNER,
     DOCKER_RUN_FAILED_EXIT,
@@ -48,6 +56,7 @@ from .protocol import (
     WORKSPACE_DIR,
     auth_headers,
     body_excerpt,
+    busy,
     health_document,
     image_language,
     not_a_runner,
@@ -55,8 +64,10 @@ from .protocol import (
     runner_error,
     runner_failure,
     token_answer,
+    transport_failure,
     unreachable,
 )
+from .stopping import RUN_TAG_ENV, new_run_tag, remove_tagged, stop_unavailable
 from .workspace import request_content, zip_workspace
 from .wrapper import (
     START_ALLOWANCE_SEC,
@@ -73,13 +84,22 @@ HTTP_GRACE_SEC = 5.0
 HEALTH_TIMEOUT_SEC = 5.0
 #: The most characters ``POST /code/run`` takes in ``code`` and in ``stdin``.
 MAX_CODE_RUN_CHARS = 1_000_000
+#: Seconds a stop looks for the run's container (it may still be starting), and polls.
+STOP_FIND_SEC = 2.0
+STOP_POLL_SEC = 0.2
+#: Seconds the Runner then has to answer with the output so far (the service's own
+#: grace, 5 s, must not run out first).
+STOP_ANSWER_SEC = 2.0
+#: Status codes of a Runner (or a proxy before it) with no room for the run: busy, not down.
+BUSY_STATUSES = (429, 503)
 #: Processes of ours in the container besides the snippet: docker-init, the step's bash, our
 #: script's bash (on /code/run), timeout.
 WRAPPER_PROCESSES = 4
 
 
-def limit_notes(limits: ResourceLimits) -> list[str]:
-    """What the Runner enforces differently from ``limits``, one sentence each."""
+def limit_notes(limits: ResourceLimits, stop_reason: str | None = None) -> list[str]:
+    """What the Runner enforces differently from ``limits``, one sentence each; with
+    ``stop_reason``, why Stop cannot stop a run there."""
     notes = []
     if limits.memory_mb < MIN_MEMORY_MB:
         notes.append(
@@ -91,7 +111,15 @@ def limit_notes(limits: ResourceLimits) -> list[str]:
         f"no file-size limit ({limits.max_file_size_mb} MB asked): the Runner has none "
         "(its /tmp is a 256 MB tmpfs)"
     )
+    if stop_reason is not None:
+        notes.append(f"Stop cannot stop a run on this Runner: {stop_reason}")
     return notes
+
+
+def passed_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables a run sends the Runner: those passed by name (by the caller or the
+    administrator), never the base ones (``PATH``, locale...) that describe this host."""
+    return {name: value for name, value in env.items() if name not in BASE_VARS}
 
 
 class MatrixLabSandbox(SandboxBackend):
@@ -106,6 +134,7 @@ class MatrixLabSandbox(SandboxBackend):
         token: str = "",
         image: str = "",
         transport: httpx.AsyncBaseTransport | None = None,
+        environ: Mapping[str, str] | None = None,
         network_isolated: bool = False,
         max_workspace_mb: int = RUNNER_MAX_WORKSPACE_MB,
         jobs_dir: str | None = None,
@@ -114,6 +143,8 @@ class MatrixLabSandbox(SandboxBackend):
         self.token = token
         self.image = image
         self._transport = transport
+        #: The server's environment: the lifecycle flag and the runs-at-once setting.
+        self.environ = os.environ if environ is None else environ
         self.network_isolated = network_isolated
         self.max_workspace_mb = max_workspace_mb
         #: The Runner's jobs folder on this host, where the lifecycle owns it: pruned after runs.
@@ -143,8 +174,9 @@ class MatrixLabSandbox(SandboxBackend):
         return [INTERPRETERS[language], f"{WORKSPACE_DIR}/{Path(file).name}"]
 
     def limit_notes(self, limits: ResourceLimits) -> list[str]:
-        """Limits the Runner cannot honour as asked (plans show them, results carry them)."""
-        return limit_notes(limits)
+        """Limits the Runner cannot honour as asked, and whether Stop can stop a run
+        there (plans show them, results carry them)."""
+        return limit_notes(limits, stop_unavailable(self.url, self.environ))
 
     def refusal(self, *, allow_network: bool = False) -> ContainmentUnavailable | None:
         """Network on is refused unless the administrator says the Runner isolates it."""
@@ -171,7 +203,7 @@ class MatrixLabSandbox(SandboxBackend):
                     timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
                 )
         except httpx.HTTPError as exc:
-            raise unreachable(self.url, exc, timeout) from None
+            raise transport_failure(self.url, exc, timeout) from None
         elapsed = time.monotonic() - started
         if (
             response.status_code == 500
@@ -181,6 +213,8 @@ class MatrixLabSandbox(SandboxBackend):
             # Runner 0.1.0 fails a run that wrote to stderr before its timeout this way
             # ("can't concat str to bytes"). By our clock the budget is spent: it timed out.
             raise _RunnerTimeout
+        if response.status_code in BUSY_STATUSES:
+            raise busy(self.url, response)
         if not response.is_success:
             raise runner_error(self.url, path, response)
         try:
@@ -258,13 +292,19 @@ class MatrixLabSandbox(SandboxBackend):
         request: RunRequest,
         on_output: OutputCallback | None,
     ) -> RunResult:
-        """Send one run (``body`` has what is particular to ``path``) and make its envelope."""
+        """Send one run (``body`` has what is particular to ``path``) and make its envelope.
+
+        The run waits for one of the Runner's slots first (:mod:`.load`); a stop, then or
+        later, ends it as :meth:`_stopped` says.
+        """
         limits, timeout_sec = request.limits, request.timeout_sec
         budget = min(timeout_sec + START_ALLOWANCE_SEC, MAX_RUNNER_TIMEOUT_SEC)
+        tag = new_run_tag()
         body.update(
             timeout=budget,
             image=self.image_for(language),
             allow_network=request.allow_network,
+            env={**passed_env(request.env), RUN_TAG_ENV: tag},
             metadata={"client": "gitpilot-jupyter", "run_id": request.run_id},
             mem_limit_mb=min(max(limits.memory_mb, MIN_MEMORY_MB), MAX_MEMORY_MB),
             pids_limit=min(max(limits.max_processes, MIN_PIDS), MAX_PIDS) + WRAPPER_PROCESSES,
@@ -277,11 +317,39 @@ class MatrixLabSandbox(SandboxBackend):
             run_id=request.run_id,
             plan_id=request.plan_id,
             isolation=self.isolation(),
-            notes=limit_notes(limits),
+            notes=self.limit_notes(limits),
         )
-        started, since, ran = time.monotonic(), time.time(), True
+        slots = RunnerSlots.for_runner(self.url, max_runs(self.environ))
+        queued = time.monotonic()
+        if not await slots.acquire(request.stop):
+            result.cancelled = True  # stopped while waiting its turn: nothing was sent
+            result.duration_ms = int((time.monotonic() - queued) * 1000)
+            return result
+        # The slot is the Runner's until it answers, even after we stopped listening.
+        since = time.time()  # the run's job folder is made after this
+        post = asyncio.ensure_future(self._post_run(path, body, budget))
+        post.add_done_callback(lambda done: _settle(done, slots))
+        started = time.monotonic()
+        stop = asyncio.ensure_future(request.stop.wait()) if request.stop is not None else None
         try:
-            payload, elapsed = await self._post_run(path, body, budget)
+            await asyncio.wait(
+                {post} if stop is None else {post, stop}, return_when=asyncio.FIRST_COMPLETED
+            )
+        except asyncio.CancelledError:
+            # The caller gave up (an interrupted cell): the container goes too.
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(
+                    asyncio.shield(self._remove_container(tag, post)), STOP_FIND_SEC + 1
+                )
+            raise
+        finally:
+            if stop is not None:
+                stop.cancel()
+        if not post.done():
+            return await self._stopped(result, post, tag, marker, budget, request, started)
+        ran = True  # the Runner ran it (answered, or timed out): its job folder exists
+        try:
+            payload, elapsed = post.result()
         except _RunnerTimeout:
             # The Runner's budget ran out and it dropped the output: timed out, nothing kept.
             result.timed_out = True
@@ -309,6 +377,66 @@ class MatrixLabSandbox(SandboxBackend):
                 await on_output("stderr", result.stderr)
         return result
 
+    async def _remove_container(self, tag: str, post: asyncio.Future[Any]) -> str | None:
+        """Remove the run's container: None once done (or the run ended), else why not.
+
+        The container may still be starting when the stop comes: it is looked for
+        during :data:`STOP_FIND_SEC`.
+        """
+        reason = stop_unavailable(self.url, self.environ)
+        if reason is not None:
+            return reason
+        deadline = time.monotonic() + STOP_FIND_SEC
+        while True:
+            try:
+                if await asyncio.to_thread(remove_tagged, tag):
+                    return None
+            except SandboxError as exc:
+                return exc.message
+            except Exception as exc:  # the engine refused: say what it said
+                return f"the Docker engine refused to remove the container: {error_text(exc)}"
+            if post.done():
+                return None  # it ended by itself meanwhile
+            if time.monotonic() >= deadline:
+                return "no container of this run is on the Docker engine this server reaches"
+            await asyncio.sleep(STOP_POLL_SEC)
+
+    async def _stopped(
+        self,
+        result: RunResult,
+        post: asyncio.Future[Any],
+        tag: str,
+        marker: str,
+        budget: int,
+        request: RunRequest,
+        started: float,
+    ) -> RunResult:
+        """The envelope of a run stopped under way: its container removed where we can,
+        with the output the Runner answered then; else a note that it goes on there."""
+        reason = await self._remove_container(tag, post)
+        if reason is None:
+            # The Runner answers once its `docker run` sees the container gone.
+            await asyncio.wait({post}, timeout=STOP_ANSWER_SEC)
+        answered = post.done() and not post.cancelled() and post.exception() is None
+        if answered:
+            payload, _ = post.result()
+            cap = request.max_output_bytes
+            result.stdout, cut_out = cap_text(
+                BANNER.sub("", str(payload.get("stdout") or ""), count=1), cap
+            )
+            stderr, _ = read_report(str(payload.get("stderr") or ""), marker)
+            result.stderr, cut_err = cap_text(stderr, cap)
+            result.truncated = bool(payload.get("truncated")) or cut_out or cut_err
+            result.sandbox_id = str(payload["sandbox_id"]) if payload.get("sandbox_id") else None
+        elif reason is not None:
+            result.notes.append(
+                f"Stop could not stop the run on the Runner ({reason}): it goes on there "
+                f"until it ends or reaches its timeout of {budget} s"
+            )
+        result.cancelled = True
+        result.duration_ms = int((time.monotonic() - started) * 1000)
+        return result
+
     def _fill(
         self,
         result: RunResult,
@@ -330,6 +458,8 @@ class MatrixLabSandbox(SandboxBackend):
             timed_out = report.timed_out(timeout_sec)
             exit_code = -1 if timed_out else report.exit_code
             duration_ms = report.elapsed_us // 1000
+            if report.memory_exceeded(timeout_sec):
+                stderr += MEMORY_EXCEEDED  # the container's memory limit killed it, as locally
         elif exit_code == RUNNER_TIMEOUT_EXIT and elapsed >= budget and TIMEOUT_MARK.search(stderr):
             # The Runner's budget ran out before our wrapper could report (a slow start).
             timed_out, exit_code = True, -1
@@ -411,6 +541,13 @@ class MatrixLabSandbox(SandboxBackend):
             request=request,
             on_output=on_output,
         )
+
+
+def _settle(post: asyncio.Future[Any], slots: RunnerSlots) -> None:
+    """A run's answer is in (or given up): its slot goes back, its error is consumed."""
+    slots.release()
+    if not post.cancelled():
+        post.exception()
 
 
 class _RunnerTimeout(Exception):

@@ -126,6 +126,8 @@ async def snippet_problem(backend: MatrixLabSandbox) -> tuple[str, str] | None:
     except BackendUnreachable as exc:
         return f"{what} got no answer: {exc.message}", BUSY_HINT
     except BackendFailure as exc:
+        if "its image has no `" in exc.message:  # the run path's word for our wrapper's 127
+            return f"{what} could not run: {exc.message}", _no_interpreter_hint(image, language)
         if f"(exit {DOCKER_RUN_FAILED_EXIT})" in exc.message:
             hint = (
                 f"the image {image} is not on the Runner's Docker engine and cannot be pulled: "
@@ -134,16 +136,10 @@ async def snippet_problem(backend: MatrixLabSandbox) -> tuple[str, str] | None:
             )
             return f"the Runner cannot start {what}: {exc.message}", hint
         return f"the Runner failed {what}: {exc.message}", "`docker logs` of the Runner says why"
-    interpreter = INTERPRETERS[language]
     if result.timed_out:
         return f"{what} did not finish within {SNIPPET_TIMEOUT_SEC} s", BUSY_HINT
     if result.exit_code == 127:
-        hint = (
-            f"the image {image} has no `{interpreter}` command"
-            + (" (an image with only `python3`?)" if language == "python" else "")
-            + f": use an image that has `{interpreter}` on its PATH, or add it (for example "
-            "`ln -s /usr/bin/python3 /usr/local/bin/python` in its Dockerfile)"
-        )
+        hint = _no_interpreter_hint(image, language)
         return f"{what} exited 127: {result.stderr.strip()[:200]}", hint
     if result.exit_code == 126 and "timeout command" in result.stderr:
         hint = f"the image {image} lacks coreutils (`timeout`): use a Debian-based image"
@@ -156,6 +152,16 @@ async def snippet_problem(backend: MatrixLabSandbox) -> tuple[str, str] | None:
         )
     _snippet_passed[key] = time.monotonic()
     return None
+
+
+def _no_interpreter_hint(image: str, language: str) -> str:
+    interpreter = INTERPRETERS[language]
+    return (
+        f"the image {image} has no `{interpreter}` command"
+        + (" (an image with only `python3`?)" if language == "python" else "")
+        + f": use an image that has `{interpreter}` on its PATH, or add it (for example "
+        "`ln -s /usr/bin/python3 /usr/local/bin/python` in its Dockerfile)"
+    )
 
 
 def _other_scheme(url: str) -> str:

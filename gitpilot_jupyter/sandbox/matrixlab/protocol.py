@@ -14,8 +14,10 @@ from typing import Any
 
 import httpx
 
-from ..errors import BackendFailure, BackendUnreachable
+from ..errors import BackendBusy, BackendFailure, BackendUnreachable, RunOutcomeUnknown
 from .excerpt import BODY_EXCERPT_CHARS, readable_excerpt
+from .load import BUSY_RETRY_SEC
+from .wrapper import MISSING_MARK
 
 #: The line the Runner puts before a step's stdout.
 BANNER = re.compile(r"\A== Matrix Lab step: command ==\r?\n")
@@ -143,6 +145,39 @@ def unreachable(url: str, exc: Exception, timeout: float | None = None) -> Backe
     )
 
 
+def transport_failure(
+    url: str, exc: httpx.HTTPError, timeout: float
+) -> BackendUnreachable | RunOutcomeUnknown:
+    """A run's transport failure: not sent (503, safe to retry), or sent and unanswered.
+
+    Once the request went out, the Runner may be running it (a busy Runner queues it
+    and runs it later): that run is never reported as not run.
+    """
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
+        return unreachable(url, exc)
+    waited = (
+        f"did not answer within {timeout:g} s"
+        if isinstance(exc, httpx.TimeoutException)
+        else f"dropped the connection ({exc or type(exc).__name__})"
+    )
+    return RunOutcomeUnknown(
+        f"the MatrixLab Runner at {url} took the run but {waited}: it may still be running "
+        "there, or have finished, so its outcome is unknown. Check the Runner's load "
+        "(`jupyter sandbox matrixlab test`) before running it again."
+    )
+
+
+def busy(url: str, response: httpx.Response) -> BackendBusy:
+    """The 429 error for a Runner (or a proxy before it) answering 429 or 503: nothing ran."""
+    raw = response.headers.get("Retry-After", "")
+    retry = int(raw) if raw.isdigit() else BUSY_RETRY_SEC
+    return BackendBusy(
+        f"the MatrixLab Runner at {url} is busy ({response.status_code}: "
+        f"{error_detail(response)}): retry in {retry} s",
+        retry_after_sec=retry,
+    )
+
+
 def runner_error(url: str, path: str, response: httpx.Response) -> BackendFailure:
     """The 502 error for a Runner answering an error status."""
     hint = ""
@@ -156,11 +191,20 @@ def runner_error(url: str, path: str, response: httpx.Response) -> BackendFailur
 
 def runner_failure(url: str, exit_code: int, stderr: str) -> BackendFailure:
     """The 502 error for a run the Runner itself failed (exit 999, Docker's 125, ...)."""
+    message = stderr.strip()[:BODY_EXCERPT_CHARS].rstrip(". ") or "(no message)"
+    if MISSING_MARK in message:
+        # Our wrapper found no interpreter: the image, not the snippet, is at fault.
+        command = message.split(MISSING_MARK, 1)[1].split()[0]
+        return BackendFailure(
+            f"the MatrixLab Runner at {url} could not run the snippet: its image has no "
+            f"`{command}` command (exit {exit_code}), so no snippet of this language runs "
+            "there. Set matrixlab_image to an image that has it, or leave it empty for the "
+            "Runner's default."
+        )
     what = {
         RUNNER_ERROR_EXIT: "failed the run",
         DOCKER_RUN_FAILED_EXIT: "could not start the run's container",
     }.get(exit_code, "ended the run's container before the snippet finished")
-    message = stderr.strip()[:BODY_EXCERPT_CHARS].rstrip(". ") or "(no message)"
     return BackendFailure(
         f"the MatrixLab Runner at {url} {what} (exit {exit_code}): {message}. "
         "This is the Runner's failure, not the snippet's; `docker logs` of the Runner says more."

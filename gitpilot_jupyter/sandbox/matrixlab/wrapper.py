@@ -25,10 +25,25 @@ from dataclasses import dataclass
 
 #: Seconds the Runner gets beyond the snippet's own timeout: container start and stop.
 START_ALLOWANCE_SEC = 3
+#: The exit status of a process killed by SIGKILL (our timeout's, or the OOM killer's).
+KILLED_EXIT = 137
 #: Exit statuses of a command ``timeout -s KILL`` ended: its own 124, or 137 (KILL).
-TIMEOUT_EXITS = (124, 137)
+TIMEOUT_EXITS = (124, KILLED_EXIT)
 #: Where a run's stdin is written in the workspace; removed before the snippet starts.
 STDIN_FILE = ".gitpilot-stdin"
+
+
+#: What the wrapper writes when the image lacks the snippet's interpreter (then exit 127).
+MISSING_MARK = "gitpilot: this image has no command named"
+#: A bash function setting ``__gp_n`` to the container's count of OOM kills (cgroup v2, else
+#: v1; 0 when neither is readable): the report says how many happened during the snippet.
+OOM_COUNTER = (
+    "__gp_oom() { __gp_n=0; local f k v; "
+    "for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do "
+    '[ -r "$f" ] || continue; '
+    'while read -r k v; do if [ "$k" = oom_kill ]; then __gp_n=$v; fi; done < "$f"; break; '
+    "done; }"
+)
 
 
 def new_marker() -> str:
@@ -56,14 +71,19 @@ def wrapped_command(argv: list[str], timeout_sec: int, marker: str, *, stdin: st
         # Opened before the snippet starts, then unlinked: the snippet sees a clean folder.
         run = f"rm -f {STDIN_FILE}; {run}"
     now = "${EPOCHREALTIME//[.,]/}"
+    interpreter = shlex.quote(argv[0])
     return "\n".join(
         [
             "command -v timeout >/dev/null || "
             "{ echo 'gitpilot: this image has no timeout command (coreutils)' >&2; exit 126; }",
-            f"__gp_t0={now}; __gp_rc=0",
+            f"command -v {interpreter} >/dev/null || "
+            f"{{ echo {shlex.quote(f'{MISSING_MARK} {argv[0]}')} >&2; exit 127; }}",
+            OOM_COUNTER,
+            f"__gp_oom; __gp_o0=$__gp_n; __gp_t0={now}; __gp_rc=0",
             f"{{ {run} || __gp_rc=$?; }}{redirect} 4>&2 2>/dev/null",
-            f"__gp_t1={now}",
-            f'printf \'\\n%s %d %d\\n\' {marker} "$__gp_rc" "$((__gp_t1 - __gp_t0))" >&2',
+            f"__gp_t1={now}; __gp_oom",
+            f'printf \'\\n%s %d %d %d\\n\' {marker} "$__gp_rc" "$((__gp_t1 - __gp_t0))" '
+            '"$((__gp_n - __gp_o0))" >&2',
             'exit "$__gp_rc"',
         ]
     )
@@ -99,6 +119,14 @@ class Report:
 
     exit_code: int
     elapsed_us: int
+    #: OOM kills in the container while the snippet ran (its memory limit was hit).
+    oom_kills: int = 0
+
+    def memory_exceeded(self, timeout_sec: int) -> bool:
+        """Killed (SIGKILL) by the OOM killer, not by our timeout."""
+        return (
+            self.exit_code == KILLED_EXIT and self.oom_kills > 0 and not self.timed_out(timeout_sec)
+        )
 
     def timed_out(self, timeout_sec: int) -> bool:
         """Killed by our ``timeout`` at the snippet's own deadline."""
@@ -107,7 +135,8 @@ class Report:
 
 def read_report(stderr: str, marker: str) -> tuple[str, Report | None]:
     """``stderr`` without the wrapper's line, and that line's report (None when absent)."""
-    found = re.search(rf"\n?{re.escape(marker)} (-?\d+) (-?\d+)\n?\Z", stderr)
+    found = re.search(rf"\n?{re.escape(marker)} (-?\d+) (-?\d+)(?: (-?\d+))?\n?\Z", stderr)
     if found is None:
         return stderr, None
-    return stderr[: found.start()], Report(int(found.group(1)), int(found.group(2)))
+    report = Report(int(found.group(1)), int(found.group(2)), max(0, int(found.group(3) or 0)))
+    return stderr[: found.start()], report

@@ -8,7 +8,7 @@ the service's (see :mod:`.workflow` and :mod:`.runs`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ..errors import EmptyCode, InvalidRequest
@@ -16,7 +16,7 @@ from ..files import read_under_root
 from ..languages import Interpreters, canonical_language, language_for_path
 from ..local.off import OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
 from ..plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id
-from ..policy import SandboxPolicy, destructive_label, env_names
+from ..policy import SandboxPolicy, destructive_label
 from ..records import Check, PlanWarning
 from ..request import RunOptions
 from ..scan import scan
@@ -51,15 +51,15 @@ class Planner:
         self._require_approval = require_approval
         self.root_dir = root_dir
 
-    def spec(self, options: RunOptions, *, code: str | None = None) -> RunSpec:
+    def spec(self, options: RunOptions, *, code: str | None = None, agent: bool = False) -> RunSpec:
         """The one definition of a run: what planning describes and a long-form run checks.
 
         Canonical language, the timeout clamped by the policy (the settings' default
         within the server's maximum), network and backend resolved from the settings,
-        the server variables passed through (``env``, checked names), the resource
-        limits in force and, for a file run, the file. Raises the typed error of the
-        first bad field. ``code`` is the text to run when it is not ``options.code``
-        (a file's).
+        the server variables passed through (``env``: names on the administrator's
+        allowlist, the agents' one for ``agent``), the resource limits in force and, for
+        a file run, the file. Raises the typed error of the first bad field. ``code`` is
+        the text to run when it is not ``options.code`` (a file's).
         """
         name, effective = self.resolver.resolve(options.backend)
         settings = effective.settings
@@ -75,7 +75,7 @@ class Planner:
             timeout_sec=self._policy().timeout(options.timeout_sec, settings.timeout_sec),
             network=network_for(name, requested),  # off: the host's network, whatever was asked
             backend=name,
-            env=env_names(options.env),
+            env=self._policy().caller_env(options.env, agent=agent),
             limits=limits_of(settings),
             file=options.file,
         )
@@ -90,12 +90,14 @@ class Planner:
         *,
         session_id: str | None = None,
         file_text: str | None = None,
+        agent: bool = False,
     ) -> ExecutionPlan:
         """The plan for a request, neither kept nor audited (a batch plans its items with it;
         :meth:`.service.SandboxService.plan` keeps it). ``file_text`` is ``options.file``'s
-        content when the caller has read it already.
+        content when the caller has read it already; ``agent``: an agent's request (its
+        own ``env`` allowlist).
         """
-        spec = self._requested_spec(options, file_text)
+        spec = self._requested_spec(options, file_text, agent=agent)
         lang, code, file, source = spec.language, spec.code, spec.file, options.source
         name, names, timeout, network = spec.backend, spec.env, spec.timeout_sec, spec.network
         runner = self.resolver.backend(name)
@@ -127,8 +129,7 @@ class Planner:
             more_checks, more_warnings = self._containment_notes(network)
             checks += more_checks
             warnings += more_warnings
-        if names:
-            checks.append(env_check(names))
+        checks += env_checks(names, self._policy().allowed_vars)
         lines = code.count("\n") + (0 if code.endswith("\n") else 1)
         goal = f"Run {file}" if file else f"Run a {lang} snippet ({lines} line{'s' * (lines != 1)})"
         return ExecutionPlan(
@@ -147,7 +148,9 @@ class Planner:
             session_id=session_id,
         )
 
-    def _requested_spec(self, options: RunOptions, file_text: str | None) -> RunSpec:
+    def _requested_spec(
+        self, options: RunOptions, file_text: str | None, *, agent: bool = False
+    ) -> RunSpec:
         """The spec of a request to plan, its fields checked first: the source, code or a
         file (read unless ``file_text`` is its text), the language, the text itself."""
         language, code, file = options.language, options.code, options.file
@@ -172,7 +175,7 @@ class Planner:
             raise EmptyCode("there is no code to run")
         if len(code) > MAX_CODE_CHARS:
             raise InvalidRequest(f"code is longer than {MAX_CODE_CHARS} characters")
-        return self.spec(options.but(language=lang), code=code)
+        return self.spec(options.but(language=lang), code=code, agent=agent)
 
     def _disk_check(self, disk_mb: int) -> Check:
         """The plan's line on the run's writable space: capped (verified layer) or not."""
@@ -255,10 +258,23 @@ def network_label(backend: str, network: bool) -> str:
     return "network allowed" if network else "network disabled"
 
 
-def env_check(names: Sequence[str]) -> Check:
-    """The plan's line on the server variables passed through: failed when one is unset."""
-    unset = [n for n in names if n not in os.environ]
-    label = "passes the server's " + ", ".join(names)
-    if unset:
-        label += f" (not set on the server: {', '.join(unset)})"
-    return {"label": label, "ok": not unset}
+def env_checks(named: Sequence[str], every_run: Iterable[str]) -> list[Check]:
+    """The plan's lines on the server variables a run receives: a warning-style failed
+    check (``[!!]``) for the names the caller passes, and one for the administrator's
+    every-run names that are set; none when nothing of the server's passes.
+
+    A server variable in a snippet is the server's value in code someone else may have
+    written: whoever approves should see it, whatever the list that allowed it.
+    """
+    checks: list[Check] = []
+    if named:
+        unset = [n for n in named if n not in os.environ]
+        label = "passes the server's " + ", ".join(named)
+        if unset:
+            label += f" (not set on the server: {', '.join(unset)})"
+        checks.append({"label": label, "ok": False})
+    admin = sorted(n for n in every_run if n in os.environ and n not in named)
+    if admin:
+        label = f"passes the server's {', '.join(admin)} (the administrator's, to every run)"
+        checks.append({"label": label, "ok": False})
+    return checks

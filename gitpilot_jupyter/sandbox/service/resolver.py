@@ -16,7 +16,14 @@ from ..languages import Interpreters
 from ..local.backends import NullSandbox, SubprocessSandbox
 from ..local.isolation import Isolator
 from ..local.pool import PoolConfig
-from ..settings import BACKENDS, EffectiveSettings, SandboxSettings, SettingsStore, check_backend
+from ..settings import (
+    EffectiveSettings,
+    SandboxSettings,
+    SettingsStore,
+    allowed_backends_from_env,
+    check_backend,
+    how_to_allow,
+)
 
 if TYPE_CHECKING:
     from ..matrixlab.config import LifecycleConfig
@@ -49,7 +56,12 @@ class BackendResolver:
         #: The administrator's description of the Runner's host (env applies per call).
         self.matrixlab_config = matrixlab_config
         self.interpreters = interpreters
-        self.allowed_backends = tuple(allowed_backends) if allowed_backends else BACKENDS
+        #: The administrator's list, else the environment's (whose default leaves ``off`` out).
+        self.allowed_backends = (
+            tuple(allowed_backends)
+            if allowed_backends
+            else allowed_backends_from_env(settings.environ)
+        )
         self.local: dict[str, SandboxBackend] = {
             "subprocess": SubprocessSandbox(interpreters, isolator, pool),
             "off": NullSandbox(interpreters),
@@ -77,8 +89,8 @@ class BackendResolver:
         """``name`` when the administrator allows that backend, else :class:`BackendNotAllowed`."""
         if name not in self.allowed_backends:
             raise BackendNotAllowed(
-                f"the sandbox backend {name!r} is not allowed on this server; "
-                f"allowed: {list(self.allowed_backends)}"
+                f"the sandbox backend {name!r} is not allowed here (allowed: "
+                f"{list(self.allowed_backends)}); {how_to_allow(name, self.allowed_backends)}"
             )
         return name
 
@@ -100,6 +112,7 @@ class BackendResolver:
             network_isolated=host.network_isolated,
             max_workspace_mb=host.max_workspace_mb,
             jobs_dir=host.jobs_path(self.settings.config_dir),
+            environ=self.settings.environ,
         )
 
     def command(self, language: str) -> list[str]:

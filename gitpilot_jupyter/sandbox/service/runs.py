@@ -3,7 +3,8 @@
 A part of :class:`~gitpilot_jupyter.sandbox.service.service.SandboxService` (held, not
 inherited). :class:`RunExecutor` turns an approved :class:`~.spec.RunSpec` into a
 backend request, runs it while :meth:`RunExecutor.cancel` can stop it, and writes
-the ``run`` audit event whatever happens. While a run of an approved plan is under
+the ``run`` audit event whatever happens once a backend has it (a run refused before
+that is a ``refused`` event, its token unspent). While a run of an approved plan is under
 way it is linked to that plan in the plan store (:meth:`.plans.PlanStore.running`).
 """
 
@@ -20,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from ..backend import OutputCallback, RunRequest, SandboxBackend
-from ..errors import EmptyCode, InvalidRequest, RunNotFound
+from ..errors import EmptyCode, InvalidRequest, RunNotFound, SandboxError
 from ..files import path_under_root
 from ..plans import Approval, PlanStore
 from ..policy import SandboxPolicy
 from ..results import RunResult
 from ..settings import SettingsStore
 from ..spec import RunSpec
+from .capacity import Admission
 from .resolver import BackendResolver
 from .workflow import AuditHook
 
@@ -134,8 +136,11 @@ class RunExecutor:
         root_dir: Path | None,
         emit: AuditHook,
         plans: PlanStore | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.settings = settings
+        #: The caps on runs under way (server-wide, per identity, memory committed).
+        self.admission = admission or Admission()
         #: Where a run of an approved plan is linked to its plan while under way.
         self.plans = plans
         self.resolver = resolver
@@ -163,40 +168,39 @@ class RunExecutor:
         on_output: OutputCallback | None,
         run_id: str | None = None,
         approval: Approval | None = None,
+        wait: bool = False,
     ) -> RunResult:
         """Run ``spec`` under the policy on its backend; audit the run, whatever happens.
 
         ``approval`` is the approval the run redeemed: while the run is under way it is
-        linked to the approved plan, so Pending Plans can show it and stop it.
+        linked to the approved plan, so Pending Plans can show it and stop it. A run over
+        the server's caps raises :class:`~.errors.Busy` before its backend is asked
+        (nothing ran, no ``run`` event); ``wait`` waits for a slot instead (a batch item).
         """
-        if not isinstance(spec.code, str) or not spec.code.strip():
-            raise EmptyCode("there is no code to run")
-        policy = self._policy()
-        command = self.resolver.command(spec.language)
-        policy.check_destructive(spec.language, spec.code, command)
-        name = self.resolver.check_allowed(spec.backend)
-        backend = self.resolver.backend(name)
-        refused = backend.refusal(allow_network=spec.network)
-        if refused is not None:
-            raise refused  # what changed since the plan: the host can no longer contain it
-        file_path = None
-        if spec.file is not None:
-            # A file run: the backend may send the file's folder along (matrixlab does).
-            root = self.root_dir or Path.cwd().resolve()
-            file_path = await asyncio.to_thread(path_under_root, root, spec.file)
-        request = _request(spec, policy)
-        request.plan_id, request.file = plan_id, file_path
-        if run_id:
-            request.run_id = run_id  # else the fresh one the request was made with
+        ticket = None
+        try:
+            name, backend, request = await self._admit(spec, plan_id, run_id)
+            # Over the server's caps: Busy (429), a refusal like the others.
+            ticket = await self.admission.admit(
+                user, memory_mb=spec.limits.memory_mb, backend=name, wait=wait
+            )
+            active, grace = self._reserve(backend, request, user)
+        except SandboxError as refusal:
+            # Refused before any code reached a backend: nothing ran, the token is unspent.
+            if ticket is not None:
+                self.admission.release(ticket)
+            self._refused(refusal, spec, plan_id=plan_id, user=user, approval=approval)
+            raise
         result: RunResult | None = None
         failure: BaseException | None = None
         started = time.monotonic()
         try:
-            result = await self._run_stoppable(backend, request, on_output, user, approval)
+            result = await self._run_stoppable(backend, request, on_output, active, grace, approval)
         except BaseException as exc:
             failure = exc
             raise
         finally:
+            self.admission.release(ticket)
             # Whatever happened, the run is in the audit log: code was handed to a backend.
             event: dict[str, Any] = {
                 "user": user,
@@ -221,21 +225,37 @@ class RunExecutor:
             self._emit("run", event)
         return result
 
-    async def _run_stoppable(
-        self,
-        backend: SandboxBackend,
-        request: RunRequest,
-        on_output: OutputCallback | None,
-        user: str | None,
-        approval: Approval | None = None,
-    ) -> RunResult:
-        """Run ``request`` on ``backend`` while it can be stopped by :meth:`cancel`.
+    async def _admit(
+        self, spec: RunSpec, plan_id: str | None, run_id: str | None
+    ) -> tuple[str, SandboxBackend, RunRequest]:
+        """The checks a run passes at run time (what changed since its plan): its
+        backend's name and object and the request it is sent; a refusal raises."""
+        if not isinstance(spec.code, str) or not spec.code.strip():
+            raise EmptyCode("there is no code to run")
+        policy = self._policy()
+        command = self.resolver.command(spec.language)
+        policy.check_destructive(spec.language, spec.code, command)
+        name = self.resolver.check_allowed(spec.backend)
+        backend = self.resolver.backend(name)
+        refused = backend.refusal(allow_network=spec.network)
+        if refused is not None:
+            raise refused  # what changed since the plan: the host can no longer contain it
+        file_path = None
+        if spec.file is not None:
+            # A file run: the backend may send the file's folder along (matrixlab does).
+            root = self.root_dir or Path.cwd().resolve()
+            file_path = await asyncio.to_thread(path_under_root, root, spec.file)
+        request = _request(spec, policy)
+        request.plan_id, request.file = plan_id, file_path
+        if run_id:
+            request.run_id = run_id  # else the fresh one the request was made with
+        return name, backend, request
 
-        The backend runs in the caller's task (no task of its own: that cost a warm run
-        two turns of the event loop). A stop sets ``request.stop``: a backend that
-        honours it answers with its output so far; one that has not answered
-        :data:`STOP_GRACE_SEC` later is cancelled and the run answered as stopped.
-        """
+    def _reserve(
+        self, backend: SandboxBackend, request: RunRequest, user: str | None
+    ) -> tuple[ActiveRun, _Grace]:
+        """Register the run under its id (refused when one with that id is under way),
+        with the grace a stop gives its backend."""
         runner = asyncio.current_task()
         assert runner is not None, "a run is awaited in a task"
         grace = _Grace(runner)
@@ -256,11 +276,54 @@ class RunExecutor:
                     f"a run with id {request.run_id} is already under way", code="run_id_in_use"
                 )
             self._runs[request.run_id] = active
+        return active, grace
+
+    def _refused(
+        self,
+        refusal: SandboxError,
+        spec: RunSpec,
+        *,
+        plan_id: str | None,
+        user: str | None,
+        approval: Approval | None,
+    ) -> None:
+        """A run refused before it started: its token back, a ``refused`` event."""
+        if approval is not None and self.plans is not None:
+            self.plans.unspend(approval)
+        self._emit(
+            "refused",
+            {
+                "user": user,
+                "plan_id": plan_id,
+                "digest": spec.digest,
+                "language": spec.language,
+                "backend": spec.backend,
+                "code": refusal.code,
+                "error": type(refusal).__name__,
+            },
+        )
+
+    async def _run_stoppable(
+        self,
+        backend: SandboxBackend,
+        request: RunRequest,
+        on_output: OutputCallback | None,
+        active: ActiveRun,
+        grace: _Grace,
+        approval: Approval | None = None,
+    ) -> RunResult:
+        """Run ``request`` on ``backend`` while it can be stopped by :meth:`cancel`.
+
+        The backend runs in the caller's task (no task of its own: that cost a warm run
+        two turns of the event loop). A stop sets ``request.stop``: a backend that
+        honours it answers with its output so far; one that has not answered
+        :data:`STOP_GRACE_SEC` later is cancelled and the run answered as stopped.
+        """
         # A run of an approved plan is linked to it while under way (Pending Plans' Stop).
         store = self.plans if approval is not None else None
-        if store is not None and approval is not None:
-            store.run_started(approval.plan, request.run_id, approved_by=approval.approved_by)
         try:
+            if store is not None and approval is not None:
+                store.run_started(approval.plan, request.run_id, approved_by=approval.approved_by)
             try:
                 result = await backend.run(request, on_output)
             except asyncio.CancelledError as exc:
@@ -272,16 +335,21 @@ class RunExecutor:
                 if not grace.expired:
                     return result
                 grace.withdraw()  # the backend answered through the grace's cancel
+            # The backend's own fields, as its envelope would have them (matrixlab's command
+            # and notes differ from the local ones).
+            file = request.file.name if request.file is not None else None
             return RunResult(
                 backend=backend.name,
                 language=request.language,
-                command=self.resolver.command(request.language),
+                command=backend.display_command(request.language, file)
+                or self.resolver.command(request.language),
                 exit_code=-1,
                 cancelled=True,
                 duration_ms=int((time.monotonic() - active.started) * 1000),
                 run_id=request.run_id,
                 plan_id=request.plan_id,
                 isolation=backend.isolation(),
+                notes=backend.limit_notes(request.limits),
             )
         finally:
             grace.disarm()

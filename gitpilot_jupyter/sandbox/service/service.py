@@ -57,6 +57,8 @@ from ..results import RunResult
 from ..settings import SettingsStore, check_backend, env_flag
 from ..spec import RunSpec
 from ..text import check_text
+from .authority import SettingsAuthority
+from .capacity import Admission, CapacityLimits
 from .planner import MAX_CODE_CHARS, Planner
 from .resolver import BackendResolver
 from .runs import RUN_ID_PATTERN, STOP_GRACE_SEC, ActiveRun, RunExecutor, check_run_id
@@ -109,8 +111,12 @@ class SandboxService:
         audit: AuditHook | None = None,
         lifecycle_config: LifecycleConfig | None = None,
         pool: PoolConfig | None = None,
+        authority: SettingsAuthority | None = None,
+        capacity: CapacityLimits | None = None,
     ) -> None:
         self.settings = settings or SettingsStore()
+        #: Who may change the settings and how far (:meth:`configure`).
+        self.authority = authority or SettingsAuthority()
         self.policy = policy or SandboxPolicy()
         self.plans = plans or PlanStore()
         self.interpreters = interpreters or Interpreters()
@@ -146,6 +152,7 @@ class SandboxService:
             root_dir=self.root_dir,
             emit=self._emit,
             plans=self.plans,
+            admission=Admission(capacity),
         )
         self.reporter = StatusReporter(
             settings=self.settings,
@@ -153,6 +160,7 @@ class SandboxService:
             interpreters=self.interpreters,
             plans=self.plans,
             require_approval=lambda: self.require_approval,
+            capacity=self.executor.admission.report,
         )
         #: Test connection and the Runner lifecycle (Docker), kept out of this module.
         self.matrixlab = MatrixLabOperations(self.settings, self.lifecycle_config, self._emit)
@@ -179,8 +187,9 @@ class SandboxService:
 
         ``options.env`` names server variables to pass through to the run (``--env NAME``).
         ``agent=True`` is for the agent entry points only: the plan's source becomes
-        ``agent`` (which no caller may give as ``source``) and it counts against the
-        user's agent plans, which no other traffic can evict.
+        ``agent`` (which no caller may give as ``source``), its ``env`` names must be on
+        the agents' allowlist, and it counts against the user's agent plans, which no
+        other traffic can evict.
         """
         file_text = None
         if options.file is not None and options.code is None:
@@ -193,7 +202,9 @@ class SandboxService:
                 "(/api/sandbox/agent/plan, jupyter sandbox mcp)",
                 code="invalid_value",
             )
-        plan = self.planner.describe(options, session_id=caller.session_id, file_text=file_text)
+        plan = self.planner.describe(
+            options, session_id=caller.session_id, file_text=file_text, agent=agent
+        )
         if agent:
             plan.source = AGENT_SOURCE
         self.workflow.keep(plan, user=caller.user)
@@ -329,10 +340,11 @@ class SandboxService:
 
         For the core's own callers that hold an approval covering the plan (a batch
         approved as a whole); never for a face passing on a request. The plan's spec
-        runs (a Dask worker gives its plan the spec its own :meth:`spec` built).
+        runs (a Dask worker gives its plan the spec its own :meth:`spec` built). Over the
+        server's caps it waits for a slot (an item of an approved batch is not refused).
         """
         return await self.executor.execute(
-            plan.spec, plan_id=plan.plan_id, user=caller.user, on_output=on_output
+            plan.spec, plan_id=plan.plan_id, user=caller.user, on_output=on_output, wait=True
         )
 
     def cancel(self, run_id: str, caller: Caller = _ANYONE) -> dict[str, Any]:
@@ -403,15 +415,27 @@ class SandboxService:
     ) -> Status:
         """Persist a subset of settings (validated, env values never written); return status.
 
-        Switching the backend to ``off`` needs ``confirm=True``, which a face passes only
-        after its user said yes (else :class:`.errors.ConfirmationRequired`, nothing saved).
+        ``user`` (None: the one principal of a shared secret) must be allowed by
+        :attr:`authority`: an owner where identities are real, and a change that weakens
+        a wall needs the administrator's word (:class:`.errors.SettingNotAllowed`).
+        A backend must be one the administrator allows (``off`` is not, by default).
+        Switching the backend to ``off`` needs ``confirm=True`` besides, which a face
+        passes only after its user said yes (else :class:`.errors.ConfirmationRequired`).
+        Nothing is saved when any of these refuses.
         """
         if not isinstance(changes, Mapping):
             raise InvalidRequest("the settings must be a JSON object")
+        current = self.settings.effective().settings
+        self.authority.check(
+            changes,
+            user=user,
+            network_now=current.allow_network,
+            max_timeout_sec=self.policy.max_timeout_sec,
+        )
         if "backend" in changes:
             # Saving a backend the server refuses would break every later run.
             self.backends.check_allowed(check_backend(changes["backend"]))
-        check_off_confirmed(changes, self.config()["backend"], confirm)
+        check_off_confirmed(changes, current.backend, confirm)
         self.settings.update(changes)
         # Waiting slots were made for the old settings: new ones follow the new key.
         self.backends.subprocess.flush_pool()

@@ -14,7 +14,7 @@ from ..errors import BackendNotAllowed, UnknownBackend
 from ..languages import CANONICAL_LANGUAGES, Interpreters
 from ..local.backends import SubprocessSandbox
 from ..plans import PlanStore
-from ..records import Status
+from ..records import CapacityReport, Status
 from ..settings import SettingsStore
 from .resolver import BackendResolver
 
@@ -30,12 +30,14 @@ class StatusReporter:
         interpreters: Interpreters,
         plans: PlanStore,
         require_approval: Callable[[], bool],
+        capacity: Callable[[], CapacityReport],
     ) -> None:
         self.settings = settings
         self.resolver = resolver
         self.interpreters = interpreters
         self.plans = plans
         self._require_approval = require_approval
+        self._capacity = capacity
 
     async def status(self) -> Status:
         """Live backend, masked settings, health, env override, approval and isolation."""
@@ -83,6 +85,7 @@ class StatusReporter:
             "settings_path": str(self.settings.path),
             "allowed_backends": list(self.resolver.allowed_backends),
             "waiting_plans": len(self.plans.waiting()),
+            "capacity": self._capacity(),
             "languages": {
                 lang: self.interpreters.resolve(lang) is not None for lang in CANONICAL_LANGUAGES
             },

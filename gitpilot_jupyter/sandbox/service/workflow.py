@@ -15,7 +15,7 @@ from ..claims import AgentPlan, ClaimAnswer, ClaimStore
 from ..errors import NotPlanOwner, PlanNotFound
 from ..plans import Approval, ExecutionPlan, PlanStore, RunUnderWay
 
-#: Receives ``(event_name, data)`` for every plan, approval, run and config change.
+#: Receives ``(event_name, data)`` for every plan, approval, run, refusal and config change.
 AuditHook = Callable[[str, dict[str, Any]], None]
 
 

@@ -8,7 +8,7 @@ import os
 import subprocess
 from typing import IO
 
-_READ_SIZE = 65536
+from ..launcherclient import READ_SIZE, read_pipe
 
 
 class WarmChild:
@@ -44,7 +44,7 @@ class WarmChild:
         readers = []
         for pipe in (self.popen.stdout, self.popen.stderr):
             assert pipe is not None
-            reader = asyncio.StreamReader(limit=_READ_SIZE, loop=loop)
+            reader = asyncio.StreamReader(limit=READ_SIZE, loop=loop)
             if early_stderr and pipe is self.popen.stderr:
                 reader.feed_data(early_stderr)
             os.set_blocking(pipe.fileno(), False)
@@ -60,16 +60,8 @@ class WarmChild:
             loop.add_reader(self._init_pidfd, self._init_exited)
 
     def _readable(self, pipe: IO[bytes], reader: asyncio.StreamReader) -> None:
-        try:
-            data = os.read(pipe.fileno(), _READ_SIZE)
-        except (BlockingIOError, InterruptedError):
+        if not read_pipe(pipe.fileno(), reader):
             return
-        except OSError:
-            data = b""
-        if data:
-            reader.feed_data(data)
-            return
-        asyncio.get_running_loop().remove_reader(pipe.fileno())
         self._pipes.remove((pipe, reader))
         pipe.close()
         reader.feed_eof()

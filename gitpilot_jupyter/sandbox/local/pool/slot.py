@@ -15,7 +15,8 @@ from pathlib import Path
 from .. import prestart
 from ..cleanup import remove_tree
 from ..isolation import Launch
-from .child import _READ_SIZE, WarmChild
+from ..launcherclient import READ_SIZE as _READ_SIZE
+from .child import WarmChild
 from .config import PoolKey
 
 #: How long a starting slot is waited for before it counts as ready anyway.
