@@ -11,14 +11,17 @@ import sys
 from subprocess import CalledProcessError
 from typing import TextIO
 
+from ..sandbox.errors import RETRYABLE_CODES, SandboxError, ServerUnreachable
 from ..sandbox.report import blocked_message, failure_message, footer
 from ..sandbox.results import RunResult
+from .overflow import INLINE_CHARS, INLINE_LINES, OverflowBox, split_at_budget
 
 __all__ = [
     "CellEcho",
     "SandboxBlocked",
     "SandboxCellError",
     "SandboxRunError",
+    "SandboxUnavailable",
     "blocked_message",
     "failure_message",
     "footer",
@@ -34,18 +37,39 @@ class CellEcho:
     a cell needs no flush of its own: ipykernel flushes both streams before it
     shows a traceback or a display and before it answers the cell (each flush
     from another thread waits for its IO thread).
+
+    Past the inline budget (:mod:`.overflow`) the output goes into a bounded scroll
+    box instead, shown by :meth:`finish` (or :meth:`flush`) when the run ends.
     """
 
     def __init__(self) -> None:
         self._last: str | None = None
         self._written: set[str] = set()
+        self._lines_left = INLINE_LINES
+        self._chars_left = INLINE_CHARS
+        self.overflow = OverflowBox()
 
     @staticmethod
     def _stream(name: str) -> TextIO:
         return sys.stdout if name == "stdout" else sys.stderr
 
     async def __call__(self, stream: str, text: str) -> None:
-        self.write(stream, text)
+        inline, rest = split_at_budget(text, self._lines_left, self._chars_left)
+        self._lines_left -= inline.count("\n")
+        self._chars_left -= len(inline)
+        if inline:
+            self.write(stream, inline)
+        if rest:
+            if not self.overflow:
+                self.flush()  # the inline part first, then the box below it
+            self.overflow.add(stream, rest)
+
+    def finish(self) -> None:
+        """Show the scroll box of the output past the budget, if there was any; what is
+        written after (the footer) streams below it."""
+        if self.overflow:
+            self.overflow.show()
+            self.overflow = OverflowBox()
 
     def write(self, stream: str, text: str) -> None:
         """Write ``text`` to ``stream`` (``stdout`` or ``stderr``) after what came before."""
@@ -56,7 +80,12 @@ class CellEcho:
         self._stream(stream).write(text)
 
     def flush(self) -> None:
-        """Flush the streams written to (outside a kernel, say, before an error is shown)."""
+        """Flush the streams written to (outside a kernel, say, before an error is shown),
+        and show the scroll box of the output past the budget."""
+        if self.overflow:
+            for name in sorted(self._written):
+                self._stream(name).flush()
+            self.finish()
         for name in sorted(self._written):
             self._stream(name).flush()
 
@@ -73,6 +102,34 @@ class SandboxBlocked(SandboxCellError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
+
+
+#: The fix for an outage whose message does not say one already.
+_OUTAGE_FIXES = {
+    ServerUnreachable.code: "Check that the Jupyter server is running, then run the cell again.",
+}
+
+
+def is_outage(exc: SandboxError) -> bool:
+    """True when the machinery failed (a backend or server down, busy or silent), not
+    the request: the cell was fine and may simply be run again later."""
+    return exc.status >= 500 or exc.code in RETRYABLE_CODES
+
+
+class SandboxUnavailable(SandboxCellError):
+    """The sandbox's backend or server is out of reach: not the user's mistake.
+
+    Shown as one plain line, what failed and how to fix it, where a ``UsageError``
+    would read as a mistake in the cell.
+    """
+
+    def __init__(self, error: SandboxError) -> None:
+        fix = _OUTAGE_FIXES.get(error.code, "")
+        message = error.message.rstrip()
+        if fix:
+            message = f"{message.rstrip('.')}. {fix}"
+        super().__init__(f"the sandbox is not available: {message}")
+        self.code = error.code
 
 
 class SandboxStopped(SandboxCellError):

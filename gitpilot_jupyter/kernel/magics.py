@@ -3,7 +3,8 @@
 Executing a ``%%sandbox`` cell is the user's approval for a plan without a
 high-severity warning; a plan with one shows an Approve / Reject card and runs
 on the click (or at once with ``--yes``). A blocked plan never runs. Core errors
-become a one-line ``UsageError`` here, the one place this face maps them.
+become a one-line ``UsageError`` here, an outage a one-line ``SandboxUnavailable``
+(:func:`usage_errors`, the one place this face maps them).
 
 ``%sandbox plans`` shows a card for each plan waiting on the Jupyter server
 (typically an agent's, in ``ask`` mode); its Approve only approves: the agent
@@ -46,9 +47,11 @@ from .display import (
     SandboxBlocked,
     SandboxRunError,
     SandboxStopped,
+    SandboxUnavailable,
     footer,
+    is_outage,
 )
-from .views import NotebookViews, NoViews
+from .views import NotebookViews, NoViews, focus
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -75,10 +78,13 @@ LINE_USAGE = (
 
 @contextlib.contextmanager
 def usage_errors() -> Iterator[None]:
-    """Turn a core :class:`SandboxError` into a one-line ``UsageError``."""
+    """Turn a core :class:`SandboxError` into a one-line ``UsageError`` (an outage into
+    :class:`SandboxUnavailable`: not the user's mistake)."""
     try:
         yield
     except SandboxError as exc:
+        if is_outage(exc):
+            raise SandboxUnavailable(exc) from None
         raise UsageError(f"sandbox: {exc.message} [{exc.code}]") from None
 
 
@@ -241,6 +247,7 @@ class SandboxMagics(Magics):
         if planned.result is None:  # a high warning: the card asks a person first
             return self._show_card(planned.plan, client, args.out)
         result = planned.result
+        echo.finish()  # a large output's scroll box, before the footer
         self._store(result, args.out)
         if result.cancelled:
             echo.flush()
@@ -258,6 +265,7 @@ class SandboxMagics(Magics):
         card = self.views.approval_card(plan, client, on_result=lambda r: self._store(r, out))
         self.card = card
         display(card)
+        focus(card)
 
     @line_magic("sandbox")
     def sandbox_line(self, line: str) -> Any:
@@ -359,6 +367,8 @@ class SandboxMagics(Magics):
             print("no plans are waiting for approval")
         for card in self.plan_cards:
             display(card)
+        if self.plan_cards:
+            focus(self.plan_cards[0])
 
     def _line_approve(self, rest: list[str]) -> None:
         plan_id = self._plan_id("approve", rest)

@@ -21,6 +21,14 @@ from ..sandbox.plans import ExecutionPlan
 from ..sandbox.results import RunResult
 
 
+def focus(view: Any) -> None:
+    """Give a shown card the keyboard focus, where the view can take it (after ``display``:
+    the front end has the view by the time the request arrives)."""
+    take = getattr(view, "focus", None)
+    if callable(take):
+        take()
+
+
 class ProgressView(Protocol):
     """A batch's progress, updated as items finish."""
 

@@ -42,6 +42,9 @@ PREVIEW_LINE_CHARS = 240
 #: Pending Plans, whose ``render.ts`` has the same numbers).
 SCROLLING_PREVIEW_LINES = 500
 SCROLLING_PREVIEW_LINE_CHARS = 1000
+#: The height of a notebook's box for a run's large output (the cell's and the card's):
+#: about twenty lines, then it scrolls, so a flood never makes the page tall.
+OUTPUT_BOX_MAX_HEIGHT = "24em"
 
 
 #: Default-ignorable code points (Unicode's ``Default_Ignorable_Code_Point``), inclusive

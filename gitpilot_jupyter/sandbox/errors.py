@@ -182,10 +182,10 @@ class BackendBusy(SandboxError):
     code = "backend_busy"
     status = 429
 
-    def __init__(self, message: str, *, retry_after_sec: int) -> None:
+    def __init__(self, message: str, *, retry_after: int) -> None:
         super().__init__(message)
         #: Seconds after which a retry may find room (a REST face's ``Retry-After``).
-        self.retry_after_sec = retry_after_sec
+        self.retry_after = retry_after
 
 
 class RunOutcomeUnknown(SandboxError):

@@ -24,6 +24,7 @@ from traitlets import Enum
 
 from ..client.local import SandboxClient
 from ..sandbox.display import (
+    OUTPUT_BOX_MAX_HEIGHT,
     SCROLLING_PREVIEW_LINE_CHARS,
     SCROLLING_PREVIEW_LINES,
     code_preview,
@@ -33,11 +34,35 @@ from ..sandbox.errors import SandboxError
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.report import failure_message, footer
 from ..sandbox.results import RunResult, new_run_id
+from ..sandbox.service.planner import network_label
 from ..sandbox.sync import run_sync
 
-_SEVERITY_COLOURS = {"high": "#b71c1c", "medium": "#e65100", "low": "#455a64"}
-#: How escapes and cut markers stand out from the code around them.
+#: Severity as a bar beside the warning (JupyterLab's theme colours, 3:1 against either
+#: background); the warning's text keeps the theme's own colour, AA in light and dark.
+_SEVERITY_BARS = {
+    "high": "var(--jp-error-color1, #d32f2f)",
+    "medium": "var(--jp-warn-color1, #f57c00)",
+    "low": "var(--jp-border-color1, #9e9e9e)",
+}
+#: The text colour of everything on the card: the theme's, which meets AA on its background.
+_TEXT = "color:var(--jp-content-font-color1, inherit)"
+#: How escapes and cut markers stand out from the code around them (their own background,
+#: so the pair keeps its contrast in either theme).
 _MARK_STYLE = "color:#b71c1c;background:#ffebee;border-radius:2px"
+#: The card's border for each state: it says the outcome once there is one.
+BORDERS = {
+    "pending": "2px solid var(--jp-brand-color1, #1976d2)",
+    "risky": "2px solid var(--jp-error-color1, #d32f2f)",
+    "running": "2px dashed var(--jp-brand-color1, #1976d2)",
+    "done": "2px solid var(--jp-success-color1, #388e3c)",
+    "approved": "2px solid var(--jp-success-color1, #388e3c)",
+    "rejected": "2px solid var(--jp-border-color1, #9e9e9e)",
+    "failed": "2px solid var(--jp-error-color1, #d32f2f)",
+}
+#: The tick box a high-risk plan needs before Approve works (the lab dialog's words).
+CONSENT_LABEL = "I have read the high-severity warning and want to run this anyway"
+#: Approve's name while the tick box is empty (the lab dialog's words).
+CONSENT_FIRST = "Tick the box above first: this plan has a high-severity warning"
 
 
 def code_html(code: str) -> str:
@@ -59,7 +84,7 @@ def code_html(code: str) -> str:
         f"overflow-wrap:anywhere'>{chr(10).join(lines)}</pre>"
     )
     notes = "".join(
-        f"<div class='gitpilot-note' style='color:#e65100'>⚠ {html.escape(note)}</div>"
+        f"<div class='gitpilot-note' style='{_TEXT}'>⚠ {html.escape(note)}</div>"
         for note in preview.notes
     )
     return block + notes
@@ -78,22 +103,41 @@ def plan_html(plan: ExecutionPlan) -> str:
         f"language <b>{e(spec.language)}</b> · backend <b>{e(spec.backend)}</b> · "
         f"timeout <b>{spec.timeout_sec} s</b> · network <b>{'on' if spec.network else 'off'}</b>",
     ]
+    # A failed check is bold as well as crossed: neither relies on colour alone.
     rows.append(
         " · ".join(
-            f"<span style='color:{'#2e7d32' if c['ok'] else '#b71c1c'}'>"
-            f"{'✓' if c['ok'] else '✗'} {e(str(c['label']))}</span>"
+            f"<span>✓ {e(str(c['label']))}</span>"
+            if c["ok"]
+            else f"<span><b>✗ {e(str(c['label']))}</b></span>"
             for c in plan.checks
         )
     )
+    kept = kept_from_snippet(plan)
+    if kept:
+        rows.append(f"What this snippet cannot reach on this host: {e(kept)}.")
     for w in plan.warnings:
-        colour = _SEVERITY_COLOURS.get(w["severity"], "#455a64")
+        bar = _SEVERITY_BARS.get(w["severity"], _SEVERITY_BARS["low"])
         rows.append(
-            f"<div style='color:{colour}'>⚠ <b>{e(w['severity'])}</b>: "
-            f"{e(w['label'])}: {e(w['detail'])}</div>"
+            f"<div style='border-left:4px solid {bar};padding-left:4px'>⚠ "
+            f"<b>{e(w['severity'])}</b>: {e(w['label'])}: {e(w['detail'])}</div>"
         )
     rows.append(code_html(spec.code))
-    rows.append(f"<span style='color:#616161'>digest <code>{e(plan.digest)}</code></span>")
-    return "".join(f"<div>{row}</div>" for row in rows)
+    rows.append(f"digest <code>{e(plan.digest)}</code>")
+    return f"<div style='{_TEXT}'>" + "".join(f"<div>{row}</div>" for row in rows) + "</div>"
+
+
+def kept_from_snippet(plan: ExecutionPlan) -> str:
+    """What the plan's own checks say the run cannot reach, in plain words ("" when none).
+
+    Only what the engine verified and wrote into the plan: a network-off check that
+    passed (the engine cut the network off), never a claim of this card's own.
+    """
+    spec = plan.spec
+    kept: list[str] = []
+    network_off = network_label(spec.backend, False)
+    if not spec.network and any(c["ok"] and c["label"] == network_off for c in plan.checks):
+        kept.append("the network (no connections in or out)")
+    return ", ".join(kept)
 
 
 class ApprovalCard(ipw.VBox):  # type: ignore[misc]
@@ -123,30 +167,77 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
         self.on_result = on_result
         self.runs = runs
         self.result: RunResult | None = None
+        #: A high-risk plan's deliberate step: Approve works only once this is ticked.
+        self.consent: ipw.Checkbox | None = None
+        if plan.high_risk and not plan.blocked:
+            self.consent = ipw.Checkbox(
+                value=False,
+                description=CONSENT_LABEL,
+                indent=False,
+                layout=ipw.Layout(width="auto"),
+            )
+            self.consent.observe(lambda _: self._sync_approve(), names="value")
         self.approve_button = ipw.Button(
-            description="Approve and run" if runs else "Approve",
+            description="Run anyway"
+            if self.consent and runs
+            else "Approve and run"
+            if runs
+            else "Approve",
+            # Not "warning": its orange under white text is 2.9:1 in the light theme.
             button_style="danger",
             icon="play" if runs else "check",
         )
-        self.reject_button = ipw.Button(description="Reject", icon="times")
+        self.reject_button = ipw.Button(
+            description="Reject",
+            icon="times",
+            tooltip="Reject this plan: nothing runs"
+            if runs
+            else f"Reject this plan: the {plan.source} that asked is told it will not run",
+        )
+        self._sync_approve()
         self.status = ipw.HTML(
             "<i>This snippet needs your approval before it runs.</i>"
             if runs
             else f"<i>Requested by {html.escape(plan.source)}: Approve lets it run this plan "
             "itself; nothing runs here.</i>"
         )
-        self.output = ipw.Output()
+        # The run's output scrolls in a box of its own: a flood never makes the card tall.
+        self.output = ipw.Output(
+            layout=ipw.Layout(max_height=OUTPUT_BOX_MAX_HEIGHT, overflow="auto")
+        )
         self.approve_button.on_click(lambda _: self.approve())
         self.reject_button.on_click(lambda _: self.reject())
+        controls = [ipw.HBox([self.approve_button, self.reject_button])]
+        if self.consent is not None:
+            controls.insert(0, self.consent)
         super().__init__(
-            [
-                ipw.HTML(plan_html(plan)),
-                ipw.HBox([self.approve_button, self.reject_button]),
-                self.status,
-                self.output,
-            ],
-            layout=ipw.Layout(border="1px solid #b71c1c", padding="6px", margin="4px 0"),
+            [ipw.HTML(plan_html(plan)), *controls, self.status, self.output],
+            layout=ipw.Layout(border=self._border(), padding="6px", margin="4px 0"),
         )
+        self.observe(lambda _: setattr(self.layout, "border", self._border()), names="state")
+
+    def _border(self) -> str:
+        if self.state == "pending" and self.consent is not None:
+            return BORDERS["risky"]
+        return BORDERS[self.state]
+
+    def _sync_approve(self) -> None:
+        """Approve works once the tick box (if any) is ticked; its name says which it is."""
+        ticked = self.consent is None or bool(self.consent.value)
+        pending = self.state == "pending"
+        self.approve_button.disabled = not (ticked and pending)
+        self.approve_button.tooltip = (
+            CONSENT_FIRST
+            if not ticked
+            else "Approve this plan and run it in the sandbox"
+            if self.runs
+            else f"Approve this plan: the {self.plan.source} that asked runs it"
+        )
+
+    def focus(self) -> None:
+        """Give the card the keyboard focus: Reject on a high-risk plan (as the lab dialog's
+        Cancel: Enter by habit never approves it), else Approve."""
+        (self.reject_button if self.consent is not None else self.approve_button).focus()
 
     def _decided(self) -> bool:
         if self.state != "pending":
@@ -159,8 +250,12 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
 
         Only approving (``runs=False``) drops the server's token: the planner claims it.
         """
+        if self.consent is not None and not self.consent.value:
+            return  # the tick box first: a click on a disabled button does nothing either
         if self._decided():
             return
+        if self.consent is not None:
+            self.consent.disabled = True
         if not self.runs:
             self._decide(self._approve_for_planner, "approved", "Approved", "Not approved")
             return
@@ -211,6 +306,8 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
         """Reject the plan: nothing runs, and the plan is dropped where it waits (the server)."""
         if self._decided():
             return
+        if self.consent is not None:
+            self.consent.disabled = True
         if not self.runs:
             self._decide(self.client.reject, "rejected", "Rejected", "Not rejected")
             return

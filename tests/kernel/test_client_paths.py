@@ -20,12 +20,14 @@ from jupyter_client.blocking import BlockingKernelClient
 from gitpilot_jupyter.client.local import LocalClient, SandboxClient
 from gitpilot_jupyter.client.resolve import launching_server, make_client, server_answers
 from gitpilot_jupyter.client.rest import RestClient
+from gitpilot_jupyter.kernel.display import SandboxUnavailable
 from gitpilot_jupyter.sandbox.errors import SandboxError
 from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 from gitpilot_jupyter.sandbox.sync import run_sync
+from tests.support.cards import approve
 from tests.support.live_server import LiveServer
 
 #: Envelope fields that differ between any two runs (``warm``: whether a slot was waiting).
@@ -204,8 +206,17 @@ def test_magic_with_a_server_url_uses_rest(server: LiveServer) -> None:
         with pytest.raises(UsageError, match="sandbox: "):
             ip.run_cell_magic("sandbox", "", "print('refused')")
         ip.run_line_magic("config", "SandboxMagics.server = 'http://127.0.0.1:9'")
-        with pytest.raises(UsageError, match="server_unreachable"):
+        # An outage is not the user's mistake: a plain sentence with the fix, no UsageError.
+        with pytest.raises(SandboxUnavailable) as outage:
             ip.run_cell_magic("sandbox", "", "print('nowhere')")
+        assert not isinstance(outage.value, UsageError)
+        (shown,) = outage.value._render_traceback_()
+        assert shown.startswith(
+            "SandboxUnavailable: the sandbox is not available: the Jupyter server at "
+            "http://127.0.0.1:9/ does not answer"
+        )
+        assert shown.endswith("Check that the Jupyter server is running, then run the cell again.")
+        assert "[server_unreachable]" not in shown
     finally:
         InteractiveShell.clear_instance()
 
@@ -329,7 +340,7 @@ def test_the_approval_card_over_rest(server: LiveServer) -> None:
     # Decided on its card, by whoever ran the cell: not in anyone's Pending Plans.
     assert plan.plan_id not in pending()
     card = ApprovalCard(plan, client)
-    card.approve_button.click()
+    approve(card)
     shown = "".join(o.get("text", "") for o in card.output.outputs)
     assert card.state == "done" and shown.startswith("approved over rest\n")
     assert shown.rstrip().endswith(" · REST")

@@ -81,9 +81,29 @@ def test_the_card_runs_on_a_frontend_click(kernel: BlockingKernelClient) -> None
 
     ids_cell = kernel.execute(
         "m = [c for c in get_ipython().configurables if type(c).__name__ == 'SandboxMagics'][0]\n"
-        "print(m.card.approve_button.model_id, m.card.output.model_id)"
+        "print(m.card.approve_button.model_id, m.card.output.model_id, m.card.consent.model_id)"
     )
-    button, output = streams(messages_until_idle(kernel, ids_cell), ids_cell).split()
+    button, output, tick_box = streams(messages_until_idle(kernel, ids_cell), ids_cell).split()
+
+    def click_approve() -> list[dict[str, Any]]:
+        click = kernel.session.msg(
+            "comm_msg",
+            {"comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}},
+        )
+        kernel.shell_channel.send(click)
+        return messages_until_idle(kernel, click["header"]["msg_id"])
+
+    # A high-risk plan: a click before the tick box runs nothing.
+    early = click_approve()
+    assert not any(
+        m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == output for m in early
+    ), "one click must not approve a high-risk plan"
+    tick = kernel.session.msg(
+        "comm_msg",
+        {"comm_id": tick_box, "data": {"method": "update", "state": {"value": True}}},
+    )
+    kernel.shell_channel.send(tick)
+    messages_until_idle(kernel, tick["header"]["msg_id"])
 
     click = kernel.session.msg(
         "comm_msg",

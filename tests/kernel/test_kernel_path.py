@@ -114,7 +114,7 @@ def test_a_cell_is_one_request_and_a_card_waits_for_its_click(
     assert requests_after(logged, mark, 1) == ["POST plan-and-run"]
     # Approved on the card: the usual approve, then the run.
     mark = len(logged.log())
-    printed(kernel, "m.card.approve_button.click()")
+    printed(kernel, "m.card.consent.value = True; m.card.approve_button.click()")
     assert requests_after(logged, mark, 2) == ["POST approve", "POST run"]
     shown = printed(kernel, "print(''.join(o.get('text', '') for o in m.card.output.outputs))")
     assert shown.startswith("looked at\n")

@@ -10,17 +10,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ipywidgets as ipw
 import pytest
 from IPython.core.error import StdinNotImplementedError, UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from traitlets.config import Config
 
-from gitpilot_jupyter.kernel.display import SandboxBlocked, SandboxRunError
+from gitpilot_jupyter.kernel.display import SandboxBlocked, SandboxRunError, SandboxUnavailable
 from gitpilot_jupyter.kernel.magics import NO_SERVER_NOTE, SandboxMagics
 from gitpilot_jupyter.sandbox.policy import ENV_ALLOWLIST_ENV
 from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.sync import run_sync
+from tests.support.cards import approve
 from tests.support.system import require_system
 
 
@@ -185,13 +187,25 @@ def test_blocked_plan_never_runs_and_says_why(
 
 
 def test_high_warning_shows_the_card_and_waits(
-    shell: InteractiveShell, magics: SandboxMagics
+    shell: InteractiveShell, magics: SandboxMagics, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     code = "import subprocess\nprint(subprocess.run(['echo', 'child'], capture_output=True,"
     code += " text=True).stdout, end='')"
+    focused: list[Any] = []
+    send = ipw.Widget.send
+    monkeypatch.setattr(
+        ipw.Widget,
+        "send",
+        lambda w, content, buffers=None: (
+            focused.append(w) if content == {"do": "focus"} else None,
+            send(w, content, buffers),
+        ),
+    )
     with capture_output() as cap:
         cell(shell, "--out r", code)
     assert cap.stdout == ""  # nothing ran yet
+    # Shown with the keyboard focus on Reject (Enter by habit never approves it).
+    assert focused == [magics.card.reject_button]
     widget_views = [o for o in cap.outputs if "application/vnd.jupyter.widget-view+json" in o.data]
     assert len(widget_views) == 1
     card = magics.card
@@ -200,7 +214,7 @@ def test_high_warning_shows_the_card_and_waits(
         card.model_id
         == widget_views[0].data["application/vnd.jupyter.widget-view+json"]["model_id"]
     )
-    card.approve_button.click()
+    approve(card)
     assert card.state == "done"
     assert shell.user_ns["r"]["stdout"] == "child\n"  # --out is stored after the click
     texts = "".join(o.get("text", "") for o in card.output.outputs)
@@ -408,7 +422,7 @@ def test_plans_in_process_says_so_and_lists_the_local_store(
     [card] = magics.plan_cards
     assert card.plan.plan_id == agent.plan_id
     assert "source <b>agent</b>" in card.children[0].value
-    card.approve_button.click()  # approves only: nothing runs in the listing's card
+    approve(card)  # approves only: nothing runs in the listing's card
     assert card.state == "approved" and card.output.outputs == ()
     assert service.plans.waiting() == []
     # The cell's card rejected: the plan leaves the service too.
@@ -458,3 +472,25 @@ def test_env_passes_only_a_listed_variable(
     with capture_output() as cap:
         cell(shell, "--yes --env KERNEL_SITE", code)
     assert cap.stdout.startswith("listed-value None\n")
+
+
+def test_an_unreachable_runner_is_a_plain_sentence_not_a_usage_error(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Port 9 on loopback: nothing listens, the connection is refused at once.
+    monkeypatch.setenv("GITPILOT_MATRIXLAB_URL", "http://127.0.0.1:9")
+    with pytest.raises(SandboxUnavailable) as outage:
+        cell(shell, "--backend matrixlab", "print('never sent')")
+    assert not isinstance(outage.value, UsageError)  # not the user's mistake
+    (shown,) = outage.value._render_traceback_()
+    assert shown.startswith(
+        "SandboxUnavailable: the sandbox is not available: cannot reach the MatrixLab Runner "
+        "at http://127.0.0.1:9"
+    )
+    assert "Check that it runs and the URL is right" in shown  # the fix
+    assert "[backend_unreachable]" not in shown and "UsageError" not in shown
+
+
+def test_a_real_usage_error_stays_a_usage_error(shell: InteractiveShell) -> None:
+    with pytest.raises(UsageError, match="empty_code"):
+        cell(shell, "", "   \n")

@@ -17,8 +17,10 @@ from IPython.utils.capture import capture_output
 
 from gitpilot_jupyter.agents import AgentSandbox
 from gitpilot_jupyter.client import rest
+from gitpilot_jupyter.kernel.display import SandboxUnavailable
 from gitpilot_jupyter.kernel.magics import NO_SERVER_NOTE, SandboxMagics
 from gitpilot_jupyter.widgets.approval import ApprovalCard
+from tests.support.cards import approve
 from tests.support.live_server import LiveServer
 
 #: Generous: the agent's claim and run share 2 CPU cores with other suites.
@@ -90,7 +92,7 @@ def test_approve_on_the_card_lets_the_agent_claim_and_run(
         return answers[-1]
 
     monkeypatch.setattr(rest, "call_api", spy)
-    card.approve_button.click()
+    approve(card)
     assert card.state == "approved", card.status.value
     assert "runs it" in card.status.value
     assert plan_id not in pending_ids(server)
@@ -130,7 +132,7 @@ def test_a_plan_decided_elsewhere_fails_on_the_card(
     card = card_for(on_server, magics, plan_id)
     with server.client() as http:
         assert http.post("/api/sandbox/approve", json={"plan_id": plan_id}).is_success
-    card.approve_button.click()
+    approve(card)
     assert card.state == "failed" and "Not approved" in card.status.value
     assert agent.wait_for_approval(plan_id, WAIT_SEC).ok
 
@@ -156,5 +158,5 @@ def test_line_forms_approve_and_reject_by_id(
 
 def test_an_unreachable_server_is_one_line(on_server: InteractiveShell) -> None:
     on_server.run_line_magic("config", "SandboxMagics.server = 'http://127.0.0.1:9'")
-    with pytest.raises(UsageError, match=r"\[server_unreachable\]"):
+    with pytest.raises(SandboxUnavailable, match="Check that the Jupyter server is running"):
         on_server.run_line_magic("sandbox", "plans")

@@ -21,6 +21,8 @@ from gitpilot_jupyter.sandbox.errors import BackendBusy
 from gitpilot_jupyter.sandbox.matrixlab import load
 from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.sandbox.service import SandboxService
+from gitpilot_jupyter.sandbox.service.capacity import CapacityLimits
+from gitpilot_jupyter.sandbox.settings import SettingsStore
 from tests.matrixlab.conftest import backend_for, sent_requests
 from tests.support.live_server import free_port
 from tests.support.standin_fixture import StandinRunner, StartStandin
@@ -49,7 +51,16 @@ def busy_runner(start_standin: StartStandin) -> StandinRunner:
 
 
 @pytest.fixture
-def busy_service(service: SandboxService, busy_runner: StandinRunner) -> SandboxService:
+def busy_service(
+    sandbox_config_dir: Path, tmp_path: Path, busy_runner: StandinRunner
+) -> SandboxService:
+    """A service whose own caps let all the snippets go at once: the backend's per-Runner
+    limit is what these tests are about (the server-wide caps are tests/reliability's)."""
+    service = SandboxService(
+        settings=SettingsStore(sandbox_config_dir),
+        root_dir=tmp_path,
+        capacity=CapacityLimits(max_runs=2 * SNIPPETS, memory_budget_mb=0),
+    )
     service.settings.update(
         {"matrixlab_url": busy_runner.url, "matrixlab_token": busy_runner.token}
     )
@@ -152,7 +163,7 @@ async def test_a_queue_past_its_bound_is_busy_with_a_retry_hint(
     with pytest.raises(BackendBusy) as caught:
         await backend.run(RunRequest(language="python", code="print(1)", timeout_sec=5))
     assert (caught.value.status, caught.value.code) == (429, "backend_busy")
-    assert caught.value.retry_after_sec == load.BUSY_RETRY_SEC
+    assert caught.value.retry_after == load.BUSY_RETRY_SEC
     assert f"retry in {load.BUSY_RETRY_SEC} s" in caught.value.message
     first.cancel()
     with pytest.raises(asyncio.CancelledError):

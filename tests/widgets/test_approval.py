@@ -11,6 +11,7 @@ from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.sync import run_sync
 from gitpilot_jupyter.widgets.approval import ApprovalCard
+from tests.support.cards import approve
 
 RISKY = (
     "import subprocess\n"
@@ -43,7 +44,8 @@ def test_the_card_shows_the_plan(client: LocalClient) -> None:
     ):
         assert needle in shown
     assert card.state == "pending"
-    assert not card.approve_button.disabled and not card.reject_button.disabled
+    # A high-risk plan: Reject works at once, Approve only after the tick box.
+    assert card.approve_button.disabled and not card.reject_button.disabled
 
 
 def test_code_is_escaped_in_the_card(client: LocalClient) -> None:
@@ -56,7 +58,7 @@ def test_code_is_escaped_in_the_card(client: LocalClient) -> None:
 def test_approve_runs_and_shows_output_in_the_card(client: LocalClient) -> None:
     seen: list[RunResult] = []
     card = ApprovalCard(make_plan(client), client, on_result=seen.append)
-    card.approve_button.click()
+    approve(card)
     assert card.state == "done"
     assert texts(card).startswith("from-child\n")
     assert "[sandbox] subprocess · exit 0" in texts(card)
@@ -75,7 +77,7 @@ def test_reject_runs_nothing(client: LocalClient) -> None:
     card.reject_button.click()
     assert card.state == "rejected"
     assert "nothing ran" in card.status.value
-    card.approve_button.click()
+    approve(card)
     assert card.state == "rejected" and card.result is None and not seen
     assert card.output.outputs == ()
     # Rejected in the service too: no other view (Pending Plans, the CLI) offers it again.
@@ -84,7 +86,7 @@ def test_reject_runs_nothing(client: LocalClient) -> None:
 
 def test_a_failing_snippet_marks_the_card_failed(client: LocalClient) -> None:
     card = ApprovalCard(make_plan(client, code="import subprocess\nraise SystemExit(7)\n"), client)
-    card.approve_button.click()
+    approve(card)
     assert card.state == "failed"
     assert "exited with code 7" in card.status.value
     assert card.result is not None and card.result.exit_code == 7
@@ -93,7 +95,7 @@ def test_a_failing_snippet_marks_the_card_failed(client: LocalClient) -> None:
 def test_stdin_reaches_the_approved_run(client: LocalClient) -> None:
     code = "import subprocess\nprint(input().upper())\n"
     card = ApprovalCard(make_plan(client, code=code, stdin="quiet\n"), client)
-    card.approve_button.click()
+    approve(card)
     assert texts(card).startswith("QUIET\n")
 
 
@@ -101,7 +103,7 @@ def test_an_approval_that_can_no_longer_happen_says_why(client: LocalClient) -> 
     plan = make_plan(client)
     run_sync(client.approve(plan.plan_id))  # approved elsewhere: the plan is consumed
     card = ApprovalCard(plan, client)
-    card.approve_button.click()
+    approve(card)
     assert card.state == "failed"
     assert "Not run" in card.status.value
     with pytest.raises(PlanNotFound):
@@ -113,7 +115,7 @@ def test_approve_only_approves_and_keeps_no_token(client: LocalClient) -> None:
     card = ApprovalCard(plan, client, runs=False)
     assert card.approve_button.description == "Approve"
     assert "nothing runs here" in card.status.value
-    card.approve_button.click()
+    approve(card)
     assert card.state == "approved" and card.result is None and card.output.outputs == ()
     approval = client.service.plans.approval_for(plan.plan_id)
     assert approval is not None  # approved, unspent: for its planner to claim
@@ -131,7 +133,7 @@ def test_reject_only_drops_the_plan_in_the_service(client: LocalClient) -> None:
     assert card.state == "rejected"
     with pytest.raises(PlanNotFound):
         client.service.plans.get(plan.plan_id)
-    card.approve_button.click()
+    approve(card)
     assert card.state == "rejected" and client.service.plans.approval_for(plan.plan_id) is None
 
 
@@ -139,5 +141,5 @@ def test_approve_only_of_a_gone_plan_says_why(client: LocalClient) -> None:
     plan = make_plan(client)
     client.service.plans.reject(plan.plan_id)
     card = ApprovalCard(plan, client, runs=False)
-    card.approve_button.click()
+    approve(card)
     assert card.state == "failed" and "Not approved" in card.status.value

@@ -82,7 +82,7 @@ class RunnerSlots:
                 raise BackendBusy(
                     f"the MatrixLab Runner has {len(self._waiters)} runs of this server "
                     f"waiting for it already: retry in {BUSY_RETRY_SEC} s",
-                    retry_after_sec=BUSY_RETRY_SEC,
+                    retry_after=BUSY_RETRY_SEC,
                 )
             waiter: _Waiter = (loop, loop.create_future())
             self._waiters.append(waiter)

@@ -174,7 +174,7 @@ def busy(url: str, response: httpx.Response) -> BackendBusy:
     return BackendBusy(
         f"the MatrixLab Runner at {url} is busy ({response.status_code}: "
         f"{error_detail(response)}): retry in {retry} s",
-        retry_after_sec=retry,
+        retry_after=retry,
     )
 
 
