@@ -90,6 +90,8 @@ def _print_lifecycle(answer: dict[str, Any]) -> None:
         w(f"{answer['action']}: {'OK' if answer['ok'] else 'FAILED'}\n")
         if answer["error"]:
             w(f"error: {answer['error']}\n")
+    if answer.get("warning"):
+        w(f"warning: {answer['warning']}\n")
     w(f"docker available   {_yes(answer['docker_available'])}\n")
     if answer["docker_error"]:
         w(f"docker error       {answer['docker_error']}\n")
@@ -100,6 +102,8 @@ def _print_lifecycle(answer: dict[str, Any]) -> None:
     container = answer["container"]
     state = f"{container['state']} ({container['id']})" if container else "not created"
     w(f"container          {answer['container_name']}: {state}\n")
+    for reason in (container or {}).get("stale") or []:
+        w(f"                   start replaces it: {reason}\n")
     w(f"running            {_yes(answer['running'])} at {answer['url']}\n")
     if not answer["running"] and answer.get("health_error"):
         w(f"                   {answer['health_error']}\n")

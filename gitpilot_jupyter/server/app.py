@@ -20,7 +20,7 @@ from ..sandbox.errors import InvalidSetting
 from ..sandbox.local.isolation import ISOLATION_CHOICES, Isolator
 from ..sandbox.local.layered import default_isolator
 from ..sandbox.local.pool import POOL_ENV, POOL_MAX_ENV, PRESTART_ENV, PoolConfig
-from ..sandbox.matrixlab.config import LifecycleConfig
+from ..sandbox.matrixlab.config import RUNNER_MAX_WORKSPACE_MB, LifecycleConfig, check_workspace_mb
 from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
 from ..sandbox.policy import ENV_LISTS, SandboxPolicy, admin_names, env_list
 from ..sandbox.service import SandboxService
@@ -277,6 +277,21 @@ class SandboxApp(ExtensionApp):
         help="Docker restart policy of the Runner container ($GITPILOT_MATRIXLAB_RESTART wins).",
     ).tag(config=True)
 
+    matrixlab_network_isolated = Bool(
+        False,
+        help="The MatrixLab Runner gives network-on runs a network of their own (egress only: "
+        "not the host's addresses, the Docker bridge or the Runner's API). Until an "
+        "administrator says so, network-on runs on the matrixlab backend are refused in the "
+        "plan ($GITPILOT_MATRIXLAB_NETWORK_ISOLATED wins).",
+    ).tag(config=True)
+
+    matrixlab_max_workspace_mb = Int(
+        RUNNER_MAX_WORKSPACE_MB,
+        help="The largest folder a matrixlab file run sends to the Runner, in MiB (1 to the "
+        "Runner's own 500); a larger one is refused before anything is sent "
+        "($GITPILOT_MATRIXLAB_MAX_WORKSPACE_MB wins).",
+    ).tag(config=True)
+
     batch_cluster = Unicode(
         "",
         help="Where POST /api/sandbox/batch runs items: empty = on this server's machine "
@@ -435,7 +450,14 @@ class SandboxApp(ExtensionApp):
             raise TraitError(exc.message) from None
 
     def build_lifecycle_config(self) -> LifecycleConfig:
-        """The Runner lifecycle config from the ``matrixlab_*`` traits (env applies per call)."""
+        """The Runner lifecycle config from the ``matrixlab_*`` traits (env applies per call).
+
+        A bad ``matrixlab_max_workspace_mb`` raises :class:`TraitError` (see :meth:`check_traits`).
+        """
+        try:
+            check_workspace_mb(self.matrixlab_max_workspace_mb)
+        except InvalidSetting as exc:
+            raise TraitError(exc.message) from None
         return LifecycleConfig(
             runner_image=self.matrixlab_runner_image,
             sandbox_images=tuple(self.matrixlab_sandbox_images),
@@ -443,6 +465,8 @@ class SandboxApp(ExtensionApp):
             host_port=self.matrixlab_host_port or None,
             jobs_dir=self.matrixlab_jobs_dir,
             restart_policy=self.matrixlab_restart_policy,
+            network_isolated=self.matrixlab_network_isolated,
+            max_workspace_mb=self.matrixlab_max_workspace_mb,
         )
 
     def build_service(self) -> SandboxService:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -10,8 +11,12 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 
+from gitpilot_jupyter.sandbox.backend import RunRequest
+from gitpilot_jupyter.sandbox.errors import BackendFailure
+from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.sandbox.matrixlab.config import JOBS_MAX_AGE_SEC
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.docker.conftest import BASE_IMAGE, RUNNER_IMAGE
@@ -137,16 +142,22 @@ async def test_old_job_folders_are_pruned_and_new_ones_kept(
     for folder in (old, recent):
         (folder / "ws").mkdir(parents=True)
         (folder / "ws" / "main.py").write_text("print(1)\n")
-    two_hours_ago = time.time() - 2 * JOBS_MAX_AGE_SEC
-    os.utime(old, (two_hours_ago, two_hours_ago))
+    long_ago = time.time() - 2 * JOBS_MAX_AGE_SEC  # twice the longest run
+    os.utime(old, (long_ago, long_ago))
     started = await lifecycle_service.matrixlab.lifecycle("start")
     assert started["ok"] is True, started
     prune = started["steps"][-1]
     assert prune["cmd"].startswith(f"find {jobs} ") and prune["stdout"] == "removed 1 job folder"
     assert not old.exists() and recent.exists()
-    # The Runner leaves a job folder per run: the lifecycle is what keeps them in check.
+    # The Runner leaves a job folder per run and deletes none: after each run the backend
+    # removes the run's own and those older than the Runner's longest run.
+    (old / "ws").mkdir(parents=True)
+    os.utime(old, (long_ago, long_ago))
+    before = set(job_folders(lifecycle_service))
     await run_here(lifecycle_service, language="python", code="print(1)", backend="matrixlab")
-    assert len(job_folders(lifecycle_service)) == 2
+    after = set(job_folders(lifecycle_service))
+    assert old not in after and recent in after
+    assert after - before == set(), "the run's own job folder was kept"
 
 
 async def test_a_non_default_socket_is_mounted_where_the_runner_looks(
@@ -217,3 +228,125 @@ async def test_status_of_a_running_runner_with_a_wrong_token_says_so(
     assert status["running"] is True
     assert "rejected the token (401)" in status["health_error"]
     assert (await lifecycle_service.status())["ok"] is False
+
+
+def unauthenticated_run(url: str) -> int:
+    """The status of a run sent to the Runner at ``url`` without a token."""
+    body = {"language": "python", "code": "print(1)"}
+    return httpx.post(url + "/code/run", json=body, timeout=30).status_code
+
+
+async def test_start_without_a_token_makes_and_saves_one(
+    lifecycle_service: SandboxService, sandbox_config_dir: Path
+) -> None:
+    service = lifecycle_service
+    service.settings.update({"matrixlab_token": ""})
+    started = await service.matrixlab.lifecycle("start")
+    assert started["ok"] is True, started
+    token = service.settings.effective().settings.matrixlab_token
+    assert len(token) >= 40, "no token was made"
+    assert commands(started)[0] == "jupyter sandbox config --set matrixlab_token=***"
+    assert token not in json.dumps(started)
+    saved = json.loads((sandbox_config_dir / "settings.json").read_text())["sandbox"]
+    assert saved["matrixlab_token"] == token
+    assert service.config()["has_token"] is True and token not in json.dumps(service.config())
+    # The Runner is not open: a run without the token is refused, ours runs.
+    assert unauthenticated_run(started["url"]) == 401
+    _, result = await run_here(service, language="python", code="print(6 * 7)", backend="matrixlab")
+    assert result.stdout == "42\n"
+
+
+async def test_a_changed_token_recreates_the_container_at_once(
+    lifecycle_service: SandboxService,
+) -> None:
+    service = lifecycle_service
+    first = await service.matrixlab.lifecycle("start")
+    assert first["ok"] is True, first
+    old_token = service.settings.effective().settings.matrixlab_token
+    service.settings.update({"matrixlab_token": "changed-" + old_token})
+    assert (await service.matrixlab.lifecycle("status"))["container"]["stale"] == [
+        "its bearer token is not the saved matrixlab_token"
+    ]
+    began = time.monotonic()
+    again = await service.matrixlab.lifecycle("start")
+    took = time.monotonic() - began
+    assert again["ok"] is True and again["running"] is True, again
+    assert took < 15, f"start took {took:.1f} s"
+    assert again["container"]["id"] != first["container"]["id"]
+    assert again["container"]["stale"] == []
+    replaced = again["steps"][0]
+    assert replaced["cmd"] == f"docker rm -f {first['container_name']}"
+    assert "token is not the saved" in replaced["stdout"] and old_token not in json.dumps(again)
+    _, result = await run_here(service, language="python", code="print('new')", backend="matrixlab")
+    assert result.stdout == "new\n"
+    stale = MatrixLabSandbox(url=again["url"], token=old_token)
+    with pytest.raises(BackendFailure, match="401"):
+        await stale.run(RunRequest(language="python", code="print(1)", timeout_sec=10))
+
+
+async def test_an_open_runner_left_by_an_earlier_start_is_replaced(
+    lifecycle_service: SandboxService, docker_engine: Any
+) -> None:
+    """A container created without a token (as an older version did) is not reused."""
+    service = lifecycle_service
+    status = await service.matrixlab.lifecycle("status")
+    jobs = status["jobs_dir"]
+    Path(jobs).mkdir(parents=True, exist_ok=True)
+    docker_engine.containers.run(
+        RUNNER_IMAGE,
+        name=status["container_name"],
+        detach=True,
+        ports={"8000/tcp": ("127.0.0.1", status["host_port"])},
+        volumes={
+            jobs: {"bind": jobs, "mode": "rw"},
+            "/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"},
+        },
+        environment={"MATRIXLAB_LOCAL_JOBS_DIR": jobs, "MATRIXLAB_HOST_JOBS_DIR": jobs},
+        labels={"org.gitpilot.managed-by": "gitpilot-jupyter"},
+    )
+    stale = (await service.matrixlab.lifecycle("status"))["container"]["stale"]
+    assert stale == ["it runs without a bearer token (open to anyone who reaches it)"]
+    started = await service.matrixlab.lifecycle("start")
+    assert started["ok"] is True, started
+    assert unauthenticated_run(started["url"]) == 401
+
+
+async def test_a_changed_runner_image_recreates_the_container(
+    lifecycle_service: SandboxService, docker_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = await lifecycle_service.matrixlab.lifecycle("start")
+    assert first["ok"] is True, first
+    retagged = f"gitpilot-test/matrixlab-runner-standin:{first['container_name']}"
+    docker_engine.images.get(RUNNER_IMAGE).tag(retagged)
+    try:
+        monkeypatch.setenv("GITPILOT_MATRIXLAB_RUNNER_IMAGE", retagged)
+        again = await lifecycle_service.matrixlab.lifecycle("start")
+        assert again["ok"] is True, again
+        assert again["container"]["image"] == retagged
+        assert again["container"]["id"] != first["container"]["id"]
+        assert f"it runs the image {RUNNER_IMAGE}, not {retagged}" in again["steps"][0]["stdout"]
+    finally:
+        with contextlib.suppress(Exception):
+            docker_engine.containers.get(first["container_name"]).remove(force=True)
+        docker_engine.images.remove(retagged)
+
+
+async def test_a_container_gitpilot_did_not_create_is_left_alone(
+    lifecycle_service: SandboxService, docker_engine: Any
+) -> None:
+    status = await lifecycle_service.matrixlab.lifecycle("status")
+    other = docker_engine.containers.create(BASE_IMAGE, name=status["container_name"])
+    answer = await lifecycle_service.matrixlab.lifecycle("start")
+    assert answer["ok"] is False and "did not create" in answer["error"]
+    assert docker_engine.containers.get(status["container_name"]).id == other.id
+
+
+def test_cli_start_passes_on_the_port_mismatch_warning(
+    lifecycle_service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = free_port()
+    monkeypatch.setenv("GITPILOT_MATRIXLAB_PORT", str(port))
+    done = cli("matrixlab", "start")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"warning: the Runner answers at http://127.0.0.1:{port}" in done.stdout
+    assert f"set matrixlab_url to http://127.0.0.1:{port}" in done.stdout

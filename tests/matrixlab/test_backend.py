@@ -274,7 +274,7 @@ async def test_a_runner_silent_past_its_budget_plus_grace_has_an_unknown_outcome
     [
         ("error500", "runner exploded"),
         ("error500-timeout", "context deadline exceeded"),
-        ("garbage", "<html>not json {"),
+        ("garbage", "an HTML page: not json {"),  # never its markup
         ("down-docker", "Docker"),
     ],
 )

@@ -94,7 +94,11 @@ async def test_start_run_stop_over_rest_on_real_docker(
     try:
         started = await api("POST", "api/sandbox/matrixlab/start")
         assert started.code == 200 and started.body["ok"] is True, started.text
-        assert started.body["steps"][0]["cmd"].startswith(f"docker run -d --name {name}")
+        # No token was set: start made and saved one before creating the container.
+        made, created = started.body["steps"][:2]
+        assert made["cmd"] == "jupyter sandbox config --set matrixlab_token=***"
+        assert created["cmd"].startswith(f"docker run -d --name {name}")
+        assert "MATRIXLAB_BEARER_TOKEN=***" in created["cmd"]
         result = await approved_run(
             api, "python", "print('via the container')", backend="matrixlab"
         )

@@ -10,7 +10,8 @@ included (section "Behaviour observed on the real Runner 0.1.0"), in every mode:
 * ``timed_out`` is true for any exit 124 or any ``TIMEOUT`` on stderr;
 * output that is not UTF-8 is exit **999** ``Runner error: ...``; an image that is
   neither an alias nor known (``bash`` is not an alias) is exit **125** with
-  Docker's pull error, without the banner;
+  Docker's pull error, without the banner; an image named ``python3-only`` has
+  ``python3`` but no ``python`` (a ``python`` run exits 127);
 * ``\r\n`` and lone ``\r`` become ``\n`` in captured output;
 * ``/code/run`` refuses stdin over 1,000,000 characters (422 ``string_too_long``,
   whose ``input`` echoes the stdin, as FastAPI does), memory below 128 MB and pids
@@ -106,7 +107,7 @@ IMAGE_ENV = {
     }
 }
 #: Repositories the stand-in's "Docker" can run; any other image fails to pull (exit 125).
-RUNNABLE_REPOSITORIES = ("python", "node", "debian", "ubuntu")
+RUNNABLE_REPOSITORIES = ("python", "node", "debian", "ubuntu", "python3-only")
 DOCKER_SOCKET = "/var/run/docker.sock"
 STDIN_MAX = 1_000_000
 ENDPOINTS = [
@@ -145,7 +146,7 @@ def resolve_image(image: str | None) -> str:
 
 
 def _runnable(image: str) -> bool:
-    repository = image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+    repository = _repository(image)
     return repository.startswith("matrix-lab-sandbox-") or repository in RUNNABLE_REPOSITORIES
 
 
@@ -158,6 +159,30 @@ def _pull_error(image: str) -> str:
         "repository does not exist or may require 'docker login': denied: requested "
         "access to the resource is denied.\nSee 'docker run --help'.\n"
     )
+
+
+# -- images with only python3 (status must not say OK for them) -----------------------------
+
+#: Repositories whose "container" has ``python3`` and the basic tools but no ``python``,
+#: as some slim images: every ``python`` run fails with 127.
+PYTHON3_ONLY_REPOSITORIES = ("python3-only",)
+#: The commands such an image has besides ``python3``.
+BASIC_TOOLS = ("bash", "sh", "timeout", "rm", "cat", "truncate", "env", "ls", "find", "sort")
+
+
+def _repository(image: str) -> str:
+    return image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+
+
+def python3_only_path() -> str:
+    """A PATH with ``python3`` and :data:`BASIC_TOOLS` only (made once per process)."""
+    folder = tempfile.mkdtemp(prefix="standin-python3-only-")
+    os.symlink(sys.executable or "/usr/bin/python3", os.path.join(folder, "python3"))
+    for tool in BASIC_TOOLS:
+        found = shutil.which(tool)
+        if found:
+            os.symlink(found, os.path.join(folder, tool))
+    return folder
 
 
 def _docker_socket() -> str:
@@ -285,6 +310,8 @@ class Runner:
         #: A folder with ``python`` -> this interpreter, first on the runs' PATH.
         self.bin_dir = tempfile.mkdtemp(prefix="standin-bin-")
         os.symlink(sys.executable or "/usr/bin/python3", os.path.join(self.bin_dir, "python"))
+        #: The whole PATH of an image from :data:`PYTHON3_ONLY_REPOSITORIES`.
+        self.python3_only_path = python3_only_path()
         self.uploads: dict[str, bytes] = {}
         self.events: dict[str, list[dict[str, Any]]] = {}
         #: The last POSTs (path, body), for tests at GET /_standin/requests.
@@ -334,6 +361,8 @@ class Runner:
             "LANG": "C.UTF-8",
             **IMAGE_ENV.get(image, {}),
         }
+        if _repository(image) in PYTHON3_ONLY_REPOSITORIES:
+            child_env["PATH"] = self.python3_only_path
         timeout = common["timeout"]
         if self.mode == "slow-start":
             # The container's start counts in the Runner's timeout.

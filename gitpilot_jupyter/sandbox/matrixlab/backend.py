@@ -18,12 +18,9 @@ what still differs.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import io
 import os
 import time
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,12 +29,14 @@ import httpx
 
 from ...tls import tls_context
 from ..backend import OutputCallback, ResourceLimits, RunRequest, SandboxBackend
-from ..errors import BackendFailure, SandboxError
+from ..errors import BackendFailure, ContainmentUnavailable, SandboxError
 from ..languages import canonical_language
 from ..output import cap_text
 from ..policy import BASE_VARS
 from ..results import MEMORY_EXCEEDED, RunResult
+from .config import RUNNER_MAX_WORKSPACE_MB, network_refusal
 from .docker_steps import error_text
+from .jobs import forget_run
 from .load import RunnerSlots, max_runs
 from .protocol import (
     BANNER,
@@ -69,7 +68,7 @@ from .protocol import (
     unreachable,
 )
 from .stopping import RUN_TAG_ENV, new_run_tag, remove_tagged, stop_unavailable
-from .workspace import zip_workspace
+from .workspace import request_content, zip_workspace
 from .wrapper import (
     START_ALLOWANCE_SEC,
     STDIN_FILE,
@@ -136,6 +135,9 @@ class MatrixLabSandbox(SandboxBackend):
         image: str = "",
         transport: httpx.AsyncBaseTransport | None = None,
         environ: Mapping[str, str] | None = None,
+        network_isolated: bool = False,
+        max_workspace_mb: int = RUNNER_MAX_WORKSPACE_MB,
+        jobs_dir: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.token = token
@@ -143,6 +145,10 @@ class MatrixLabSandbox(SandboxBackend):
         self._transport = transport
         #: The server's environment: the lifecycle flag and the runs-at-once setting.
         self.environ = os.environ if environ is None else environ
+        self.network_isolated = network_isolated
+        self.max_workspace_mb = max_workspace_mb
+        #: The Runner's jobs folder on this host, where the lifecycle owns it: pruned after runs.
+        self.jobs_dir = jobs_dir
 
     def _client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -172,6 +178,12 @@ class MatrixLabSandbox(SandboxBackend):
         there (plans show them, results carry them)."""
         return limit_notes(limits, stop_unavailable(self.url, self.environ))
 
+    def refusal(self, *, allow_network: bool = False) -> ContainmentUnavailable | None:
+        """Network on is refused unless the administrator says the Runner isolates it."""
+        return network_refusal(
+            self.url, isolated=self.network_isolated, allow_network=allow_network
+        )
+
     # -- HTTP ---------------------------------------------------------------------------
 
     async def _post_run(
@@ -187,7 +199,7 @@ class MatrixLabSandbox(SandboxBackend):
             async with self._client() as client:
                 response = await client.post(
                     self.url + path,
-                    json=body,
+                    **request_content(body),
                     timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
                 )
         except httpx.HTTPError as exc:
@@ -217,10 +229,12 @@ class MatrixLabSandbox(SandboxBackend):
         return payload, elapsed
 
     async def health(self) -> dict[str, Any]:
-        """``{"ok", "error", "remote", "token"}``: ``/health``, then the token; never raises.
+        """``{"ok", "error", "remote", "token", "run"}``: ``/health``, the token, then a
+        one-line snippet on the configured image (:func:`.probe.snippet_problem`); never raises.
 
         ``/health`` needs no token, so a Runner that refuses ours would look fine there:
-        the token is checked on a protected route that runs nothing.
+        the token is checked on a protected route that runs nothing. ``run`` is False
+        when the Runner is up and takes the token but the snippet failed.
         """
         try:
             async with self._client() as client:
@@ -250,8 +264,20 @@ class MatrixLabSandbox(SandboxBackend):
                 "set matrixlab_token to its MATRIXLAB_BEARER_TOKEN"
             )
             return {"ok": False, "error": error, "remote": remote, "token": state}
+        if token.status_code != 422:
+            from .probe import token_check_failure
+
+            error, hint = token_check_failure(token)
+            return {"ok": False, "error": f"{error}; {hint}", "remote": remote, "token": None}
         state = "accepted" if self.token else "not required"
-        return {"ok": True, "error": None, "remote": remote, "token": state}
+        # Healthy and the token taken, yet every run may fail: run one (kept briefly).
+        from .probe import snippet_problem
+
+        problem = await snippet_problem(self)
+        if problem is not None:
+            error = f"{problem[0]}; {problem[1]}"
+            return {"ok": False, "error": error, "remote": remote, "token": state, "run": False}
+        return {"ok": True, "error": None, "remote": remote, "token": state, "run": True}
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -300,6 +326,7 @@ class MatrixLabSandbox(SandboxBackend):
             result.duration_ms = int((time.monotonic() - queued) * 1000)
             return result
         # The slot is the Runner's until it answers, even after we stopped listening.
+        since = time.time()  # the run's job folder is made after this
         post = asyncio.ensure_future(self._post_run(path, body, budget))
         post.add_done_callback(lambda done: _settle(done, slots))
         started = time.monotonic()
@@ -320,6 +347,7 @@ class MatrixLabSandbox(SandboxBackend):
                 stop.cancel()
         if not post.done():
             return await self._stopped(result, post, tag, marker, budget, request, started)
+        ran = True  # the Runner ran it (answered, or timed out): its job folder exists
         try:
             payload, elapsed = post.result()
         except _RunnerTimeout:
@@ -331,6 +359,15 @@ class MatrixLabSandbox(SandboxBackend):
                 "its answer lost the output"
             )
             return result
+        except BaseException:
+            ran = False  # the Runner may never have made the folder: only prune old ones
+            raise
+        finally:
+            if self.jobs_dir:
+                name = SNIPPET_FILES[language] if request.file is None else request.file.name
+                await asyncio.to_thread(
+                    forget_run, self.jobs_dir, name, request.code, since, ran=ran
+                )
         self._fill(result, payload, marker, timeout_sec, budget, elapsed, request.max_output_bytes)
         if on_output is not None:
             # The Runner answers once at the end: the output comes in one piece per stream.
@@ -480,15 +517,20 @@ class MatrixLabSandbox(SandboxBackend):
         if stdin is not None:
             files[STDIN_FILE] = stdin
         if request.file is None:
-            archive = await asyncio.to_thread(_zip_texts, files)
+            archive = await asyncio.to_thread(zip_workspace, None, extra=files)
         else:
-            archive = await asyncio.to_thread(zip_workspace, request.file.parent, extra=files)
+            archive = await asyncio.to_thread(
+                zip_workspace,
+                request.file.parent,
+                self.max_workspace_mb * 1024 * 1024,
+                extra=files,
+            )
         body = {
             "cmd": wrapped_command(
                 argv, request.timeout_sec, marker, stdin="file" if stdin is not None else "none"
             ),
             "cwd": ".",
-            "workspace": {"type": "zip", "zip_base64": base64.b64encode(archive).decode()},
+            "workspace": {"type": "zip", "zip_base64": archive},  # streamed from its file
         }
         return await self._execute(
             "/run",
@@ -510,12 +552,3 @@ def _settle(post: asyncio.Future[Any], slots: RunnerSlots) -> None:
 
 class _RunnerTimeout(Exception):
     """The Runner's 500 for a run that wrote to stderr and hit its timeout."""
-
-
-def _zip_texts(files: dict[str, str]) -> bytes:
-    """A zip of text files at the workspace root (blocking)."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, text in files.items():
-            archive.writestr(name, text.encode("utf-8"))
-    return buffer.getvalue()

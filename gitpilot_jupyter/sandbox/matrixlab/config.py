@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from ..errors import InvalidSetting, LifecycleDisabled
-from ..settings import env_flag
+from ..errors import ContainmentUnavailable, InvalidSetting, LifecycleDisabled
+from ..settings import env_flag, parse_flag
+from .protocol import MAX_RUNNER_TIMEOUT_SEC
 
 LIFECYCLE_FLAG = "GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE"
 RUNNER_IMAGE = "ruslanmv/matrixlab-runner:latest"
@@ -35,13 +36,17 @@ ENV_VARS = {
     "GITPILOT_MATRIXLAB_JOBS_DIR": "jobs_dir",
     "GITPILOT_MATRIXLAB_DOCKER_SOCKET": "docker_socket",
     "GITPILOT_MATRIXLAB_RESTART": "restart_policy",
+    "GITPILOT_MATRIXLAB_NETWORK_ISOLATED": "network_isolated",
+    "GITPILOT_MATRIXLAB_MAX_WORKSPACE_MB": "max_workspace_mb",
 }
 TOKEN_ENV = "MATRIXLAB_BEARER_TOKEN"
 #: Where the Runner looks for the Docker socket inside its container, whatever the host path.
 RUNNER_DOCKER_SOCKET = "/var/run/docker.sock"
-#: Job folders (one per run, never deleted by the Runner) older than this are pruned by
-#: ``start`` and ``stop``; a run lasts at most the Runner's 900 s.
-JOBS_MAX_AGE_SEC = 3600
+#: Job folders (one per run, never deleted by the Runner) older than this are pruned
+#: after each run and by ``start`` and ``stop``: a run lasts at most the Runner's 900 s.
+JOBS_MAX_AGE_SEC = MAX_RUNNER_TIMEOUT_SEC + 60
+#: The Runner refuses workspaces over 500 MiB; an administrator may set a smaller cap.
+RUNNER_MAX_WORKSPACE_MB = 500
 
 
 def lifecycle_enabled(environ: Mapping[str, str]) -> bool:
@@ -61,7 +66,9 @@ def require_enabled(environ: Mapping[str, str]) -> None:
 
 @dataclass(frozen=True)
 class LifecycleConfig:
-    """Where and how the Runner container runs. Empty / None fields take their defaults."""
+    """The Runner's host as the administrator describes it: where and how its container
+    runs, what it is known to isolate, and how much a run may send. Empty / None fields
+    take their defaults."""
 
     runner_image: str = RUNNER_IMAGE
     sandbox_images: tuple[str, ...] = SANDBOX_IMAGES
@@ -77,6 +84,12 @@ class LifecycleConfig:
     restart_policy: str = "unless-stopped"
     #: Seconds ``start`` waits for ``/health`` to answer.
     start_wait_sec: float = 30.0
+    #: The administrator knows the Runner gives a network-on run a network of its own
+    #: (egress only: not the host's addresses, the Docker bridge or the Runner's API).
+    #: Off: network-on runs are refused on this backend.
+    network_isolated: bool = False
+    #: The largest workspace (the file's folder of a file run) sent to the Runner, in MiB.
+    max_workspace_mb: int = RUNNER_MAX_WORKSPACE_MB
 
     def with_env(self, environ: Mapping[str, str]) -> LifecycleConfig:
         """This config with the non-empty ``GITPILOT_MATRIXLAB_*`` variables applied."""
@@ -91,6 +104,13 @@ class LifecycleConfig:
                 if not raw.isdigit() or not 1 <= int(raw) <= 65535:
                     raise InvalidSetting(f"{var} must be a port number, got {raw!r}")
                 changes[key] = int(raw)
+            elif key == "network_isolated":
+                flag = parse_flag(raw)
+                if flag is None:
+                    raise InvalidSetting(f"{var} must be 1 or 0, got {raw!r}")
+                changes[key] = flag
+            elif key == "max_workspace_mb":
+                changes[key] = check_workspace_mb(raw, var)
             else:
                 changes[key] = raw
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -122,6 +142,40 @@ class LifecycleConfig:
             if image not in (i for _, i in seen):
                 seen.append(("sandbox", image))
         return seen
+
+
+def check_workspace_mb(value: object, name: str = "matrixlab_max_workspace_mb") -> int:
+    """A workspace cap in MiB: 1 up to the Runner's own 500; else :class:`InvalidSetting`."""
+    text = str(value).strip()
+    if not text.isdigit() or not 1 <= int(text) <= RUNNER_MAX_WORKSPACE_MB:
+        raise InvalidSetting(
+            f"{name} must be a number of MiB from 1 to {RUNNER_MAX_WORKSPACE_MB} "
+            f"(the Runner's own cap), got {text!r}"
+        )
+    return int(text)
+
+
+def network_refusal(
+    url: str, *, isolated: bool, allow_network: bool
+) -> ContainmentUnavailable | None:
+    """Why a network-on run is refused on the Runner at ``url`` (None: it is not).
+
+    The Runner's ``allow_network`` puts the container on Docker's default bridge: it
+    reaches the host's addresses, the other containers and the Runner's own API (which
+    starts containers). Only an administrator who isolated that network says otherwise.
+    """
+    if not allow_network or isolated:
+        return None
+    return ContainmentUnavailable(
+        f"refused: with network on, a run on the MatrixLab Runner at {url} shares Docker's "
+        "bridge: it reaches the Runner host's addresses, its other containers and the "
+        "Runner's own API, not only the internet (the subprocess backend gives network-on "
+        "runs egress only). To fix: run with network off, use the subprocess backend, or, "
+        "once the Runner's containers get a network of their own, an administrator sets "
+        "c.SandboxApp.matrixlab_network_isolated = True "
+        "(GITPILOT_MATRIXLAB_NETWORK_ISOLATED=1)",
+        code="network_unavailable",
+    )
 
 
 def run_command_line(config: LifecycleConfig, url: str, jobs: str, with_token: bool) -> str:

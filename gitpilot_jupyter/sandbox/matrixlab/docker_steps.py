@@ -7,6 +7,7 @@ except :meth:`Transcript.call`, which runs its call in a worker thread.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,8 @@ from ..records import LifecycleStep
 
 PING_TIMEOUT_SEC = 5
 CALL_TIMEOUT_SEC = 120
+#: The label every container the lifecycle creates carries (and the only ones it replaces).
+MANAGED_LABEL = ("org.gitpilot.managed-by", "gitpilot-jupyter")
 
 
 class StepFailed(Exception):
@@ -118,3 +121,62 @@ def container_logs(client: Any, name: str) -> str:
         return f"no container named {name}"
     tail: bytes = container.logs(tail=30)
     return f"{name} is {container.status}; last log lines:\n" + tail.decode("utf-8", "replace")
+
+
+def is_managed(container: Any) -> bool:
+    """Whether the lifecycle created ``container`` (it carries :data:`MANAGED_LABEL`)."""
+    key, value = MANAGED_LABEL
+    return bool((container.labels or {}).get(key) == value)
+
+
+def container_env(container: Any, name: str) -> str | None:
+    """The value of the environment variable ``name`` the container was created with."""
+    for item in (container.attrs.get("Config") or {}).get("Env") or []:
+        key, sep, value = str(item).partition("=")
+        if sep and key == name:
+            return value
+    return None
+
+
+def published_port(container: Any, container_port: int) -> tuple[str, int] | None:
+    """The host address and port ``container_port/tcp`` was published on, or None."""
+    bindings = (container.attrs.get("HostConfig") or {}).get("PortBindings") or {}
+    for binding in bindings.get(f"{container_port}/tcp") or []:
+        port = str(binding.get("HostPort") or "")
+        if port.isdigit():
+            return str(binding.get("HostIp") or ""), int(port)
+    return None
+
+
+def stale_reasons(
+    client: Any,
+    container: Any,
+    *,
+    image: str,
+    token_env: str,
+    token: str,
+    port: tuple[str, int],
+    container_port: int,
+) -> list[str]:
+    """Why ``container`` no longer matches what ``start`` would create (blocking).
+
+    Never quotes a token: a start that reused a container with another token would
+    leave the Runner open (no token) or refusing every run (another one).
+    """
+    reasons = []
+    had = container_env(container, token_env) or ""
+    if not hmac.compare_digest(had.encode(), token.encode()):
+        reasons.append(
+            "it runs without a bearer token (open to anyone who reaches it)"
+            if not had
+            else "its bearer token is not the saved matrixlab_token"
+        )
+    configured = (container.attrs.get("Config") or {}).get("Image")
+    if configured != image:
+        reasons.append(f"it runs the image {configured}, not {image}")
+    elif has_image(client, image) and client.images.get(image).id != container.attrs.get("Image"):
+        reasons.append(f"{image} was updated since it was created")
+    published = published_port(container, container_port)
+    if published is not None and published != port:
+        reasons.append(f"it is published on {published[0]}:{published[1]}, not {port[0]}:{port[1]}")
+    return reasons

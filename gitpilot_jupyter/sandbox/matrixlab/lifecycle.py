@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import shlex
-import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -32,6 +32,7 @@ from .config import (
     run_command_line,
 )
 from .docker_steps import (
+    MANAGED_LABEL,
     StepFailed,
     Transcript,
     container_logs,
@@ -40,42 +41,24 @@ from .docker_steps import (
     error_text,
     find_container,
     has_image,
+    is_managed,
+    stale_reasons,
 )
+from .jobs import prune_job_folders
 from .ops import ProgressCallback
 
 _END = object()
 _HEALTH_POLL_SEC = 0.3
+#: Bytes of randomness in a token ``start`` makes when none is set.
+TOKEN_BYTES = 32
+#: Saves a token ``start`` made as ``matrixlab_token`` (write-only, where the settings keep it).
+SaveToken = Callable[[str], object]
 
 
 def _crashed(container: Any) -> bool:
     """Exited, dead, or restarting after an exit: it will not answer by itself."""
     restarts = (container.attrs or {}).get("RestartCount") or 0
     return container.status in ("exited", "dead", "restarting") or restarts > 0
-
-
-def prune_job_folders(
-    jobs_dir: str, max_age_sec: float = JOBS_MAX_AGE_SEC
-) -> tuple[int, list[str]]:
-    """Remove ``job-*`` folders older than ``max_age_sec`` (blocking): (count, failures)."""
-    removed, failed = 0, []
-    cutoff = time.time() - max_age_sec
-    try:
-        entries = list(os.scandir(jobs_dir))
-    except FileNotFoundError:
-        return 0, []
-    except OSError as exc:
-        return 0, [f"{jobs_dir}: {exc.strerror or exc}"]
-    for entry in entries:
-        if not entry.name.startswith("job-") or not entry.is_dir(follow_symlinks=False):
-            continue
-        try:
-            if entry.stat(follow_symlinks=False).st_mtime >= cutoff:
-                continue
-            shutil.rmtree(entry.path)
-            removed += 1
-        except OSError as exc:
-            failed.append(f"{entry.path}: {exc.strerror or exc}")
-    return removed, failed
 
 
 class MatrixLabLifecycle:
@@ -89,10 +72,12 @@ class MatrixLabLifecycle:
         token: str = "",
         environ: Mapping[str, str] | None = None,
         config_dir: Path | None = None,
+        save_token: SaveToken | None = None,
     ) -> None:
         self.config = config
         self.url = url.rstrip("/")
         self.token = token
+        self.save_token = save_token
         self.environ = os.environ if environ is None else environ
         self.jobs_dir = config.jobs_path(config_dir or Path.home() / ".gitpilot")
         #: Something the user should fix although the action succeeded.
@@ -108,8 +93,11 @@ class MatrixLabLifecycle:
             "docker_available": False,
             "docker_error": None,
             "installed": False,  # unknown without Docker; a UI reads it as "not installed"
-            # Up and healthy; a refused token is a setting to fix, not a Runner that is down.
-            "running": bool(health["ok"]) or health.get("token") in ("rejected", "required"),
+            # Up and healthy; a refused token or a failing snippet is something to fix,
+            # not a Runner that is down.
+            "running": bool(health["ok"])
+            or health.get("token") in ("rejected", "required")
+            or health.get("run") is False,
             "health_error": health["error"],
             "url": self.url,
             "host_port": self.config.port_for(self.url),
@@ -147,7 +135,21 @@ class MatrixLabLifecycle:
             "id": container.short_id,
             "state": container.status,
             "image": (container.attrs.get("Config") or {}).get("Image"),
+            # What ``start`` would replace it for (a token or image that changed).
+            "stale": self._stale(client, container),
         }
+
+    def _stale(self, client: Any, container: Any) -> list[str]:
+        config = self.config
+        return stale_reasons(
+            client,
+            container,
+            image=config.runner_image,
+            token_env=TOKEN_ENV,
+            token=self.token,
+            port=(config.bind_address, config.port_for(self.url)),
+            container_port=config.container_port,
+        )
 
     # -- actions --------------------------------------------------------------------------
 
@@ -232,7 +234,11 @@ class MatrixLabLifecycle:
 
         async def body(client: Any, transcript: Transcript) -> None:
             name = self.config.container_name
+            if not self.token:
+                self._make_token(transcript)
             container = await asyncio.to_thread(find_container, client, name)
+            if container is not None:
+                container = await self._replace_stale(client, container, transcript)
             created = container is None
             if container is None:
                 if not await asyncio.to_thread(has_image, client, self.config.runner_image):
@@ -265,6 +271,51 @@ class MatrixLabLifecycle:
 
         return await self._act("start", body)
 
+    def _make_token(self, transcript: Transcript) -> None:
+        """Make a token and save it as ``matrixlab_token``: never start an open Runner."""
+        cmd = "jupyter sandbox config --set matrixlab_token=***"
+        if self.save_token is None:
+            transcript.add(cmd, 1, stderr="no settings to save a token in")
+            raise StepFailed(
+                "no matrixlab_token is set and none can be saved here: set one, the Runner "
+                "is never started without a token"
+            )
+        token = secrets.token_urlsafe(TOKEN_BYTES)
+        try:
+            self.save_token(token)
+        except Exception as exc:  # SettingsNotSaved, or a store of another kind
+            transcript.add(cmd, 1, stderr=str(exc))
+            raise StepFailed(f"could not save a new matrixlab_token: {exc}") from exc
+        self.token = token
+        transcript.add(
+            cmd, 0, "no matrixlab_token was set: made one and saved it (write-only, never shown)"
+        )
+
+    async def _replace_stale(self, client: Any, container: Any, transcript: Transcript) -> Any:
+        """``container`` when it is as ``start`` would create it, else None once removed.
+
+        A container started with another token, image or port would be reused by name:
+        open to anyone (no token), refusing every run (another token) or out of date.
+        """
+        reasons = await asyncio.to_thread(self._stale, client, container)
+        if not reasons:
+            return container
+        name = self.config.container_name
+        cmd = f"docker rm -f {shlex.quote(name)}"
+        if not is_managed(container):
+            transcript.add(cmd, 1, stderr="; ".join(reasons))
+            raise StepFailed(
+                f"a container named {name} that gitpilot-jupyter did not create is in the way "
+                f"({'; '.join(reasons)}): remove it, or set GITPILOT_MATRIXLAB_CONTAINER to "
+                "another name"
+            )
+        await transcript.call(
+            cmd,
+            lambda: container.remove(force=True),
+            describe=lambda _: f"replaced, as {'; '.join(reasons)}",
+        )
+        return None
+
     def _run_container(self, client: Any) -> Any:
         """``docker run -d ...`` (blocking); a container left in "created" is removed."""
         config, jobs = self.config, self.jobs_dir
@@ -288,7 +339,7 @@ class MatrixLabLifecycle:
                 volumes=volumes,
                 environment=environment,
                 restart_policy={"Name": config.restart_policy},
-                labels={"org.gitpilot.managed-by": "gitpilot-jupyter"},
+                labels=dict([MANAGED_LABEL]),
             )
         except Exception:
             left = find_container(client, config.container_name)
@@ -299,7 +350,8 @@ class MatrixLabLifecycle:
     async def _wait_healthy(self, client: Any, name: str, transcript: Transcript) -> None:
         """Wait for ``/health`` (and the token) where the container was published.
 
-        Gives up at once when the container exits or restarts (a crash loop).
+        Gives up at once when the container exits or restarts (a crash loop), or
+        when what answers refuses the token.
         """
         started = time.monotonic()
         url = self.config.published_url(self.url)
@@ -307,19 +359,23 @@ class MatrixLabLifecycle:
         deadline = started + self.config.start_wait_sec
         health = await backend.health()
         while not health["ok"] and time.monotonic() < deadline:
+            if health.get("token") in ("rejected", "required") or health.get("run") is False:
+                break  # up, but refusing our token or failing a snippet: waiting changes nothing
             container = await asyncio.to_thread(find_container, client, name)
             if container is None or _crashed(container):
                 break
             await asyncio.sleep(_HEALTH_POLL_SEC)
             health = await backend.health()
         cmd = f"curl -fsS {shlex.quote(url + '/health')}"
-        if health["ok"]:
+        if health["ok"] or health.get("run") is False:
             transcript.add(cmd, 0, json.dumps(health["remote"]), ms=elapsed_ms(started))
+            warnings = [] if health["ok"] else [f"the Runner is up, but {health['error']}"]
             if url.rstrip("/") != self.url:
-                self.warning = (
+                warnings.append(
                     f"the Runner answers at {url}, but matrixlab_url is {self.url}: "
                     f"set matrixlab_url to {url}"
                 )
+            self.warning = "; ".join(warnings) or None
             return
         logs = await asyncio.to_thread(container_logs, client, name)
         transcript.add(cmd, 1, logs, str(health["error"]), elapsed_ms(started))

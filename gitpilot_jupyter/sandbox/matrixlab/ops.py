@@ -61,7 +61,11 @@ class MatrixLabOperations:
         settings = self.settings.effective().settings
         target = str(validate_setting("matrixlab_url", url)) if url else None
         return await check_connection(
-            settings.matrixlab_url, settings.matrixlab_token, url=target, token=token
+            settings.matrixlab_url,
+            settings.matrixlab_token,
+            url=target,
+            token=token,
+            image=settings.matrixlab_image,
         )
 
     def _lifecycle(self) -> Any:
@@ -74,6 +78,7 @@ class MatrixLabOperations:
             token=settings.matrixlab_token,
             environ=self.settings.environ,
             config_dir=self.settings.config_dir,
+            save_token=lambda token: self.settings.update({"matrixlab_token": token}),
         )
 
     async def lifecycle(

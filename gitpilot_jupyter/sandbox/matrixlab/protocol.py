@@ -15,11 +15,9 @@ from typing import Any
 import httpx
 
 from ..errors import BackendBusy, BackendFailure, BackendUnreachable, RunOutcomeUnknown
+from .excerpt import BODY_EXCERPT_CHARS, readable_excerpt
 from .load import BUSY_RETRY_SEC
 from .wrapper import MISSING_MARK
-
-#: How much of a Runner error body a message quotes.
-BODY_EXCERPT_CHARS = 400
 
 #: The line the Runner puts before a step's stdout.
 BANNER = re.compile(r"\A== Matrix Lab step: command ==\r?\n")
@@ -86,8 +84,8 @@ def auth_headers(token: str) -> dict[str, str]:
 
 
 def body_excerpt(response: httpx.Response) -> str:
-    """The first 400 characters of a response body, for error messages."""
-    return response.text[:BODY_EXCERPT_CHARS]
+    """The first 400 characters of a response body, for error messages (an HTML page as text)."""
+    return readable_excerpt(response.text, BODY_EXCERPT_CHARS)
 
 
 def health_document(response: httpx.Response) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ every time, and the backend objects (the local ones kept, MatrixLab made per cal
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ..backend import ResourceLimits, SandboxBackend
 from ..errors import BackendNotAllowed, UnknownBackend
@@ -23,6 +24,9 @@ from ..settings import (
     check_backend,
     how_to_allow,
 )
+
+if TYPE_CHECKING:
+    from ..matrixlab.config import LifecycleConfig
 
 
 def limits_of(settings: SandboxSettings) -> ResourceLimits:
@@ -46,8 +50,11 @@ class BackendResolver:
         isolator: Isolator | None = None,
         allowed_backends: Iterable[str] | None = None,
         pool: PoolConfig | None = None,
+        matrixlab_config: LifecycleConfig | None = None,
     ) -> None:
         self.settings = settings
+        #: The administrator's description of the Runner's host (env applies per call).
+        self.matrixlab_config = matrixlab_config
         self.interpreters = interpreters
         #: The administrator's list, else the environment's (whose default leaves ``off`` out).
         self.allowed_backends = (
@@ -93,14 +100,18 @@ class BackendResolver:
         if name in self.local:
             return self.local[name]
         from ..matrixlab.backend import MatrixLabSandbox
+        from ..matrixlab.config import LifecycleConfig
 
         if settings is None:
             settings = self.settings.effective().settings
-
+        host = (self.matrixlab_config or LifecycleConfig()).with_env(self.settings.environ)
         return MatrixLabSandbox(
             url=settings.matrixlab_url,
             token=settings.matrixlab_token,
             image=settings.matrixlab_image,
+            network_isolated=host.network_isolated,
+            max_workspace_mb=host.max_workspace_mb,
+            jobs_dir=host.jobs_path(self.settings.config_dir),
             environ=self.settings.environ,
         )
 

@@ -133,6 +133,7 @@ class SandboxService:
             isolator=isolator,
             allowed_backends=allowed_backends,
             pool=pool,
+            matrixlab_config=self.lifecycle_config,
         )
         self.workflow = PlanWorkflow(self.plans, self._emit)
         self.planner = Planner(
