@@ -17,9 +17,7 @@ import httpx
 from gitpilot_jupyter.sandbox.results import new_run_id
 
 from .helpers import NDJSON, Api, check_stream_line
-from .test_cancel import appears, client, events, gone, new_marker, sleeper
-
-__all__ = ["client", "events"]  # fixtures shared with test_cancel
+from .test_cancel import appears, gone, new_marker, sleeper
 
 ROUTE = "api/sandbox/plan-and-run"
 #: A plan with a high-severity warning (a process is started): it needs a person's look.
