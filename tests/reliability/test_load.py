@@ -35,9 +35,10 @@ RSS_GROWTH_LIMIT_MB = 40
 #: How long the server may take to release what finished runs held.
 SETTLE_SEC = 15.0
 #: Descriptors the server holds per waiting slot: the FIFO's two ends, stdout, stderr,
-#: its two mount namespaces, a pidfd on its sandbox's init and its memory cgroup's OOM
-#: record (a pre-started python slot also the chain's own output; these runs are bash).
-FDS_PER_SLOT = 8
+#: its two mount namespaces, a pidfd on its sandbox's init, its memory cgroup's OOM
+#: record and the lock that claims its run uid on the host (idclaims) (a pre-started
+#: python slot also the chain's own output; these runs are bash).
+FDS_PER_SLOT = 9
 
 
 @dataclass

@@ -182,7 +182,7 @@ def test_a_failed_check_says_what_it_found() -> None:
     assert "no destructive pattern" not in blocked.stdout
 
 
-def test_pass_through_is_named_in_words(sandbox_config_dir: Path) -> None:
+def test_pass_through_is_named_in_words(sandbox_config_dir: Path, allow_off: None) -> None:
     assert cli("config", "--set", "backend=off", "--yes").returncode == 0
     status = cli("status").stdout
     assert "backend          off, pass-through (no sandbox)  (" in status
