@@ -22,7 +22,10 @@ context="$(mktemp -d /tmp/gitpilot-pod-context.XXXXXX)"
 trap 'rm -rf "$context"' EXIT
 mkdir -p "$context/project" "$context/deps"
 
-# The wheel: the build hook skips the lab extension, which is already built.
+# The wheel: the build hook skips the lab extension, which is already built. A lab extension
+# build can leave an install.json in the package's copy too (the Makefile removes it before its
+# installs): with it the wheel would hold that file twice and hatchling refuses to build.
+rm -f "$here/gitpilot_jupyter/labextension/install.json"
 (cd "$here" && "$python" -m pip wheel --quiet --no-deps -w "$context/project" .)
 wheel="$(ls "$context"/project/*.whl)"
 

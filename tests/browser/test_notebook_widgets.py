@@ -13,6 +13,8 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from gitpilot_jupyter.widgets.approval import CONSENT_LABEL
+
 from .lab import Lab
 from .ui import open_file, screenshot
 
@@ -52,11 +54,15 @@ def test_card_and_panel_in_the_lab(lab: Lab, page: Page) -> None:
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
     card_cell = page.locator(".jp-CodeCell").nth(1)
-    approve = card_cell.get_by_role("button", name="Approve and run")
+    # A high-risk plan (it starts other programs): Run anyway waits for the tick box.
+    approve = card_cell.get_by_role("button", name="Run anyway")
     expect(approve).to_be_visible(timeout=90_000)
+    expect(approve).to_be_disabled()
     expect(card_cell).to_contain_text("subprocess")
     expect(card_cell).to_contain_text("starts other programs")
     screenshot(card_cell, "notebook-approval-card")
+    card_cell.get_by_role("checkbox", name=CONSENT_LABEL).check()
+    expect(approve).to_be_enabled()
     approve.click()
     expect(card_cell).to_contain_text("approved in the browser", timeout=60_000)
     expect(card_cell).to_contain_text(
