@@ -26,7 +26,7 @@ from typing import cast
 
 from ..backend import ResourceLimits
 from ..records import IsolationGap, IsolationReport
-from . import cgroups, confine, landlock, namespaces, nsfree, subids
+from . import blockednets, cgroups, confine, landlock, namespaces, nsfree, subids
 from .bundled import is_bundled
 from .chainsteps import launch_tools, stage_steps
 from .confine import View, jupyter_dirs, needed_paths, plan_view
@@ -556,7 +556,7 @@ class LayeredIsolator(Isolator):
             return None
         if self.refusal() is not None:
             return None  # nothing is started ahead of a run that may be refused
-        nets = confine.blocked_networks() if allow_network and tool.egress_error is None else []
+        nets = blockednets.blocked_networks() if allow_network and tool.egress_error is None else []
         tree, _ = self._cgroups()
         # The view and which folder or file each path is now: one replaced on the host
         # (renamed away and made again, an atomic save) has the same path but is no longer
