@@ -29,9 +29,10 @@ from ..records import PoolReport
 from ..results import RunResult
 from . import nsfree, prestart
 from .cleanup import AfterRuns, make_run_dir, remove_orphaned_run_dirs_once, remove_tree
+from .enginereport import cgroup_fix
 from .isolation import Isolator, Launch
 from .launcherclient import LaunchedRun
-from .layered import cgroup_fix, default_isolator
+from .layered import default_isolator
 from .pool import PoolConfig, PoolKey, Slot, WarmChild, WarmPool
 from .supervise import _feed_slot, _feed_stdin, _kill_group, supervise
 
