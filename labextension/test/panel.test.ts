@@ -2,30 +2,20 @@
 
 import { SandboxModel } from '../src/model';
 import { SandboxPanel } from '../src/panel';
-import { SandboxClient } from '../src/request';
 import { SandboxStatusItem } from '../src/statusbar';
 import type { IStatus } from '../src/types';
 
-function status(overrides: Partial<IStatus> = {}): IStatus {
-  return {
-    backend: 'subprocess',
-    ok: true,
-    error: null,
-    env_override: null,
-    has_token: false,
-    require_approval: true,
-    isolation: ['tempdir'],
-    settings: {
-      backend: 'subprocess',
-      matrixlab_url: 'http://localhost:8765',
-      matrixlab_image: '',
-      allow_network: false,
-      timeout_sec: 120,
-      has_token: false
-    },
-    ...overrides
-  };
-}
+import {
+  buttonNamed,
+  click,
+  flush,
+  scripted,
+  status as healthy
+} from './support';
+
+/** The shared status, with the tempdir layer these tests always had. */
+const status = (overrides: Partial<IStatus> = {}): IStatus =>
+  healthy({ isolation: ['tempdir'], ...overrides });
 
 const LIFECYCLE_OFF = {
   installed: false,
@@ -34,30 +24,6 @@ const LIFECYCLE_OFF = {
   lifecycle_enabled: false,
   instructions: ['docker pull runner']
 };
-
-/** A client whose server answers from `routes` ("METHOD endpoint" → body, or [status, body]). */
-function scripted(routes: Record<string, unknown>) {
-  const sent: Array<{ method: string; endpoint: string; body: unknown }> = [];
-  const client = new SandboxClient('/', async (url, init) => {
-    const endpoint = url.replace('/api/sandbox/', '');
-    const method = init.method ?? 'GET';
-    sent.push({
-      method,
-      endpoint,
-      body: init.body ? JSON.parse(String(init.body)) : null
-    });
-    const answer = routes[`${method} ${endpoint}`];
-    const [code, body] = Array.isArray(answer) ? answer : [200, answer];
-    // jsdom has no fetch Response: the client only reads these members.
-    return {
-      ok: code < 400,
-      status: code,
-      statusText: code < 400 ? 'OK' : 'Bad Request',
-      text: async () => JSON.stringify(body)
-    } as unknown as Response;
-  });
-  return { client, sent };
-}
 
 async function openPanel(routes: Record<string, unknown>) {
   const { client, sent } = scripted({
@@ -71,18 +37,6 @@ async function openPanel(routes: Record<string, unknown>) {
   const q = <T extends Element>(selector: string) =>
     panel.node.querySelector(selector) as T;
   return { panel, model, sent, q };
-}
-
-function click(button: HTMLElement | null) {
-  button?.dispatchEvent(new MouseEvent('click', { bubbles: true }));
-}
-
-const flush = () => new Promise(resolve => setTimeout(resolve, 0));
-
-function buttonNamed(root: HTMLElement, text: string): HTMLButtonElement {
-  return Array.from(root.querySelectorAll('button')).find(
-    b => b.textContent === text
-  )!;
 }
 
 describe('SandboxPanel', () => {
@@ -244,7 +198,7 @@ describe('SandboxPanel', () => {
 
   it('disables Install / Start / Stop with the reason and the manual steps', async () => {
     const { panel, q } = await openPanel({ 'GET status': status() });
-    const install = buttonNamed(panel.node, 'Install');
+    const install = buttonNamed(panel.node, 'Install')!;
     expect(install.disabled).toBe(true);
     expect(install.title).toContain('GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1');
     expect(q<HTMLElement>('.jp-gitpilot-manual').hidden).toBe(false);
@@ -271,7 +225,7 @@ describe('SandboxPanel', () => {
         ]
       }
     });
-    const start = buttonNamed(panel.node, 'Start');
+    const start = buttonNamed(panel.node, 'Start')!;
     expect(start.disabled).toBe(false);
     click(start);
     for (let i = 0; i < 5; i++) {
