@@ -105,6 +105,10 @@ class Status(TypedDict):
     env_error: str | None
     require_approval: bool
     isolation: list[str]
+    #: Why a network-on run is refused on the live backend (the refusal its plan gets,
+    #: with the fix), or None when it is not; when the settings' runs are network-on,
+    #: the refusal is the ``error`` instead.
+    network_on: str | None
     isolation_report: IsolationReport
     settings_error: str | None
     settings_path: str

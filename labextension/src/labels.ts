@@ -55,7 +55,9 @@ export function statusText(
   if (status.ok) {
     return label;
   }
-  return status.backend === 'matrixlab'
+  // A Runner that answered (its /health is the status's `remote`) is not unreachable: it
+  // refuses, e.g. every run when the settings make them network-on there.
+  return status.backend === 'matrixlab' && !status.remote
     ? trans.__('%1 — unreachable', label)
     : trans.__('%1 — error', label);
 }

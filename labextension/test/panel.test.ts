@@ -329,6 +329,14 @@ describe('SandboxStatusItem', () => {
     await model.refresh();
     expect(item.node.textContent).toBe('Sandbox: MatrixLab — unreachable');
     expect(item.node.title).toContain('cannot reach');
+    // A Runner that answers but refuses every run (network on, not isolated) is no outage.
+    const refusal =
+      'refused: with network on, a run on the MatrixLab Runner ...';
+    model.set(
+      status({ backend: 'matrixlab', ok: false, error: refusal, remote: {} })
+    );
+    expect(item.node.textContent).toBe('Sandbox: MatrixLab — error');
+    expect(item.node.title).toContain(refusal);
     model.set(status());
     expect(item.node.textContent).toBe('Sandbox: Local');
     click(item.node);
