@@ -30,6 +30,7 @@ class StatusReporter:
         interpreters: Interpreters,
         plans: PlanStore,
         require_approval: Callable[[], bool],
+        max_timeout_sec: Callable[[], int],
         capacity: Callable[[], CapacityReport],
     ) -> None:
         self.settings = settings
@@ -37,6 +38,7 @@ class StatusReporter:
         self.interpreters = interpreters
         self.plans = plans
         self._require_approval = require_approval
+        self._max_timeout_sec = max_timeout_sec
         self._capacity = capacity
 
     async def status(self) -> Status:
@@ -83,6 +85,7 @@ class StatusReporter:
             "env_override": effective.env_override,
             "env_error": effective.env_error,
             "require_approval": self._require_approval(),
+            "max_timeout_sec": self._max_timeout_sec(),
             "isolation": isolation,
             "network_on": network_on,
             "isolation_report": local.isolator.report(),
