@@ -395,4 +395,26 @@ describe('SandboxStatusItem', () => {
     item.node.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter' }));
     expect(opened).toBe(2);
   });
+
+  it('shows Pass-through as a warning that says what it means and how to leave it', async () => {
+    const off = status({
+      backend: 'off',
+      settings: { ...status().settings, backend: 'off' }
+    });
+    const { client } = scripted({ 'GET status': off });
+    const model = new SandboxModel(client);
+    const item = new SandboxStatusItem(model, () => undefined);
+    await model.refresh();
+    expect(item.node.textContent).toBe('Sandbox: Pass-through');
+    expect(item.node.classList.contains('jp-mod-warn')).toBe(true);
+    expect(item.node.title.split('\n')).toEqual([
+      'Sandbox: Pass-through',
+      "Warning: Pass-through has no isolation: every snippet runs directly on the server's host, as you, and the network is not blocked.",
+      'To change it, choose Local or MatrixLab in the sandbox settings.',
+      'Click to open the sandbox settings.'
+    ]);
+    model.set(status());
+    expect(item.node.classList.contains('jp-mod-warn')).toBe(false);
+    expect(item.node.title).not.toContain('Warning');
+  });
 });

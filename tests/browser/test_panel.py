@@ -9,12 +9,24 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, Response, expect
 
 from .lab import Lab, free_port
-from .ui import open_settings_from_menu, run_palette_command, screenshot, set_theme
+from .ui import (
+    low_contrast,
+    open_settings_from_menu,
+    run_palette_command,
+    screenshot,
+    set_theme,
+)
 
 pytestmark = pytest.mark.browser
 
 SECRET = "tok-5up3r-s3cr3t-0123456789"
 OUT_OF_RANGE = "Enter a whole number of seconds from 1 to 600."
+
+
+def rgb(color: str) -> str:
+    """A theme's ``#rrggbb`` as computed styles give it (``rgb(r, g, b)``)."""
+    hexa = color.strip().lstrip("#")
+    return "rgb({}, {}, {})".format(*(int(hexa[i : i + 2], 16) for i in (0, 2, 4)))
 
 
 def body_of(response: Response) -> str | None:
@@ -121,5 +133,21 @@ def test_pass_through_from_the_panel_is_saved_once_confirmed(lab: Lab, page: Pag
     refused = lab.api("PUT", "api/sandbox/config", json={"backend": "off"})
     assert refused.status_code == 409 and refused.json()["code"] == "confirmation_required"
     dialog.get_by_role("button", name=re.compile("Switch to Pass-through")).click()
-    expect(page.locator(".jp-gitpilot-status")).to_have_text("Sandbox: Pass-through")
+    status = page.locator(".jp-gitpilot-status")
+    expect(status).to_have_text("Sandbox: Pass-through")
     assert lab.api("GET", "api/sandbox/config").json()["backend"] == "off"
+    # It looks like a warning: a sign before the words, the theme's warning colours, what
+    # it means and how to leave it on hover, and AA contrast in both themes.
+    expect(status).to_have_class(re.compile(r"\bjp-mod-warn\b"))
+    expect(status).to_have_attribute("title", re.compile("Warning: Pass-through has no isolation"))
+    expect(status).to_have_attribute("title", re.compile("choose Local or MatrixLab"))
+    assert status.evaluate("node => getComputedStyle(node, '::before').content") == '"⚠ "'
+    for theme in ("JupyterLab Light", "JupyterLab Dark"):
+        set_theme(page, theme)
+        warning = page.evaluate(
+            "getComputedStyle(document.body).getPropertyValue('--jp-warn-color3')"
+        )
+        assert status.evaluate("node => getComputedStyle(node).backgroundColor") == rgb(warning)
+        assert low_contrast(page, ".jp-gitpilot-status") == []
+        screenshot(status, f"status-pass-through-{theme.split()[-1].lower()}")
+    set_theme(page, "JupyterLab Light")
