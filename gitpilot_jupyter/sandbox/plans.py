@@ -118,6 +118,7 @@ class ExecutionPlan:
             language=spec.language,
             code=spec.code,
             file=spec.file,
+            filename=spec.filename,
             stdin=spec.stdin,
             timeout_sec=spec.timeout_sec,
             backend=spec.backend,

@@ -52,7 +52,8 @@ def plan_digest(
 class RunSpec:
     """One run, fully resolved: canonical language, code, stdin, clamped timeout, network,
     backend, the server variables passed through, the resource limits in force when it
-    was planned and, for a file run, the file.
+    was planned and, for a file run, the file (or, for code its caller read from a file,
+    that file's name: ``filename``).
 
     The digest covers what the contract binds an approval to (the limits are the
     administrator's, not the requester's, and the file's text is the code: both are
@@ -68,6 +69,12 @@ class RunSpec:
     env: tuple[str, ...] = ()
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     file: str | None = None
+    filename: str | None = None
+
+    @property
+    def named_after(self) -> str | None:
+        """The file the run is named after (plans, results, tracebacks), if any."""
+        return self.file or self.filename
 
     @functools.cached_property
     def digest(self) -> str:

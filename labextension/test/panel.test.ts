@@ -161,24 +161,76 @@ describe('SandboxPanel', () => {
   });
 
   it('shows a refused save as the server message', async () => {
+    const refusal = 'network on for every run needs the administrator';
     const { panel, q } = await openPanel({
       'GET status': status(),
       'PUT config': [
-        400,
-        {
-          message: 'timeout_sec must be within 1..600',
-          reason: 'Bad Request',
-          code: 'invalid_setting'
-        }
+        403,
+        { message: refusal, reason: 'Forbidden', code: 'setting_not_allowed' }
       ]
     });
-    q<HTMLInputElement>('input[name="timeout_sec"]').value = '900';
+    q<HTMLInputElement>('input[name="allow_network"]').checked = true;
     click(buttonNamed(panel.node, 'Save'));
     await flush();
     await flush();
     const message = q<HTMLElement>('.jp-gitpilot-message');
     expect(message.getAttribute('role')).toBe('alert');
-    expect(message.textContent).toBe('timeout_sec must be within 1..600');
+    expect(message.textContent).toBe(refusal);
+  });
+
+  it("marks a time limit out of the server's range and keeps Save off meanwhile", async () => {
+    const { panel, sent, q } = await openPanel({
+      'GET status': status({ max_timeout_sec: 300 }),
+      'PUT config': status({
+        max_timeout_sec: 300,
+        settings: { ...status().settings, timeout_sec: 30 }
+      })
+    });
+    const timeout = q<HTMLInputElement>('input[name="timeout_sec"]');
+    const save = buttonNamed(panel.node, 'Save');
+    const error = document.getElementById(
+      timeout.getAttribute('aria-describedby')!
+    )!;
+    expect(timeout.closest('label')?.textContent).toBe(
+      'Time limit (seconds, 1–300)'
+    );
+    expect([timeout.min, timeout.max]).toEqual(['1', '300']);
+    expect(timeout.hasAttribute('aria-invalid')).toBe(false);
+    expect(error.hidden).toBe(true);
+    for (const bad of ['301', '0', '2.5', '']) {
+      timeout.value = bad;
+      timeout.dispatchEvent(new Event('input', { bubbles: true }));
+      expect(timeout.getAttribute('aria-invalid')).toBe('true');
+      expect(error.hidden).toBe(false);
+      expect(error.textContent).toBe(
+        'Enter a whole number of seconds from 1 to 300.'
+      );
+      expect(save.disabled).toBe(true);
+    }
+    click(save);
+    await flush();
+    expect(sent.filter(s => s.method === 'PUT')).toHaveLength(0);
+
+    timeout.value = '30';
+    timeout.dispatchEvent(new Event('input', { bubbles: true }));
+    expect(timeout.hasAttribute('aria-invalid')).toBe(false);
+    expect(error.hidden).toBe(true);
+    expect(save.disabled).toBe(false);
+    click(save);
+    await flush();
+    await flush();
+    expect(sent.filter(s => s.method === 'PUT').map(s => s.body)).toEqual([
+      { timeout_sec: 30 }
+    ]);
+  });
+
+  it("offers the schema's range until the server says its own", async () => {
+    const { q } = await openPanel({ 'GET status': status() });
+    const timeout = q<HTMLInputElement>('input[name="timeout_sec"]');
+    expect(timeout.max).toBe('600');
+    timeout.value = '601';
+    timeout.dispatchEvent(new Event('input', { bubbles: true }));
+    expect(timeout.getAttribute('aria-invalid')).toBe('true');
   });
 
   it('shows a backend the administrator does not allow as theirs', async () => {
@@ -283,10 +335,40 @@ describe('SandboxStatusItem', () => {
     await model.refresh();
     expect(item.node.textContent).toBe('Sandbox: MatrixLab — unreachable');
     expect(item.node.title).toContain('cannot reach');
+    // A Runner that answers but refuses every run (network on, not isolated) is no outage.
+    const refusal =
+      'refused: with network on, a run on the MatrixLab Runner ...';
+    model.set(
+      status({ backend: 'matrixlab', ok: false, error: refusal, remote: {} })
+    );
+    expect(item.node.textContent).toBe('Sandbox: MatrixLab — error');
+    expect(item.node.title).toContain(refusal);
     model.set(status());
     expect(item.node.textContent).toBe('Sandbox: Local');
     click(item.node);
     item.node.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter' }));
     expect(opened).toBe(2);
+  });
+
+  it('shows Pass-through as a warning that says what it means and how to leave it', async () => {
+    const off = status({
+      backend: 'off',
+      settings: { ...status().settings, backend: 'off' }
+    });
+    const { client } = scripted({ 'GET status': off });
+    const model = new SandboxModel(client);
+    const item = new SandboxStatusItem(model, () => undefined);
+    await model.refresh();
+    expect(item.node.textContent).toBe('Sandbox: Pass-through');
+    expect(item.node.classList.contains('jp-mod-warn')).toBe(true);
+    expect(item.node.title.split('\n')).toEqual([
+      'Sandbox: Pass-through',
+      "Warning: Pass-through has no isolation: every snippet runs directly on the server's host, as you, and the network is not blocked.",
+      'To change it, choose Local or MatrixLab in the sandbox settings.',
+      'Click to open the sandbox settings.'
+    ]);
+    model.set(status());
+    expect(item.node.classList.contains('jp-mod-warn')).toBe(false);
+    expect(item.node.title).not.toContain('Warning');
   });
 });

@@ -300,7 +300,7 @@ class SubprocessSandbox(SandboxBackend):
     async def run(self, request: RunRequest, on_output: OutputCallback | None = None) -> RunResult:
         """Run ``request`` in a fresh temp dir; see the module docstring."""
         language = request.language
-        command = self.interpreters.display_command(language, request.file)
+        command = self.interpreters.display_command(language, request.named_after)
         started = time.monotonic()
         result = RunResult(
             backend=self.name,
@@ -323,7 +323,7 @@ class SubprocessSandbox(SandboxBackend):
             return result
 
         # A warm slot waits for inline.*: a file run under its own name starts cold.
-        pool = self.pool() if request.file is None else None
+        pool = self.pool() if request.named_after is None else None
         key = self._key(request, interpreter) if pool is not None else None
         try:
             slot = None
@@ -397,7 +397,7 @@ class SubprocessSandbox(SandboxBackend):
         """Make the run's 0700 temp dir, write the snippet into it, wrap the argv."""
         workdir = Path(make_run_dir())
         try:
-            filename = run_filename(request.language, request.file)
+            filename = run_filename(request.language, request.named_after)
             (workdir / filename).write_text(request.code, encoding="utf-8")
             launch = self.isolator.prepare(
                 [interpreter, filename],

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from ..backend import OutputCallback, RunRequest, SandboxBackend
@@ -121,6 +121,7 @@ def _request(spec: RunSpec, policy: SandboxPolicy) -> RunRequest:
         env=policy.scrub_env(os.environ, allow_network=spec.network, passthrough=spec.env),
         max_output_bytes=policy.max_output_bytes,
         limits=spec.limits,
+        filename=spec.filename,
     )
 
 
@@ -337,7 +338,8 @@ class RunExecutor:
                 grace.withdraw()  # the backend answered through the grace's cancel
             # The backend's own fields, as its envelope would have them (matrixlab's command
             # and notes differ from the local ones).
-            file = request.file.name if request.file is not None else None
+            named = request.named_after
+            file = PurePath(named).name if named is not None else None
             return RunResult(
                 backend=backend.name,
                 language=request.language,
