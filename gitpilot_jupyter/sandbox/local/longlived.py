@@ -42,11 +42,14 @@ class LongLived:
     tail: bytearray = field(default_factory=bytearray)
     _drains: list[asyncio.Task[None]] = field(default_factory=list)
     _stopped: bool = False
+    #: Done once the chain's first process has exited (watched once for its whole life).
+    ended: asyncio.Future[None] = field(init=False)
 
     def __post_init__(self) -> None:
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 self._drains.append(asyncio.ensure_future(self._drain(stream)))
+        self.ended = asyncio.ensure_future(_exited(self.proc))
 
     async def _drain(self, stream: asyncio.StreamReader) -> None:
         while chunk := await stream.read(_READ_SIZE):
@@ -81,10 +84,6 @@ class LongLived:
                     return pid
         return None
 
-    async def exited(self) -> None:
-        """Return once the chain's first process has exited."""
-        await _exited(self.proc)
-
     async def stop(self) -> None:
         """Kill every process of it, then remove its cgroup and run folder (idempotent)."""
         if self._stopped:
@@ -95,7 +94,7 @@ class LongLived:
         if self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
-        await _exited(self.proc)
+        await asyncio.shield(self.ended)
         for task in self._drains:
             task.cancel()
         for task in self._drains:

@@ -200,7 +200,7 @@ class KernelSession:
         outcome = CellOutcome(result)
         msg_id = self.client.execute(code, store_history=True, allow_stdin=False)
         collect = asyncio.ensure_future(self._collect(msg_id, cell))
-        ended = asyncio.ensure_future(self.process.exited())
+        ended = self.process.ended
         waiters: set[asyncio.Future[Any]] = {collect, ended}
         stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None
         if stopped is not None:
@@ -222,7 +222,7 @@ class KernelSession:
             if collect not in done:
                 outcome.lost = True
         finally:
-            for waiter in (collect, ended, stopped):
+            for waiter in (collect, stopped):  # (not ended: the session's own, for its life)
                 if waiter is not None:
                     waiter.cancel()
         if outcome.lost:
