@@ -8,6 +8,7 @@ own); on the namespace-free engine they are refused, and that is tested where it
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -468,3 +469,53 @@ def test_twenty_sessions_at_once(bwrap: SubprocessSandbox) -> None:
         assert len({s["name"] for s in manager.list()}) == 20
 
     with_sessions(bwrap, body)
+
+
+def test_a_kernel_started_ahead_is_handed_out_fresh_and_removed_at_close(
+    bwrap: SubprocessSandbox,
+) -> None:
+    bwrap.pool_config = dataclasses.replace(bwrap.pool_config, mode="auto")
+    folders: list[Path] = []
+
+    async def body(manager: SessionManager) -> None:
+        await manager.start("a", owner="alice", request=start_request())
+        await manager.run_cell(cell("a", "secret = 'alice'"), user="alice")
+        ahead = manager.spare._ahead
+        assert ahead is not None  # the next start's kernel is on its way
+        waiting = await asyncio.shield(ahead.task)
+        started = time.monotonic()
+        await manager.start("b", owner="bob", request=start_request())
+        assert time.monotonic() - started < 1.0  # (a cold start takes a second or more)
+        bob, alice = (
+            manager._sessions[("bob", "b")].kernel,
+            manager._sessions[("alice", "a")].kernel,
+        )
+        assert bob is waiting and bob.name == "b"
+        assert bob.connection.key != alice.connection.key
+        fresh = await manager.run_cell(cell("b", "print('secret' in dir())"), user="bob")
+        assert fresh.result.stdout == "False\n" and fresh.result.sandbox_id == "b"
+        # Another request (network, limits or environment): not that kernel, a new one.
+        other = start_request(limits=ResourceLimits(memory_mb=300, max_processes=64))
+        ahead = manager.spare._ahead
+        assert ahead is not None
+        waiting = await asyncio.shield(ahead.task)
+        await manager.start("c", owner=None, request=other)
+        assert manager._sessions[(None, "c")].kernel is not waiting
+        folders.extend([waiting.workdir, bob.workdir, alice.workdir])
+        ahead = manager.spare._ahead
+        assert ahead is not None
+        folders.append((await asyncio.shield(ahead.task)).workdir)
+
+    with_sessions(bwrap, body)
+    assert folders and not any(folder.exists() for folder in folders)
+
+
+def test_no_kernel_is_started_ahead_with_the_pool_off() -> None:
+    backend = make_backend("bwrap")
+    assert backend.pool_config.mode == "off"  # (the tests' environment)
+
+    async def body(manager: SessionManager) -> None:
+        await manager.start("a", owner=None, request=start_request())
+        assert manager.spare._ahead is None
+
+    with_sessions(backend, body)

@@ -29,6 +29,7 @@ from ..settings import DEFAULT_SESSION_IDLE_MIN
 from ..spec import RunSpec
 from .boot import engine_refusal
 from .kernel import CellOutcome, KernelSession
+from .spare import Spare
 
 if TYPE_CHECKING:
     from ..local.backends import SubprocessSandbox
@@ -79,7 +80,8 @@ class SessionManager:
     """The sessions started on ``backend`` (the subprocess backend), by owner and name.
 
     ``idle_sec`` is read each time a session's idle timer is set (the settings'
-    ``session_idle_min``, which may change).
+    ``session_idle_min``, which may change). Unless the backend's pool is off, one
+    kernel is started ahead for the next start (:mod:`.spare`).
     """
 
     def __init__(
@@ -92,6 +94,8 @@ class SessionManager:
         self.idle_sec = idle_sec
         self._sessions: dict[tuple[str | None, str], _Entry] = {}
         self._stopping: set[asyncio.Task[None]] = set()
+        #: The kernel started ahead of the next start (:mod:`.spare`).
+        self.spare = Spare(backend)
 
     # -- finding ---------------------------------------------------------------------
 
@@ -120,7 +124,11 @@ class SessionManager:
         refused = engine_refusal(self.backend.isolator.engine)
         if refused is not None:
             raise refused
-        kernel = await KernelSession.start(self.backend, name, request)
+        kernel = await self.spare.take(request)
+        if kernel is None:
+            kernel = await KernelSession.start(self.backend, name, request)
+        kernel.name = name
+        self.spare.refill(request)
         if (owner, name) in self._sessions:  # started twice at once: the first one stays
             await kernel.stop()
             raise SessionExists(f"session {name!r} is already open: restart or stop it")
@@ -146,8 +154,9 @@ class SessionManager:
         self._find(name, user).kernel.interrupt()
 
     async def aclose(self) -> None:
-        """Stop every session (the server is closing)."""
+        """Stop every session and the kernel started ahead (the server is closing)."""
         await asyncio.gather(*(self._end(e) for e in list(self._sessions.values())))
+        await self.spare.aclose()
         if self._stopping:
             await asyncio.gather(*self._stopping, return_exceptions=True)
 
