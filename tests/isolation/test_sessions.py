@@ -519,3 +519,21 @@ def test_no_kernel_is_started_ahead_with_the_pool_off() -> None:
         assert manager.spare._ahead is None
 
     with_sessions(backend, body)
+
+
+def test_a_session_stopped_during_a_cell_answers_that_cell_lost(bwrap: SubprocessSandbox) -> None:
+    async def body(manager: SessionManager) -> None:
+        await manager.start("nb", owner=None, request=start_request())
+        kernel = manager._sessions[(None, "nb")].kernel
+        running = asyncio.ensure_future(
+            manager.run_cell(cell("nb", "import time\ntime.sleep(60)"), user=None)
+        )
+        await asyncio.sleep(1.0)
+        started = time.monotonic()
+        await manager.stop("nb", user=None)
+        outcome = await asyncio.wait_for(running, 10)
+        assert outcome.lost and time.monotonic() - started < 10
+        assert LOST_NOTE in outcome.result.notes and outcome.result.exit_code == -1
+        assert not kernel.workdir.exists() and not alive(kernel.kernel_pid)
+
+    with_sessions(bwrap, body)

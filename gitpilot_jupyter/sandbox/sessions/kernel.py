@@ -109,6 +109,7 @@ class KernelSession:
         self.backend = backend
         self.busy = False
         self._lock = asyncio.Lock()
+        self._closed = False
 
     @classmethod
     async def start(
@@ -219,8 +220,10 @@ class KernelSession:
                     timeout=INTERRUPT_GRACE_SEC,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
-            if collect not in done:
-                outcome.lost = True
+            # (Its messages failing: the session was stopped meanwhile.)
+            outcome.lost = (
+                collect not in done or collect.cancelled() or collect.exception() is not None
+            )
         finally:
             for waiter in (collect, stopped):  # (not ended: the session's own, for its life)
                 if waiter is not None:
@@ -254,6 +257,8 @@ class KernelSession:
                 try:
                     msg = await self.client.get_iopub_msg()
                 except Exception:  # a message that is not one (the kernel's code sent it)
+                    if self._closed:
+                        raise  # stopped meanwhile: no message will come
                     log.debug("session %s: a malformed message", self.name, exc_info=True)
                     continue
                 if _parent(msg) != msg_id:
@@ -266,7 +271,7 @@ class KernelSession:
                 shell.cancel()
 
     async def _reply(self, msg_id: str) -> None:
-        while True:
+        while not self._closed:
             with contextlib.suppress(Exception):  # (as above)
                 if _parent(await self.client.get_shell_msg()) == msg_id:
                     return
@@ -306,6 +311,7 @@ class KernelSession:
 
     async def stop(self) -> None:
         """End the session: its client, every process of its run, its cgroup and folder."""
+        self._closed = True
         _close_client(self.client)
         await self.process.stop()
 
