@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ from gitpilot_jupyter.sandbox.sessions import CellOutcome, SessionManager
 from gitpilot_jupyter.sandbox.sessions.boot import PORTS
 from gitpilot_jupyter.sandbox.sessions.kernel import LOST_NOTE
 from gitpilot_jupyter.sandbox.spec import RunSpec
+from tests.support.system import require_system
 
 from .conftest import make_backend
 
@@ -342,21 +342,42 @@ def test_another_run_or_session_cannot_read_the_folder_or_reach_the_sockets(
     with_sessions(bwrap, body)
 
 
-def test_network_off_holds_inside_the_session(bwrap: SubprocessSandbox, listener: int) -> None:
-    code = textwrap.dedent(f"""
-        import socket
-        print(sorted(name for _, name in socket.if_nameindex()))
-        try:
-            socket.create_connection(("127.0.0.1", {listener}), timeout=3).close()
-            print("connected")
-        except OSError as exc:
-            print("refused")
-    """)
+#: The network interfaces a cell sees, and whether it reaches the host's loopback listener.
+NETWORK = """
+import socket
+print(sorted(name for _, name in socket.if_nameindex()))
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=3).close()
+    print("connected")
+except OSError as exc:
+    print("refused")
+"""
 
+
+def test_network_off_holds_inside_the_session(bwrap: SubprocessSandbox, listener: int) -> None:
     async def body(manager: SessionManager) -> None:
         await manager.start("nb", owner=None, request=start_request())
-        outcome = await manager.run_cell(cell("nb", code), user=None)
+        outcome = await manager.run_cell(cell("nb", NETWORK.format(port=listener)), user=None)
         assert outcome.result.stdout == "['lo']\nrefused\n", outcome.result.stderr
+
+    with_sessions(bwrap, body)
+
+
+def test_network_on_is_a_sessions_own_stack_without_the_hosts_loopback(
+    bwrap: SubprocessSandbox, listener: int
+) -> None:
+    require_system(
+        "slirp4netns",
+        bwrap.isolator.refusal(allow_network=True) is None,
+        "no egress-only network for bwrap runs here",
+    )
+
+    async def body(manager: SessionManager) -> None:
+        info = await manager.start("nb", owner=None, request=start_request(network=True))
+        assert "egress-only" in info["isolation"] and "netns" not in info["isolation"]
+        spec = dataclasses.replace(cell("nb", NETWORK.format(port=listener)), network=True)
+        outcome = await manager.run_cell(spec, user=None)
+        assert outcome.result.stdout == "['lo', 'tap0']\nrefused\n", outcome.result.stderr
 
     with_sessions(bwrap, body)
 
@@ -369,7 +390,7 @@ def test_a_cell_planned_with_network_does_not_run_in_a_session_without(
         spec = cell("nb", "print(1)")
         with pytest.raises(Exception, match="network off"):
             await manager.run_cell(
-                RunSpec(**{**spec.__dict__, "network": True}),  # type: ignore[arg-type]
+                dataclasses.replace(spec, network=True),
                 user=None,
             )
 
