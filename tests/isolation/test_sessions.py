@@ -558,3 +558,23 @@ def test_a_session_stopped_during_a_cell_answers_that_cell_lost(bwrap: Subproces
         assert not kernel.workdir.exists() and not alive(kernel.kernel_pid)
 
     with_sessions(bwrap, body)
+
+
+def test_an_interrupt_stops_the_cell_under_way_and_keeps_the_session(
+    bwrap: SubprocessSandbox,
+) -> None:
+    async def body(manager: SessionManager) -> None:
+        await manager.start("nb", owner=None, request=start_request())
+        await manager.run_cell(cell("nb", "x = 7"), user=None)
+        running = asyncio.ensure_future(
+            manager.run_cell(cell("nb", "import time\ntime.sleep(60)"), user=None)
+        )
+        await asyncio.sleep(1.0)
+        manager.interrupt("nb", user=None)
+        outcome = await asyncio.wait_for(running, 10)
+        result = outcome.result
+        assert result.exit_code == 1 and "KeyboardInterrupt" in result.stderr and not outcome.lost
+        kept = await manager.run_cell(cell("nb", "print(x)"), user=None)
+        assert kept.result.stdout == "7\n"
+
+    with_sessions(bwrap, body)
