@@ -578,3 +578,20 @@ def test_an_interrupt_stops_the_cell_under_way_and_keeps_the_session(
         assert kept.result.stdout == "7\n"
 
     with_sessions(bwrap, body)
+
+
+def test_a_cell_whose_caller_goes_away_is_interrupted(bwrap: SubprocessSandbox) -> None:
+    async def body(manager: SessionManager) -> None:
+        await manager.start("nb", owner=None, request=start_request())
+        running = asyncio.ensure_future(
+            manager.run_cell(cell("nb", "import time\ntime.sleep(60)\ndone = 1"), user=None)
+        )
+        await asyncio.sleep(1.0)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        started = time.monotonic()
+        after = await manager.run_cell(cell("nb", "print('done' in dir())"), user=None)
+        assert after.result.stdout == "False\n" and time.monotonic() - started < 10
+
+    with_sessions(bwrap, body)

@@ -199,7 +199,10 @@ class KernelSession:
             CappedText(max_output_bytes), CappedText(max_output_bytes), CellOutputs(), on_output
         )
         outcome = CellOutcome(result)
-        msg_id = self.client.execute(code, store_history=True, allow_stdin=False)
+        # One cell at a time: nothing is queued behind it for an error to abort.
+        msg_id = self.client.execute(
+            code, store_history=True, allow_stdin=False, stop_on_error=False
+        )
         collect = asyncio.ensure_future(self._collect(msg_id, cell))
         ended = self.process.ended
         waiters: set[asyncio.Future[Any]] = {collect, ended}
@@ -224,6 +227,9 @@ class KernelSession:
             outcome.lost = (
                 collect not in done or collect.cancelled() or collect.exception() is not None
             )
+        except asyncio.CancelledError:
+            self.interrupt()  # its caller is gone (a closed stream): the cell stops too
+            raise
         finally:
             for waiter in (collect, stopped):  # (not ended: the session's own, for its life)
                 if waiter is not None:
@@ -251,7 +257,7 @@ class KernelSession:
     async def _collect(self, msg_id: str, cell: _Cell) -> None:
         """Read the cell's messages until the kernel is idle again and has replied."""
         idle = replied = False
-        shell = asyncio.ensure_future(self._reply(msg_id))
+        shell = asyncio.ensure_future(self._reply(msg_id, cell))
         try:
             while not idle:
                 try:
@@ -270,10 +276,15 @@ class KernelSession:
             if not replied or not shell.done():
                 shell.cancel()
 
-    async def _reply(self, msg_id: str) -> None:
+    async def _reply(self, msg_id: str, cell: _Cell) -> None:
         while not self._closed:
             with contextlib.suppress(Exception):  # (as above)
-                if _parent(await self.client.get_shell_msg()) == msg_id:
+                msg = await self.client.get_shell_msg()
+                if _parent(msg) == msg_id:
+                    content = msg.get("content")
+                    if isinstance(content, dict) and content.get("status") == "aborted":
+                        cell.failed = True
+                        cell.outputs.notes.append("the kernel aborted this cell: it did not run")
                     return
 
     async def _handle(self, msg: dict[str, Any], cell: _Cell) -> bool:
