@@ -123,7 +123,12 @@ class KernelSession:
         """
         connection = new_connection()
         boot = dataclasses.replace(
-            request, language="python", code=boot_code(connection), stdin=None, file=None
+            request,
+            language="python",
+            code=boot_code(connection),
+            stdin=None,
+            file=None,
+            filename=None,
         )
         process = await backend.start_long_lived(boot)
         try:
