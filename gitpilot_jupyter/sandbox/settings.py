@@ -60,7 +60,10 @@ INT_RANGES = {
     "max_processes": (8, 4096),
     "max_file_size_mb": (1, 65536),
     "disk_limit_mb": (16, 65536),
+    "session_idle_min": (1, 1440),
 }
+#: Minutes a session may sit without a cell before it is stopped, when the settings name none.
+DEFAULT_SESSION_IDLE_MIN = 30
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,13 @@ class SandboxSettings:
         metadata={
             "help": "The size cap of a `subprocess` run's writable space (run folder, `/tmp`, "
             "`/dev/shm`), in MiB, with 64 inodes per MiB; shown in every plan."
+        },
+    )
+    session_idle_min: int = field(
+        default=DEFAULT_SESSION_IDLE_MIN,
+        metadata={
+            "help": "Minutes a session (a kernel that keeps state between cells) may wait "
+            "without a cell before it is stopped, and everything of it removed."
         },
     )
 

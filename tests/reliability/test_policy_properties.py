@@ -157,6 +157,7 @@ RANGES = {
     "max_processes": (8, 4096),
     "max_file_size_mb": (1, 65536),
     "disk_limit_mb": (16, 65536),
+    "session_idle_min": (1, 1440),
 }
 
 

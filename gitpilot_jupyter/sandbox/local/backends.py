@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..backend import OutputCallback, RunRequest, SandboxBackend
-from ..errors import ContainmentUnavailable
+from ..errors import ContainmentUnavailable, SandboxError
 from ..languages import Interpreters, canonical_language, run_filename, snippet_filename
 from ..records import PoolReport
 from ..results import RunResult
@@ -33,6 +33,7 @@ from .enginereport import cgroup_fix
 from .isolation import Isolator, Launch
 from .launcherclient import LaunchedRun
 from .layered import default_isolator
+from .longlived import LongLived
 from .pool import PoolConfig, PoolKey, Slot, WarmChild, WarmPool
 from .supervise import _feed_slot, _feed_stdin, _kill_group, supervise
 
@@ -392,6 +393,34 @@ class SubprocessSandbox(SandboxBackend):
                     slot.popen.stdin.close()
             self._clean_up_later(slot.launch, slot.workdir, slot)
         return True
+
+    async def start_long_lived(self, request: RunRequest) -> LongLived:
+        """Start ``request``'s code as a cold run is started, and hand the chain back.
+
+        The same refusal, run folder, engine, launch plan, cgroup and rlimits as
+        :meth:`run`; no timeout and no output cap (the caller drives the process and
+        ends it with :meth:`.LongLived.stop`). Raises the refusal, or
+        :class:`~..errors.SandboxError` when the interpreter is missing or the chain
+        could not be started.
+        """
+        refused = self.refusal(allow_network=request.allow_network)
+        if refused is not None:
+            raise refused
+        interpreter = self.interpreters.resolve(request.language)
+        if interpreter is None:
+            missing = getattr(self.interpreters, request.language)
+            raise SandboxError(
+                f"the {request.language} interpreter {missing!r} is not installed or not "
+                f"on PATH; install it to run {request.language} snippets",
+                code="interpreter_missing",
+            )
+        workdir, launch = await asyncio.to_thread(self._prepare, request, interpreter)
+        result = RunResult(backend=self.name, language=request.language, command=[], exit_code=-1)
+        proc = await self._spawn(request, launch, workdir, result)
+        if proc is None:
+            await asyncio.to_thread(remove_run, launch, workdir)
+            raise SandboxError(result.stderr, code="launch_failed")
+        return LongLived(workdir, launch, proc, BASE_LAYERS + launch.layers)
 
     def _prepare(self, request: RunRequest, interpreter: str) -> tuple[Path, Launch]:
         """Make the run's 0700 temp dir, write the snippet into it, wrap the argv."""

@@ -80,6 +80,7 @@ class Planner:
             file=options.file,
             # Only a plain name: every backend runs the code under it as it is.
             filename=None if options.file is not None else plain_filename(options.filename),
+            session=options.session,
         )
 
     def read_file(self, file: str) -> str:

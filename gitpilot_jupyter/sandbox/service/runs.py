@@ -233,6 +233,14 @@ class RunExecutor:
         backend's name and object and the request it is sent; a refusal raises."""
         if not isinstance(spec.code, str) or not spec.code.strip():
             raise EmptyCode("there is no code to run")
+        if spec.session is not None:
+            # A cell of a session goes to its kernel (sessions.SessionManager.run_cell),
+            # never into a fresh run that would lose the state it was approved for.
+            raise InvalidRequest(
+                f"this plan is a cell of session {spec.session!r}: it runs in that session, "
+                "not as a run of its own",
+                code="session_cell",
+            )
         policy = self._policy()
         command = self.resolver.command(spec.language)
         policy.check_destructive(spec.language, spec.code, command)
