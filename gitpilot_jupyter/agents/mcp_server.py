@@ -113,6 +113,7 @@ def build_server(
         ctx: Context,
         timeout_sec: int | None = None,
         env: list[str] | None = None,
+        inputs: list[str] | None = None,
     ) -> CallToolResult:
         """Run a snippet in the sandbox and return its exit code, duration, stdout and stderr.
 
@@ -120,20 +121,28 @@ def build_server(
         timeout_sec: 1..600 seconds (default: the sandbox settings', usually 120).
         env: names of the server's environment variables the snippet needs; only names the
         administrator allows agents (agent_env_allowlist, none by default) are accepted.
+        inputs: paths of project files or folders the snippet needs; each appears in its
+        folder as ./NAME (read-only where the engine can make it so), listed in the plan.
         """
-        reply = await agent.async_run_in_sandbox(language, code, timeout_sec, env)
+        reply = await agent.async_run_in_sandbox(language, code, timeout_sec, env, inputs)
         return await settle(reply, ctx)
 
     @server.tool(annotations=_hints("Run a shell command in the sandbox"))
     async def run_command(
-        command: str, ctx: Context, timeout_sec: int | None = None, env: list[str] | None = None
+        command: str,
+        ctx: Context,
+        timeout_sec: int | None = None,
+        env: list[str] | None = None,
+        inputs: list[str] | None = None,
     ) -> CallToolResult:
         """Run a bash command line in the sandbox (a fresh temporary folder, not the project).
 
         Returns the exit code, duration, stdout and stderr. Destructive commands are refused.
         env: as for run_in_sandbox (only names the administrator allows agents).
+        inputs: as for run_in_sandbox (project files or folders, each as ./NAME).
         """
-        return await settle(await agent.async_run_command(command, timeout_sec, env), ctx)
+        reply = await agent.async_run_command(command, timeout_sec, env, inputs)
+        return await settle(reply, ctx)
 
     @server.tool(annotations=_hints("Sandbox status", read_only=True))
     async def sandbox_status() -> CallToolResult:

@@ -20,6 +20,7 @@ from ..client.local import LocalClient
 from ..client.resolve import make_client
 from ..sandbox.claims import AgentPlan
 from ..sandbox.errors import InvalidSetting, SandboxError
+from ..sandbox.inputs import absolute_paths
 from ..sandbox.plans import MAX_PENDING_PLANS, ExecutionPlan
 from ..sandbox.request import RunOptions
 from ..sandbox.results import RunResult
@@ -148,22 +149,31 @@ class AgentSandbox:
         code: str,
         timeout_sec: int | None = None,
         env: Sequence[str] | None = None,
+        inputs: Sequence[str] | None = None,
     ) -> AgentReply:
         """Plan ``code`` in ``language``; run it as the approval mode allows.
 
         ``env``: names of server variables to pass to the snippet (shown in the plan): only
         those on the administrator's list for agents (``agent_env_allowlist``, else
         ``GITPILOT_SANDBOX_AGENT_ENV_ALLOWLIST``); any other name is an ``env_not_allowed``
-        error, and the product's own secrets are never passed.
+        error, and the product's own secrets are never passed. ``inputs``: paths of files
+        and folders (from this process's folder) the snippet finds as ``./NAME``; the plan
+        lists each, so a person approving sees what goes in.
         """
-        return await self._execute(language, code, timeout_sec, shown=None, env=env)
+        return await self._execute(language, code, timeout_sec, shown=None, env=env, inputs=inputs)
 
     async def async_run_command(
-        self, command: str, timeout_sec: int | None = None, env: Sequence[str] | None = None
+        self,
+        command: str,
+        timeout_sec: int | None = None,
+        env: Sequence[str] | None = None,
+        inputs: Sequence[str] | None = None,
     ) -> AgentReply:
-        """A bash command line, run as a bash snippet."""
+        """A bash command line, run as a bash snippet (``inputs`` as for run_in_sandbox)."""
         shown = command.strip().splitlines()[0][:200] if command.strip() else command
-        return await self._execute("bash", command, timeout_sec, shown=shown, env=env)
+        return await self._execute(
+            "bash", command, timeout_sec, shown=shown, env=env, inputs=inputs
+        )
 
     async def _execute(
         self,
@@ -172,13 +182,18 @@ class AgentSandbox:
         timeout_sec: int | None,
         shown: str | None,
         env: Sequence[str] | None = None,
+        inputs: Sequence[str] | None = None,
     ) -> AgentReply:
         if self.mode == "deny":
             return AgentReply("denied", render.render_denied(self.mode_source))
         try:
             client = await self.client()
             options = RunOptions(
-                language=language, code=code, timeout_sec=timeout_sec, env=env or ()
+                language=language,
+                code=code,
+                timeout_sec=timeout_sec,
+                env=env or (),
+                inputs=absolute_paths(inputs),
             )
             ticket = await client.plan_for_agent(options, auto_approve=self.mode == "auto")
         except SandboxError as exc:
@@ -283,15 +298,20 @@ class AgentSandbox:
         code: str,
         timeout_sec: int | None = None,
         env: Sequence[str] | None = None,
+        inputs: Sequence[str] | None = None,
     ) -> AgentReply:
         """Synchronous :meth:`async_run_in_sandbox`."""
-        return run_sync(self.async_run_in_sandbox(language, code, timeout_sec, env))
+        return run_sync(self.async_run_in_sandbox(language, code, timeout_sec, env, inputs))
 
     def run_command(
-        self, command: str, timeout_sec: int | None = None, env: Sequence[str] | None = None
+        self,
+        command: str,
+        timeout_sec: int | None = None,
+        env: Sequence[str] | None = None,
+        inputs: Sequence[str] | None = None,
     ) -> AgentReply:
         """Synchronous :meth:`async_run_command`."""
-        return run_sync(self.async_run_command(command, timeout_sec, env))
+        return run_sync(self.async_run_command(command, timeout_sec, env, inputs))
 
     def wait_for_approval(self, plan_id: str, wait_sec: float | None = None) -> AgentReply:
         """Synchronous :meth:`async_wait_for_approval`."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..client.local import LocalClient
 from ..sandbox.errors import InvalidRequest
+from ..sandbox.inputs import absolute_paths
 from ..sandbox.languages import language_for_path
 from ..sandbox.local.off import off_confirmation
 from ..sandbox.local.pool import PoolConfig
@@ -127,6 +128,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             help="pass this variable of your environment to the snippet (repeatable); "
             "nothing else but PATH, locale and TZ reaches it",
         )
+        p.add_argument(
+            "--input",
+            dest="inputs",
+            action="append",
+            metavar="PATH",
+            help="hand this file or folder to the snippet (repeatable): it appears, read-only "
+            "where the engine can make it so, as ./NAME in the snippet's folder",
+        )
         p.add_argument("--json", action="store_true", help="print the plan / result as JSON")
         if name == "run":
             p.add_argument(
@@ -210,6 +219,7 @@ def _snippet(args: argparse.Namespace) -> RunOptions:
         backend=args.backend,
         allow_network=args.network,
         env=args.env or (),
+        inputs=absolute_paths(args.inputs),
     )
 
 

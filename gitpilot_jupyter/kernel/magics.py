@@ -34,6 +34,7 @@ from ..client.base import SandboxClient
 from ..client.local import LocalClient
 from ..client.resolve import make_client
 from ..sandbox.errors import PlanBlocked, SandboxError
+from ..sandbox.inputs import absolute_paths
 from ..sandbox.local.off import off_confirmation
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.report import launcher, status_text, stopped_message
@@ -185,6 +186,14 @@ class SandboxMagics(Magics):
         metavar="NAME",
         help="pass this server environment variable to the snippet (repeatable)",
     )
+    @argument(
+        "--input",
+        dest="inputs",
+        action="append",
+        metavar="PATH",
+        help="hand this file or folder (beside the notebook) to the snippet as ./NAME, "
+        "read-only where the engine can make it so (repeatable)",
+    )
     @argument("--stdin", metavar="VAR", help="feed this str variable as stdin")
     @argument("--out", metavar="VAR", help="store the result envelope in VAR")
     @argument("--yes", action="store_true", help="approve plans with high warnings without a card")
@@ -223,6 +232,7 @@ class SandboxMagics(Magics):
                         allow_network=args.network,
                         env=args.env or (),
                         source="cell",
+                        inputs=absolute_paths(args.inputs),
                     ),
                     confirmed=args.yes,
                     on_output=echo,

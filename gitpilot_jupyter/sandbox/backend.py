@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .errors import SandboxError
+from .inputs import StagedInput
 from .output import DEFAULT_OUTPUT_CAP
 from .results import RunResult, new_run_id
 
@@ -51,6 +52,9 @@ class RunRequest:
     #: For code its caller read from a file: that file's name, which the run takes (only
     #: the name: nothing of the file is sent).
     filename: str | None = None
+    #: The files and folders handed to the run, copied and checked against the plan: each
+    #: appears at ``./NAME`` in the run folder (read-only where the engine can make it so).
+    inputs: tuple[StagedInput, ...] = ()
     #: Set when someone stops the run: the backend kills it and answers ``cancelled=True``
     #: with the output so far. A backend that ignores it is cancelled by the service.
     stop: asyncio.Event | None = field(default=None, repr=False, compare=False)

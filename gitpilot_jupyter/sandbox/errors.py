@@ -121,6 +121,13 @@ class FileAccessError(SandboxError):
     code = "invalid_file"
 
 
+class InputRefused(FileAccessError):
+    """An input (``--input PATH``) that cannot be handed to a run: missing, outside the
+    root, a credential, a symlink out of its tree (``input_symlink``), a FIFO or device."""
+
+    code = "invalid_input"
+
+
 class ConfirmationRequired(SandboxError):
     """A change that needs an explicit ``confirm`` (switching the backend to ``off``)."""
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ApprovalError, PlanBlocked, PlanNotFound
+from .inputs import RunInput
 from .records import Check, PlanWarning, RunningPlan
 from .request import RunOptions
 from .results import RunResult
@@ -126,6 +127,7 @@ class ExecutionPlan:
             env=spec.env,
             session=spec.session,
             source=self.source,
+            inputs=tuple(one.given for one in spec.inputs),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,6 +153,7 @@ class ExecutionPlan:
             "code": spec.code,
             "file": self.file,
             "env": list(spec.env),
+            "inputs": [one.to_dict() for one in spec.inputs],
             "owner": self.owner,
         }
 
@@ -173,6 +176,7 @@ class ExecutionPlan:
                 backend=data["backend"],
                 env=tuple(data.get("env") or ()),
                 file=data.get("file"),
+                inputs=tuple(RunInput(**one) for one in data.get("inputs") or ()),
             )
         own = {k: data[k] for k in _OWN_FIELDS if k in data}
         return cls(spec=spec, **own)
@@ -475,7 +479,7 @@ class PlanStore:
             if digest is not None and approval.digest != digest:
                 raise ApprovalError(
                     "what you asked to run differs from the approved plan (code, language, "
-                    "stdin, timeout, network or backend); the token was not spent",
+                    "stdin, timeout, network, backend or inputs); the token was not spent",
                     code="approval_mismatch",
                 )
             approval.used = True

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .errors import InvalidRequest, InvalidSetting, PolicyViolation
+from .inputs import MAX_INPUT_BYTES, MAX_INPUT_FILES, InputCaps
 from .matrixlab.config import TOKEN_ENV as RUNNER_TOKEN_ENV
 from .output import DEFAULT_OUTPUT_CAP
 from .settings import ENV_VARS as SETTINGS_ENV_VARS
@@ -198,6 +199,9 @@ class SandboxPolicy:
     #: Variables an agent may name (trait ``agent_env_allowlist``, and
     #: ``GITPILOT_SANDBOX_AGENT_ENV_ALLOWLIST``): an agent gets none of the caller list.
     agent_vars: frozenset[str] = field(default_factory=lambda: env_list("agent_env_allowlist"))
+    #: The caps on a run's inputs together (trait ``max_input_bytes``, ``max_input_files``).
+    max_input_bytes: int = MAX_INPUT_BYTES
+    max_input_files: int = MAX_INPUT_FILES
 
     def __post_init__(self) -> None:
         for setting, names in (
@@ -232,6 +236,11 @@ class SandboxPolicy:
                 code="env_not_allowed",
             )
         return wanted
+
+    @property
+    def input_caps(self) -> InputCaps:
+        """The caps on what a run's inputs hold together (bytes, files)."""
+        return InputCaps(max_bytes=self.max_input_bytes, max_files=self.max_input_files)
 
     def timeout(self, requested: object, default: int) -> int:
         """The timeout for a run: ``requested`` when given (1..max), else ``default``."""

@@ -26,7 +26,9 @@ class RunOptions:
     is sent (in-process callers only: the REST schemas do not take it); ``env`` names
     server variables to pass through; ``session`` names the sandbox session the code
     runs in (its kernel keeps state between cells; not the browser's
-    ``Caller.session_id``); ``source`` says which face made the request.
+    ``Caller.session_id``); ``inputs`` are paths of files and folders (under the
+    server's root, or the cwd in-process) the run finds in its folder under their
+    names; ``source`` says which face made the request.
     """
 
     language: str | None = None
@@ -40,11 +42,16 @@ class RunOptions:
     env: Sequence[str] = ()
     session: str | None = None
     source: str = "api"
+    inputs: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         # A list from JSON or argparse is kept as a tuple: the record stays hashable and frozen.
-        if not isinstance(self.env, tuple):
-            object.__setattr__(self, "env", tuple(self.env or ()))
+        for name in _LISTS:
+            value = getattr(self, name)
+            if not isinstance(value, tuple):
+                # A bad type (a string, a number) is the planner's 400, not a crash here.
+                kept = tuple(value) if isinstance(value, (list, set, frozenset)) else value
+                object.__setattr__(self, name, kept or ())
 
     def but(self, **changes: Any) -> RunOptions:
         """A copy with ``changes`` applied."""
@@ -61,11 +68,13 @@ class RunOptions:
         for name in _FIELDS:
             value = getattr(self, name)
             if value is not None and value != ():
-                body[name] = list(value) if name == "env" else value
+                body[name] = list(value) if name in _LISTS else value
         return body
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(RunOptions))
+#: The fields holding a list of names (kept as tuples).
+_LISTS = ("env", "inputs")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .backend import ResourceLimits
+from .inputs import RunInput
 
 
 def plan_digest(
@@ -29,11 +30,13 @@ def plan_digest(
     backend: str,
     env: Sequence[str] = (),
     session: str | None = None,
+    inputs: Sequence[Sequence[Any]] = (),
 ) -> str:
     """The sha256 over everything that decides what a run does.
 
-    ``env`` (the variable names passed through) and ``session`` (the session a cell
-    runs in) are bound only when given, so a plan without them keeps the digest it
+    ``env`` (the variable names passed through), ``session`` (the session a cell runs
+    in) and ``inputs`` (``[name, kind, size, sha256]`` of each file or folder handed to
+    the run) are bound only when given, so a plan without them keeps the digest it
     always had.
     """
     fields: dict[str, Any] = {
@@ -48,6 +51,8 @@ def plan_digest(
         fields["env"] = sorted(env)
     if session is not None:
         fields["session"] = session
+    if inputs:
+        fields["inputs"] = [list(entry) for entry in inputs]
     material = json.dumps(fields, sort_keys=True, ensure_ascii=False)
     return "sha256:" + hashlib.sha256(material.encode("utf-8")).hexdigest()
 
@@ -55,9 +60,10 @@ def plan_digest(
 @dataclass(frozen=True)
 class RunSpec:
     """One run, fully resolved: canonical language, code, stdin, clamped timeout, network,
-    backend, the server variables passed through, the resource limits in force when it
-    was planned, for a file run the file (or, for code its caller read from a file,
-    that file's name: ``filename``) and, for a cell of a session, the session's name
+    backend, the server variables passed through, the files and folders handed to it
+    (``inputs``), the resource limits in force when it was planned, for a file run the
+    file (or, for code its caller read from a file, that file's name: ``filename``) and,
+    for a cell of a session, the session's name
     (:mod:`~gitpilot_jupyter.sandbox.sessions`: the code runs in that session's kernel).
 
     The digest covers what the contract binds an approval to (the limits are the
@@ -76,6 +82,7 @@ class RunSpec:
     file: str | None = None
     filename: str | None = None
     session: str | None = None
+    inputs: tuple[RunInput, ...] = ()
 
     @property
     def named_after(self) -> str | None:
@@ -84,8 +91,9 @@ class RunSpec:
 
     @functools.cached_property
     def digest(self) -> str:
-        """``sha256:`` + hex over language, code, stdin, timeout, network, backend and
-        the session (worked out once: the spec is frozen)."""
+        """``sha256:`` + hex over language, code, stdin, timeout, network, backend, the
+        variables' names, the session and the inputs' names, sizes and hashes (worked out
+        once: the spec is frozen)."""
         return plan_digest(
             language=self.language,
             code=self.code,
@@ -95,4 +103,5 @@ class RunSpec:
             backend=self.backend,
             env=self.env,
             session=self.session,
+            inputs=[one.digest_entry() for one in self.inputs],
         )

@@ -17,6 +17,7 @@ from traitlets import Bool, Float, Int, List, TraitError, Type, Unicode, default
 
 from ..sandbox.batch.cluster import cluster_option
 from ..sandbox.errors import InvalidSetting
+from ..sandbox.inputs import MAX_INPUT_BYTES, MAX_INPUT_FILES
 from ..sandbox.local.isolation import ISOLATION_CHOICES, Isolator
 from ..sandbox.local.layered import default_isolator
 from ..sandbox.local.pool import POOL_ENV, POOL_MAX_ENV, PRESTART_ENV, PoolConfig
@@ -102,6 +103,17 @@ class SandboxApp(ExtensionApp):
     max_timeout_sec = Int(
         MAX_TIMEOUT_SEC,
         help=f"The longest timeout a snippet may ask for, in seconds (1..{MAX_TIMEOUT_SEC}).",
+    ).tag(config=True)
+
+    max_input_bytes = Int(
+        MAX_INPUT_BYTES,
+        help="The bytes a run's inputs (--input, the 'inputs' field) may hold together "
+        f"(default {MAX_INPUT_BYTES}); 0: no inputs. Plans show the cap.",
+    ).tag(config=True)
+    max_input_files = Int(
+        MAX_INPUT_FILES,
+        help="The regular files a run's inputs may hold together, folders' files counted "
+        f"(default {MAX_INPUT_FILES}); 0: no inputs. Plans show the cap.",
     ).tag(config=True)
 
     # The server variables a run receives: the administrator's lists (policy.ENV_LISTS).
@@ -393,8 +405,8 @@ class SandboxApp(ExtensionApp):
         return [hub_user] if hub_user else []
 
     def check_traits(self) -> None:
-        """Refuse a bad ``allowed_backends``, ``isolation``, ``max_timeout_sec`` or
-        ``plan_ttl_sec``, and normalise ``isolation``.
+        """Refuse a bad ``allowed_backends``, ``isolation``, ``max_timeout_sec``,
+        ``plan_ttl_sec`` or input cap, and normalise ``isolation``.
 
         Called when the service is built, so a bad value stops the extension from loading.
         (A ``@validate`` would refuse it while the config loads, and jupyter_server would go
@@ -417,6 +429,9 @@ class SandboxApp(ExtensionApp):
             raise TraitError(f"max_timeout_sec must be between 1 and {MAX_TIMEOUT_SEC}")
         if float(self.plan_ttl_sec) <= 0:
             raise TraitError("plan_ttl_sec must be positive")
+        for name in ("max_input_bytes", "max_input_files"):
+            if int(getattr(self, name)) < 0:
+                raise TraitError(f"{name} must be 0 or more")
 
     def build_isolator(self) -> Isolator:
         """The subprocess backend's isolator, as the ``isolation`` and ``cgroup_parent``
@@ -482,6 +497,8 @@ class SandboxApp(ExtensionApp):
             settings=SettingsStore(self.settings_dir or None),
             policy=SandboxPolicy(
                 max_timeout_sec=self.max_timeout_sec,
+                max_input_bytes=self.max_input_bytes,
+                max_input_files=self.max_input_files,
                 allowed_vars=env_lists["env_passthrough"],
                 caller_vars=env_lists["env_allowlist"],
                 agent_vars=env_lists["agent_env_allowlist"],

@@ -10,6 +10,7 @@ import functools
 import json
 from collections.abc import Awaitable, Callable
 from http.client import responses
+from pathlib import PurePath
 from typing import Any, TypeVar, cast
 
 from jupyter_server.auth.decorator import authorized
@@ -22,7 +23,7 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import web
 from tornado.http1connection import HTTP1Connection
 
-from ..sandbox.errors import InvalidRequest, SandboxError
+from ..sandbox.errors import FileAccessError, InputRefused, InvalidRequest, SandboxError
 from ..sandbox.request import Caller
 from ..sandbox.service import SandboxService
 from .schemas import MAX_BODY_BYTES, parse_body
@@ -228,13 +229,38 @@ class SandboxHandler(APIHandler):
         return Caller(user=self.username, session_id=session_id)
 
     def body(self, schema_name: str) -> dict[str, Any]:
-        """The request body, parsed and checked against ``schema_name`` of rest-api.yml."""
+        """The request body, parsed and checked against ``schema_name`` of rest-api.yml;
+        its ``inputs`` (and its batch items') may not name hidden files
+        (:meth:`check_not_hidden`)."""
         if self._body_chunks is None:
             raise body_too_large()
         try:
-            return parse_body(bytes(self._body_chunks), schema_name)
+            body = parse_body(bytes(self._body_chunks), schema_name)
         except SandboxError as exc:
             raise http_error(exc) from None
+        items = body.get("items")
+        holders = (
+            [body, *(it for it in items if isinstance(it, dict))]
+            if isinstance(items, list)
+            else [body]
+        )
+        for holder in holders:
+            for path in holder.get("inputs") or ():
+                self.check_not_hidden(path, what="input")
+        return body
+
+    def check_not_hidden(self, file: str | None, *, what: str = "file") -> None:
+        """Refuse hidden files (``.env``, ``.ssh/...``) as the server's file browser does.
+
+        ``ContentsManager.allow_hidden = True`` lifts this, as it does for the contents API.
+        """
+        if file is None or getattr(self.contents_manager, "allow_hidden", False):
+            return
+        if any(part.startswith(".") and part not in (".", "..") for part in PurePath(file).parts):
+            error = InputRefused if what == "input" else FileAccessError
+            raise http_error(
+                error(f"{what} {file!r} is hidden; the server does not serve hidden files")
+            )
 
     async def call(self, awaitable: Awaitable[T]) -> T:
         """Await a service call; its typed errors become HTTP errors here and only here."""

@@ -6,14 +6,11 @@ GET asks the authorizer for ``read``, PUT for ``write``, and every POST for
 
 from __future__ import annotations
 
-from pathlib import PurePath
-
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..sandbox.errors import FileAccessError
 from ..sandbox.request import RunOptions
-from .base import SandboxHandler, authorized_execute, http_error
+from .base import SandboxHandler, authorized_execute
 
 
 class StatusHandler(SandboxHandler):
@@ -58,18 +55,6 @@ class PlanHandler(SandboxHandler):
         caller = self.caller(body.get("session_id"))
         plan = await self.call(self.service.plan(RunOptions.from_body(body), caller))
         self.write_json({"plan": plan.to_dict()})
-
-    def check_not_hidden(self, file: str | None) -> None:
-        """Refuse hidden files (``.env``, ``.ssh/...``) as the server's file browser does.
-
-        ``ContentsManager.allow_hidden = True`` lifts this, as it does for the contents API.
-        """
-        if file is None or getattr(self.contents_manager, "allow_hidden", False):
-            return
-        if any(part.startswith(".") and part not in (".", "..") for part in PurePath(file).parts):
-            raise http_error(
-                FileAccessError(f"file {file!r} is hidden; the server does not serve hidden files")
-            )
 
 
 class PlansHandler(SandboxHandler):

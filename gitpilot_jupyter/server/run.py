@@ -25,7 +25,16 @@ from .base import SandboxHandler, authorized_execute, http_error
 from .stream import LineSink, StreamingHandler
 
 #: Fields that only the long form of a run may carry.
-_LONG_FORM = ("language", "code", "timeout_sec", "stdin", "backend", "allow_network", "env")
+_LONG_FORM = (
+    "language",
+    "code",
+    "timeout_sec",
+    "stdin",
+    "backend",
+    "allow_network",
+    "env",
+    "inputs",
+)
 
 
 class RunHandler(StreamingHandler):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from gitpilot_jupyter.sandbox.diagnostics import (
 )
 from gitpilot_jupyter.sandbox.diagnostics.isolation import cgroup_join_stage, isolation_check
 from gitpilot_jupyter.sandbox.diagnostics.local import approval_stage, settings_stage
+from gitpilot_jupyter.sandbox.inputs import StagedInput
 from gitpilot_jupyter.sandbox.local import cgroups
 from gitpilot_jupyter.sandbox.local.chainsteps import SHELL
 from gitpilot_jupyter.sandbox.local.isolation import Isolator, Launch
@@ -38,7 +40,13 @@ class LyingIsolator(Isolator):
         super().__init__(allow_uncontained=True)
 
     def prepare(
-        self, argv: list[str], *, workdir: Path, allow_network: bool, limits: ResourceLimits
+        self,
+        argv: list[str],
+        *,
+        workdir: Path,
+        allow_network: bool,
+        limits: ResourceLimits,
+        inputs: Sequence[StagedInput] = (),
     ) -> Launch:
         return Launch(argv=list(argv), layers=["ro-root", "netns"])
 

@@ -1,14 +1,16 @@
 """The snippets of a batch, from a JSONL file, a folder of files or a Python list.
 
-Each item is ``{id, language, code | file, stdin?, timeout_sec?}``. Files named
-by a JSONL line are read relative to the JSONL file's folder (nothing outside
-it); a folder gives one item per file, run by its extension's language, or
-through one bash command template (``--each 'python3 {file}'``) that gets the
-file written into the snippet's own temp dir.
+Each item is ``{id, language, code | file, stdin?, timeout_sec?, inputs?}``. Files
+named by a JSONL line are read relative to the JSONL file's folder (nothing outside
+it), and its ``inputs`` are found there too (then checked as every run's are); a
+folder gives one item per file, run by its extension's language, or through one
+bash command template (``--each 'python3 {file}'``) that gets the file written into
+the snippet's own temp dir.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from collections.abc import Iterable, Mapping
@@ -18,9 +20,10 @@ from typing import Any
 
 from ..errors import FileAccessError, InvalidRequest
 from ..files import read_under_root
+from ..inputs import input_paths
 from ..languages import language_for_path
 
-ITEM_FIELDS = ("id", "language", "code", "file", "stdin", "timeout_sec")
+ITEM_FIELDS = ("id", "language", "code", "file", "stdin", "timeout_sec", "inputs")
 #: The most snippets one batch may hold (the plan lives in memory while it runs).
 MAX_ITEMS = 100_000
 #: The placeholder ``--each`` replaces with the (shell-quoted) file name.
@@ -37,12 +40,17 @@ class BatchItem:
     file: str | None = None
     stdin: str | None = None
     timeout_sec: int | None = None
+    #: Files and folders the item's run finds as ``./NAME`` (see :mod:`..inputs`).
+    inputs: tuple[str, ...] = ()
     #: With ``--each``: the file's own text, scanned in its own language beside the command.
     content: str | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The item as a JSON object (the shape the JSONL file and the REST API take)."""
-        return {k: getattr(self, k) for k in ITEM_FIELDS if getattr(self, k) is not None}
+        found = {k: getattr(self, k) for k in ITEM_FIELDS if getattr(self, k) not in (None, ())}
+        if "inputs" in found:
+            found["inputs"] = list(found["inputs"])
+        return found
 
 
 def item_from_mapping(data: object, where: str) -> BatchItem:
@@ -63,6 +71,10 @@ def item_from_mapping(data: object, where: str) -> BatchItem:
         raise InvalidRequest(f"{where}: timeout_sec must be an integer")
     if (data.get("code") is None) == (data.get("file") is None):
         raise InvalidRequest(f"{where} ({raw_id}): give exactly one of code or file")
+    try:
+        inputs = input_paths(data.get("inputs"))
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"{where}: {exc.message}", code=exc.code) from None
     return BatchItem(
         id=str(raw_id),
         language=data.get("language"),
@@ -70,6 +82,7 @@ def item_from_mapping(data: object, where: str) -> BatchItem:
         file=data.get("file"),
         stdin=data.get("stdin"),
         timeout_sec=timeout,
+        inputs=inputs,
     )
 
 
@@ -86,6 +99,8 @@ def read_files(items: list[BatchItem], root: Path) -> list[BatchItem]:
     """Replace each ``file`` by its content, read under ``root`` (the file stays as a label)."""
     out = []
     for it in items:
+        if it.inputs:  # found beside the file that names them, as its `file` is
+            it = dataclasses.replace(it, inputs=tuple(str(root / p) for p in it.inputs))
         if it.file is None:
             out.append(it)
             continue
@@ -95,7 +110,7 @@ def read_files(items: list[BatchItem], root: Path) -> list[BatchItem]:
             where = exc.message.replace("the server's root folder", str(root))
             raise FileAccessError(f"item {it.id!r}: {where}") from None
         language = it.language or language_for_path(it.file)
-        out.append(BatchItem(it.id, language, code, it.file, it.stdin, it.timeout_sec))
+        out.append(dataclasses.replace(it, language=language, code=code))
     return out
 
 

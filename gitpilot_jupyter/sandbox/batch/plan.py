@@ -187,6 +187,7 @@ def plan_batch(
                 backend=backend,
                 allow_network=allow_network,
                 env=env or (),
+                inputs=it.inputs,
             )
             plans[it.id] = service.planner.describe(options, session_id=session_id)
         except SandboxError as exc:

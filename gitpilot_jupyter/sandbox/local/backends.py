@@ -323,8 +323,9 @@ class SubprocessSandbox(SandboxBackend):
             )
             return result
 
-        # A warm slot waits for inline.*: a file run under its own name starts cold.
-        pool = self.pool() if request.named_after is None else None
+        # A warm slot waits for inline.*: a file run under its own name starts cold, and
+        # so does a run with inputs (they are bound or moved into a folder being made).
+        pool = self.pool() if request.named_after is None and not request.inputs else None
         key = self._key(request, interpreter) if pool is not None else None
         try:
             slot = None
@@ -433,6 +434,7 @@ class SubprocessSandbox(SandboxBackend):
                 workdir=workdir,
                 allow_network=request.allow_network,
                 limits=request.limits,
+                inputs=request.inputs,
             )
         except BaseException:
             remove_tree(workdir)

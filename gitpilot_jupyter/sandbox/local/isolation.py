@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..backend import ResourceLimits
+from ..inputs import StagedInput
 from ..records import IsolationGap, IsolationReport
+from .inputs import move_inputs
 from .launcherclient import LaunchedRun
 
 #: Caps the containment engine: ``auto`` (bwrap, else landlock), ``bwrap``, ``landlock``,
@@ -92,8 +94,11 @@ class Isolator:
         workdir: Path,
         allow_network: bool,
         limits: ResourceLimits,
+        inputs: Sequence[StagedInput] = (),
     ) -> Launch:
-        """Wrap ``argv`` (which runs in ``workdir``) in the isolation available here."""
+        """Wrap ``argv`` (which runs in ``workdir``) in the isolation available here;
+        ``inputs`` (the run's verified copies) appear in ``workdir`` under their names."""
+        move_inputs(inputs, workdir)
         return Launch(argv=list(argv))
 
     def fingerprint(self, argv: list[str], *, allow_network: bool) -> Hashable | None:

@@ -13,7 +13,15 @@ from pathlib import Path
 
 from ..errors import EmptyCode, InvalidRequest
 from ..files import read_under_root
-from ..languages import Interpreters, canonical_language, language_for_path, plain_filename
+from ..inputs import InputCaps, RunInput, resolve_inputs
+from ..languages import (
+    Interpreters,
+    canonical_language,
+    language_for_path,
+    plain_filename,
+    run_filename,
+)
+from ..local.namespaces import credential_paths
 from ..local.off import OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
 from ..plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id
 from ..policy import SandboxPolicy, destructive_label
@@ -51,15 +59,23 @@ class Planner:
         self._require_approval = require_approval
         self.root_dir = root_dir
 
-    def spec(self, options: RunOptions, *, code: str | None = None, agent: bool = False) -> RunSpec:
+    def spec(
+        self,
+        options: RunOptions,
+        *,
+        code: str | None = None,
+        agent: bool = False,
+        inputs: tuple[RunInput, ...] | None = None,
+    ) -> RunSpec:
         """The one definition of a run: what planning describes and a long-form run checks.
 
         Canonical language, the timeout clamped by the policy (the settings' default
         within the server's maximum), network and backend resolved from the settings,
         the server variables passed through (``env``: names on the administrator's
-        allowlist, the agents' one for ``agent``), the resource limits in force and, for
-        a file run, the file. Raises the typed error of the first bad field. ``code`` is
-        the text to run when it is not ``options.code`` (a file's).
+        allowlist, the agents' one for ``agent``), the inputs (resolved and hashed, unless
+        ``inputs`` holds them already: :meth:`inputs_of`), the resource limits in force
+        and, for a file run, the file. Raises the typed error of the first bad field.
+        ``code`` is the text to run when it is not ``options.code`` (a file's).
         """
         name, effective = self.resolver.resolve(options.backend)
         settings = effective.settings
@@ -81,6 +97,34 @@ class Planner:
             # Only a plain name: every backend runs the code under it as it is.
             filename=None if options.file is not None else plain_filename(options.filename),
             session=options.session,
+            inputs=self.inputs_of(options) if inputs is None else inputs,
+        )
+
+    def inputs_of(self, options: RunOptions) -> tuple[RunInput, ...]:
+        """The inputs ``options`` names, under the root folder (the cwd when none), sized
+        and hashed under the policy's caps; their names may not take the snippet's
+        (blocking: a face calls it in a worker thread)."""
+        if not options.inputs:
+            return ()
+        if options.session is not None:
+            # A session's kernel keeps its own folder between cells: not staged (yet).
+            raise InvalidRequest(
+                "inputs are handed to single runs only, not to a session's cells",
+                code="invalid_input",
+            )
+        if options.language is not None:
+            language = canonical_language(options.language)
+        elif options.file is not None:
+            language = language_for_path(options.file)
+        else:
+            raise InvalidRequest("language is required", code="missing_field")
+        dirs, files = credential_paths(os.environ, Path.home())
+        return resolve_inputs(
+            self.root_dir or Path.cwd().resolve(),
+            options.inputs,
+            reserved=[run_filename(language, options.file or options.filename)],
+            hidden=[*dirs, *files],
+            caps=self._policy().input_caps,
         )
 
     def read_file(self, file: str) -> str:
@@ -94,13 +138,14 @@ class Planner:
         session_id: str | None = None,
         file_text: str | None = None,
         agent: bool = False,
+        inputs: tuple[RunInput, ...] | None = None,
     ) -> ExecutionPlan:
         """The plan for a request, neither kept nor audited (a batch plans its items with it;
         :meth:`.service.SandboxService.plan` keeps it). ``file_text`` is ``options.file``'s
-        content when the caller has read it already; ``agent``: an agent's request (its
-        own ``env`` allowlist).
+        content and ``inputs`` its inputs (:meth:`inputs_of`) when the caller has read them
+        already; ``agent``: an agent's request (its own ``env`` allowlist).
         """
-        spec = self._requested_spec(options, file_text, agent=agent)
+        spec = self._requested_spec(options, file_text, agent=agent, inputs=inputs)
         lang, code, file, source = spec.language, spec.code, spec.named_after, options.source
         name, names, timeout, network = spec.backend, spec.env, spec.timeout_sec, spec.network
         runner = self.resolver.backend(name)
@@ -139,6 +184,7 @@ class Planner:
             checks += more_checks
             warnings += more_warnings
         checks += env_checks(names, self._policy().allowed_vars)
+        checks += input_checks(spec.inputs, self._policy().input_caps)
         lines = code.count("\n") + (0 if code.endswith("\n") else 1)
         goal = f"Run {file}" if file else f"Run a {lang} snippet ({lines} line{'s' * (lines != 1)})"
         return ExecutionPlan(
@@ -158,7 +204,12 @@ class Planner:
         )
 
     def _requested_spec(
-        self, options: RunOptions, file_text: str | None, *, agent: bool = False
+        self,
+        options: RunOptions,
+        file_text: str | None,
+        *,
+        agent: bool = False,
+        inputs: tuple[RunInput, ...] | None = None,
     ) -> RunSpec:
         """The spec of a request to plan, its fields checked first: the source, code or a
         file (read unless ``file_text`` is its text), the language, the text itself."""
@@ -184,7 +235,7 @@ class Planner:
             raise EmptyCode("there is no code to run")
         if len(code) > MAX_CODE_CHARS:
             raise InvalidRequest(f"code is longer than {MAX_CODE_CHARS} characters")
-        return self.spec(options.but(language=lang), code=code, agent=agent)
+        return self.spec(options.but(language=lang), code=code, agent=agent, inputs=inputs)
 
     def _disk_check(self, disk_mb: int) -> Check:
         """The plan's line on the run's writable space: capped (verified layer) or not."""
@@ -286,4 +337,15 @@ def env_checks(named: Sequence[str], every_run: Iterable[str]) -> list[Check]:
     if admin:
         label = f"passes the server's {', '.join(admin)} (the administrator's, to every run)"
         checks.append({"label": label, "ok": False})
+    return checks
+
+
+def input_checks(inputs: Sequence[RunInput], caps: InputCaps) -> list[Check]:
+    """The plan's lines on the files and folders handed to the run: one each (name,
+    size, hash), then the caps; none without inputs."""
+    if not inputs:
+        return []
+    checks: list[Check] = [{"label": one.label(), "ok": True} for one in inputs]
+    label = f"inputs: copies in the run folder (the originals are never written), {caps.describe()}"
+    checks.append({"label": label, "ok": True})
     return checks

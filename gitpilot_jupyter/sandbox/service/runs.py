@@ -23,6 +23,8 @@ from typing import Any
 from ..backend import OutputCallback, RunRequest, SandboxBackend
 from ..errors import EmptyCode, InvalidRequest, RunNotFound, SandboxError
 from ..files import path_under_root
+from ..inputs import stage_inputs
+from ..local.cleanup import make_run_dir, remove_tree
 from ..plans import Approval, PlanStore
 from ..policy import SandboxPolicy
 from ..results import RunResult
@@ -179,17 +181,24 @@ class RunExecutor:
         (nothing ran, no ``run`` event); ``wait`` waits for a slot instead (a batch item).
         """
         ticket = None
+        staging: Path | None = None
         try:
             name, backend, request = await self._admit(spec, plan_id, run_id)
             # Over the server's caps: Busy (429), a refusal like the others.
             ticket = await self.admission.admit(
                 user, memory_mb=spec.limits.memory_mb, backend=name, wait=wait
             )
+            if spec.inputs:
+                # Copied as approved, or refused (approval_mismatch) before anything ran.
+                staging = Path(await asyncio.to_thread(make_run_dir))
+                request.inputs = await asyncio.to_thread(stage_inputs, spec.inputs, staging)
             active, grace = self._reserve(backend, request, user)
         except SandboxError as refusal:
             # Refused before any code reached a backend: nothing ran, the token is unspent.
             if ticket is not None:
                 self.admission.release(ticket)
+            if staging is not None:
+                await asyncio.to_thread(remove_tree, staging)
             self._refused(refusal, spec, plan_id=plan_id, user=user, approval=approval)
             raise
         result: RunResult | None = None
@@ -202,6 +211,9 @@ class RunExecutor:
             raise
         finally:
             self.admission.release(ticket)
+            if staging is not None:
+                # The run is over: the copies an engine bound (not moved) into it go.
+                await asyncio.to_thread(remove_tree, staging)
             # Whatever happened, the run is in the audit log: code was handed to a backend.
             event: dict[str, Any] = {
                 "user": user,

@@ -42,6 +42,7 @@ from typing import Any
 from ..backend import OutputCallback
 from ..claims import AgentPlan, ClaimAnswer
 from ..errors import InvalidRequest, PlanBlocked, SandboxError
+from ..inputs import RunInput
 from ..languages import Interpreters
 from ..local.isolation import Isolator
 from ..local.off import check_off_confirmed
@@ -203,8 +204,10 @@ class SandboxService:
                 "(/api/sandbox/agent/plan, jupyter sandbox mcp)",
                 code="invalid_value",
             )
+        # Off the event loop too: the inputs are walked and hashed (up to the caps).
+        inputs = await asyncio.to_thread(self.planner.inputs_of, options)
         plan = self.planner.describe(
-            options, session_id=caller.session_id, file_text=file_text, agent=agent
+            options, session_id=caller.session_id, file_text=file_text, agent=agent, inputs=inputs
         )
         if agent:
             plan.source = AGENT_SOURCE
@@ -293,7 +296,13 @@ class SandboxService:
             )
             spec = approval.plan.spec
         else:
-            approval, spec = self._check_long_form(expected, approval_token, caller)
+            try:  # the inputs as they are now: hashed again, off the event loop
+                inputs: tuple[RunInput, ...] | SandboxError = await asyncio.to_thread(
+                    self.planner.inputs_of, expected
+                )
+            except SandboxError as exc:
+                inputs = exc
+            approval, spec = self._check_long_form(expected, approval_token, caller, inputs)
         return await self.executor.execute(
             spec,
             plan_id=approval.plan_id if approval is not None else None,
@@ -304,15 +313,22 @@ class SandboxService:
         )
 
     def _check_long_form(
-        self, expected: RunOptions, approval_token: str | None, caller: Caller
+        self,
+        expected: RunOptions,
+        approval_token: str | None,
+        caller: Caller,
+        inputs: tuple[RunInput, ...] | SandboxError = (),
     ) -> tuple[Approval | None, RunSpec]:
-        """The approval (``None`` with approval off) and the spec a long-form run runs."""
+        """The approval (``None`` with approval off) and the spec a long-form run runs
+        (``inputs``: its inputs as :meth:`.planner.Planner.inputs_of` found them, or why not)."""
         for field_name, text in (("code", expected.code), ("stdin", expected.stdin)):
             if isinstance(text, str):
                 check_text(field_name, text)  # a lone surrogate is bad input, never a 500
         self.backends.resolve(expected.backend)  # an unknown or refused backend is a 400 / 403
         try:
-            spec: RunSpec | None = self.planner.spec(expected.but(file=None))
+            if isinstance(inputs, SandboxError):
+                raise inputs
+            spec: RunSpec | None = self.planner.spec(expected.but(file=None), inputs=inputs)
             invalid: SandboxError | None = None
         except SandboxError as exc:  # refused after the approval check, as the contract orders
             spec, invalid = None, exc
