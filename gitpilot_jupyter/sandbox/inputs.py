@@ -31,6 +31,8 @@ MAX_INPUT_FILES = 1000
 #: Names an input may not take in the run folder: ``out/`` (what the run hands back) and
 #: the mark every run folder holds on the host (``.owner``, see :mod:`.local.cleanup`).
 RESERVED_NAMES = frozenset({"out", ".owner"})
+#: The folder of the verified copies, in the server's private folder of one run.
+STAGED_DIR = "in"
 #: The bytes read at a time while hashing or copying.
 _CHUNK = 1 << 20
 #: Open flags of an input's file: never a symlink swapped in, never a FIFO's blocking open.
@@ -83,7 +85,8 @@ class RunInput:
 
     def label(self) -> str:
         """The plan's line: ``input data.csv · 12.3 kB · sha256:ab12cd34ef56…``."""
-        what = f"{self.name}/ ({self.files} files)" if self.kind == "dir" else self.name
+        files = f"{self.files} file{'s' * (self.files != 1)}"
+        what = f"{self.name}/ ({files})" if self.kind == "dir" else self.name
         return f"input {what} · {human_size(self.size)} · {self.sha256[:19]}…"
 
 
@@ -105,7 +108,7 @@ def human_size(size: int) -> str:
         if scaled < 1000:
             break
         scaled, unit = scaled / 1000, bigger
-    return f"{scaled:.1f} {unit}"
+    return f"{scaled:.1f}".removesuffix(".0") + f" {unit}"
 
 
 def input_paths(value: object) -> tuple[str, ...]:
@@ -321,22 +324,22 @@ def _hash_file(path: Path, given: str, size: int, copy_to: int | None = None) ->
 # -- run time -------------------------------------------------------------------------
 
 
-def stage_inputs(inputs: Sequence[RunInput], folder: Path) -> tuple[StagedInput, ...]:
-    """Copy ``inputs`` into ``folder`` (the server's, private), checking each against
-    what was approved as it is copied.
+def stage_inputs(inputs: Sequence[RunInput], private: Path) -> tuple[StagedInput, ...]:
+    """Copy ``inputs`` into ``private/in`` (``private``: the server's 0700 folder),
+    checking each against what was approved as it is copied.
 
-    The copies are read-only (files 0444): an engine binds or moves them into the run
-    folder. A file that changed since the plan (size, content, the files of a folder)
-    raises :class:`ApprovalError` ``approval_mismatch``; so does one gone or grown
-    past the caps. The caller removes ``folder`` whatever happens.
+    The copies are read-only (files 0444, folders 0755: a run that drops to a uid of
+    its own reads them through ``in``, which no one else can reach): an engine binds
+    or moves them into the run folder. A file that changed since the plan (size,
+    content, the files of a folder) raises :class:`ApprovalError` ``approval_mismatch``;
+    so does one gone or grown. The caller removes ``private`` whatever happens.
     """
-    staged = []
-    for one in inputs:
-        try:
-            staged.append(_stage_one(one, folder / one.name))
-        except OSError as exc:  # the server's own folder: full, or gone
-            raise InputRefused(f"cannot stage input {one.given!r}: {exc.strerror or exc}") from None
-    return tuple(staged)
+    folder = private / STAGED_DIR
+    try:
+        _folder(folder)
+        return tuple(_stage_one(one, folder / one.name) for one in inputs)
+    except OSError as exc:  # the server's own folder: full, or gone
+        raise InputRefused(f"cannot stage the inputs: {exc.strerror or exc}") from None
 
 
 def _stage_one(one: RunInput, target: Path) -> StagedInput:
@@ -349,10 +352,12 @@ def _stage_one(one: RunInput, target: Path) -> StagedInput:
             raise _changed(one, exc.message) from None
         if len(entries) != one.files or sum(n for _, _, n in entries) != one.size:
             raise _changed(one, "its files or their sizes differ")
-        target.mkdir(mode=0o755)
+        _folder(target)
         hashed = []
         for rel, file, size in entries:
-            (target / rel).parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            for parent in reversed(Path(rel).parents[:-1]):
+                if not (target / parent).is_dir():
+                    _folder(target / parent)
             hashed.append((rel, *_copy_file(one, file, size, target / rel)))
     else:
         hashed = [("", *_copy_file(one, one.path, one.size, target))]
@@ -362,12 +367,16 @@ def _stage_one(one: RunInput, target: Path) -> StagedInput:
     return StagedInput(one.name, one.kind, target)
 
 
+def _folder(path: Path) -> None:
+    """A folder of the copies: 0755 whatever the umask (a run's own uid enters it)."""
+    path.mkdir()
+    path.chmod(0o755)
+
+
 def _copy_file(one: RunInput, source: Path, size: int, target: Path) -> tuple[int, str]:
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
     try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
-    except OSError as exc:
-        raise InputRefused(f"cannot stage input {one.given!r}: {exc.strerror or exc}") from None
-    try:
+        os.fchmod(fd, 0o444)  # (not through the umask)
         return _hash_file(source, one.given, size, copy_to=fd)
     except InputRefused as exc:
         raise _changed(one, exc.message) from None

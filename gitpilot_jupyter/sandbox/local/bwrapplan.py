@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..inputs import StagedInput
 from . import launchplan, prestart
 from .blockednets import blocked_networks
 from .confine import (
@@ -28,6 +29,7 @@ from .confine import (
     sandbox_ids,
     seen_at,
 )
+from .inputs import input_binds
 from .launchplan import LaunchPlan
 
 #: Inodes of the writable space per MiB of its size (256 MiB: 16,384 files and folders).
@@ -40,6 +42,8 @@ SECCOMP_FILE = ".seccomp.bpf"
 STAGE_TARGETS = ("/tmp", "/var/tmp", "/mnt")
 #: The run's mounts of its stage, one fstab line each (see :func:`plan`).
 FSTAB_FILE = ".stage.fstab"
+#: Where the run's input copies are bound in its stage (then each at ``./NAME``, read-only).
+INPUTS_DIR = "in"
 #: The read-only, empty tmpfs hidden folders are covered with (one inode: nothing fits).
 EMPTY_OPTIONS = "ro,size=4k,nr_inodes=1,mode=0755,nosuid,nodev,noexec,X-mount.mkdir"
 
@@ -57,6 +61,24 @@ def _stage_target(interpreters: Sequence[Path]) -> Path | None:
             if target.is_dir() and not any(inside(p, target) for p in interpreters):
                 return target
     return None
+
+
+def _inputs_parts(
+    inputs: Sequence[StagedInput], stage: Path
+) -> tuple[list[str], list[tuple[launchplan.Fd, str]], list[launchplan.Mount]]:
+    """The staging shell's options, fds and stage mounts for a run's input copies (in one
+    folder): the fstab binds the folder through the fd the shell opened on it first (the
+    stage may be mounted where the folder lies, /tmp). Nothing without inputs."""
+    if not inputs:
+        return [], [], []
+    folders = {str(one.path.parent) for one in inputs}
+    assert len(folders) == 1, "a run's inputs are staged in one folder"
+    fd = f"/proc/self/fd/{launchplan.INPUTS.number}"
+    return (
+        ["--inputs", folders.pop()],
+        [(launchplan.INPUTS, "the run's input copies, while the fstab mounts")],
+        [launchplan.Mount("none", fd, str(stage / INPUTS_DIR), "bind,X-mount.mkdir")],
+    )
 
 
 def _snippet(path: Path) -> bool:
@@ -139,6 +161,7 @@ def command(
     egress: bool = False,
     first: Sequence[str] = (),
     own_ids: tuple[int, int] | None = None,
+    inputs: Sequence[StagedInput] = (),
 ) -> list[str]:
     """The full argv; prepares ``workdir`` (stage folder, seccomp file, fstab).
 
@@ -167,6 +190,7 @@ def command(
         egress=egress,
         first=first,
         facts=facts,
+        inputs=inputs,
     )
     launchplan.execute(launch)
     return launch.argv()
@@ -184,6 +208,7 @@ def plan(
     facts: HostFacts,
     egress: bool = False,
     first: Sequence[str] = (),
+    inputs: Sequence[StagedInput] = (),
 ) -> LaunchPlan:
     """The launch plan of a run of ``argv`` (pure: all it knows of the host is ``facts``).
 
@@ -192,7 +217,8 @@ def plan(
     without it a network-on run shares the host's network.
     ``first``: shell lines the staging shell runs before anything else (the run
     cgroup join and the rlimits, when they need no step before the namespaces);
-    a failing one stops the launch.
+    a failing one stops the launch. ``inputs``: the run's verified copies (one folder),
+    bound into the stage by its fstab, then read-only at ``./NAME`` in the run folder.
     """
     # When the run drops its uid, the stage is mounted on a folder everyone can
     # enter, so the run folder's own parents (a TMPDIR under /root, pytest's 0700
@@ -258,6 +284,8 @@ def plan(
             for source, target in zip(view.interpreters, staged, strict=True)
         ),
     ]
+    more_options, more_fds, more_mounts = _inputs_parts(inputs, stage)
+    options, fds, table = options + more_options, fds + more_fds, table + more_mounts
     fstab = workdir / FSTAB_FILE
     files.append(
         launchplan.PlanFile(
@@ -353,6 +381,7 @@ def plan(
     binds.append(("--bind", str(moved / "shm"), "/dev/shm"))
     binds += [("--dir", "", "/var"), ("--symlink", "../tmp", "/var/tmp")]
     binds.append(("--bind", str(moved / "run"), str(workdir)))
+    binds += input_binds(inputs, moved / INPUTS_DIR, workdir)
     for op, origin, where in binds:
         cmd += [op, origin, where] if origin else [op, where]
     cmd += ["--chdir", str(workdir), "--remount-ro", "/", "--remount-ro", "/dev"]

@@ -31,6 +31,9 @@ def move_inputs(inputs: Sequence[StagedInput], workdir: Path) -> None:
                 shutil.copy2(one.path, target)
 
 
-def input_binds(inputs: Sequence[StagedInput], workdir: Path) -> list[tuple[str, str, str]]:
-    """bubblewrap's read-only binds of the staged copies at ``workdir/NAME``."""
-    return [("--ro-bind", str(one.path), str(workdir / one.name)) for one in inputs]
+def input_binds(
+    inputs: Sequence[StagedInput], seen_in: Path, workdir: Path
+) -> list[tuple[str, str, str]]:
+    """bubblewrap's read-only binds of the staged copies, seen in the folder ``seen_in``
+    (their folder bound into the run's stage), at ``workdir/NAME``."""
+    return [("--ro-bind", str(seen_in / one.name), str(workdir / one.name)) for one in inputs]

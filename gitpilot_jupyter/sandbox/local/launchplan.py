@@ -53,6 +53,14 @@ SECCOMP_WALLED = "the deny list and no AF_INET/AF_INET6/AF_NETLINK/AF_PACKET/AF_
 SECCOMP_WALLED_INET = "the deny list, AF_INET and AF_INET6 allowed (network on)"
 FDS = (SECCOMP, FILE, NET_READY, NET_EXIT, CODE, RUN_STDOUT, RUN_STDERR)
 assert len({fd.number for fd in FDS}) == len(FDS), "one number per fd"
+#: Open only while the stage is mounted (the fds above are all taken, and dash has no
+#: tenth), so it takes net-ready's number, which is opened after it is closed.
+INPUTS = Fd(
+    NET_READY.number,
+    "inputs",
+    "the folder of the run's verified input copies, while the stage's fstab binds it "
+    "(through /proc/self/fd: the stage may cover where it is on the host); closed then",
+)
 
 
 #: The staging shell of the bubblewrap chain (checked by shellcheck), run with ``sh -c``.

@@ -18,16 +18,18 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..backend import ResourceLimits
+from ..inputs import StagedInput
 from ..records import IsolationGap, IsolationReport
 from . import blockednets, cgroups, enginereport, landlock, namespaces, nsfree, subids
 from .chainsteps import launch_tools, stage_steps
 from .confine import View, jupyter_dirs, needed_paths, plan_view
 from .enginereport import LINUX, Engine, cgroup_fix, disabled, own_uids
+from .inputs import move_inputs
 from .isolation import (
     HOST_NETWORK_LAYER,
     ISOLATION_CHOICES,
@@ -284,9 +286,14 @@ class LayeredIsolator(Isolator):
         workdir: Path,
         allow_network: bool,
         limits: ResourceLimits,
+        inputs: Sequence[StagedInput] = (),
     ) -> Launch:
-        """Wrap ``argv`` in the engine, a run cgroup and rlimits available now."""
+        """Wrap ``argv`` in the engine, a run cgroup and rlimits available now; ``inputs``
+        bound read-only into ``workdir`` (bwrap) or moved there (the other engines)."""
         engine, _ = self._engine()
+        if not isinstance(engine, namespaces.Namespaces) or engine.kind != "bwrap":
+            move_inputs(inputs, workdir)
+            inputs = ()
         if isinstance(engine, nsfree.Engine):
             return self._prepare_walled(engine, argv, workdir, allow_network, limits)
         tool = engine
@@ -352,6 +359,7 @@ class LayeredIsolator(Isolator):
                     view=view,
                     first=first or (),
                     own_ids=own_ids,
+                    inputs=inputs,
                 )
         except BaseException:
             if run is not None:
@@ -528,8 +536,11 @@ class CleanupIsolator(Isolator):
         workdir: Path,
         allow_network: bool,
         limits: ResourceLimits,
+        inputs: Sequence[StagedInput] = (),
     ) -> Launch:
-        """``argv`` as is, joined to a fresh unlimited cgroup when one can be made."""
+        """``argv`` as is, joined to a fresh unlimited cgroup when one can be made
+        (``inputs`` moved into ``workdir``)."""
+        move_inputs(inputs, workdir)
         tree = self._tree()
         cgroup = None
         if tree is not None:

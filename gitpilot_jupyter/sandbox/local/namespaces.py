@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..backend import DEFAULT_DISK_MB
 from ..executables import which
+from ..inputs import StagedInput
 from . import bwrapplan
 from .bundled import bundled_bwrap
 from .confine import (
@@ -142,6 +143,7 @@ class Namespaces:
         view: View | None = None,
         first: Sequence[str] = (),
         own_ids: tuple[int, int] | None = None,
+        inputs: Sequence[StagedInput] = (),
     ) -> list[str]:
         """``argv`` wrapped to run in the namespaces, with ``workdir`` as its cwd.
 
@@ -150,7 +152,8 @@ class Namespaces:
         :func:`plan_view` of ``argv`` and ``hidden`` when the caller has it already;
         ``first``: shell lines the bwrap chain's staging shell runs before anything
         else (see :func:`.bwrapplan.command`; bwrap only); ``own_ids``: the host ids of
-        this run alone (bwrap only, a chain that drops: see :func:`.bwrapplan.command`).
+        this run alone (bwrap only, a chain that drops: see :func:`.bwrapplan.command`);
+        ``inputs``: the run's verified copies, bound read-only at ``./NAME`` (bwrap only).
         """
         if self.kind == "bwrap":
             assert self.confine is not None
@@ -165,8 +168,10 @@ class Namespaces:
                 egress=self.egress_error is None,
                 first=first,
                 own_ids=own_ids,
+                inputs=inputs,
             )
         assert not first, "only the bwrap chain has a staging shell"
+        assert not inputs, "only the bwrap chain binds inputs"
         cmd = [self.path]
         if self.user_ns:
             cmd += ["--user", "--map-root-user"]

@@ -184,7 +184,9 @@ class Planner:
             checks += more_checks
             warnings += more_warnings
         checks += env_checks(names, self._policy().allowed_vars)
-        checks += input_checks(spec.inputs, self._policy().input_caps)
+        # bubblewrap binds the copies read-only; elsewhere the run could change its copy.
+        bound = name == "subprocess" and self.resolver.subprocess.isolator.engine == "bwrap"
+        checks += input_checks(spec.inputs, self._policy().input_caps, read_only=bound)
         lines = code.count("\n") + (0 if code.endswith("\n") else 1)
         goal = f"Run {file}" if file else f"Run a {lang} snippet ({lines} line{'s' * (lines != 1)})"
         return ExecutionPlan(
@@ -340,12 +342,14 @@ def env_checks(named: Sequence[str], every_run: Iterable[str]) -> list[Check]:
     return checks
 
 
-def input_checks(inputs: Sequence[RunInput], caps: InputCaps) -> list[Check]:
+def input_checks(inputs: Sequence[RunInput], caps: InputCaps, *, read_only: bool) -> list[Check]:
     """The plan's lines on the files and folders handed to the run: one each (name,
-    size, hash), then the caps; none without inputs."""
+    size, hash), then how the run sees them (``read_only``: bound so) and the caps;
+    none without inputs."""
     if not inputs:
         return []
     checks: list[Check] = [{"label": one.label(), "ok": True} for one in inputs]
-    label = f"inputs: copies in the run folder (the originals are never written), {caps.describe()}"
+    seen = "read-only copies" if read_only else "copies the run may change"
+    label = f"inputs: {seen} in the run folder, never the originals; {caps.describe()}"
     checks.append({"label": label, "ok": True})
     return checks

@@ -15,6 +15,8 @@
 #                         a started interpreter: its code FIFO on fd 7, its hook on
 #                         fd 4, the run's stdout and stderr on fds 8 and 9, the
 #                         chain's own output FIFO on 1 now and on 2 at the end
+#   --inputs DIR          the run's input copies, on fd 5 while the fstab mounts (its
+#                         line binds /proc/self/fd/5: the stage may cover DIR)
 #   --fstab FILE          the stage's mounts (one mount --all)
 #   --stage DIR           where the stage is mounted here
 #   --owner UID:GID       who owns the run's writable folders (a run that drops)
@@ -24,6 +26,7 @@
 #   --block NET           a network that namespace has a prohibit route to
 set -e
 seccomp='' snippet='' fifo='' code='' hook='' chain='' fstab='' stage='' owner='' moved=''
+inputs=''
 unshare='' ip='' slirp='' nsenter='' routes=''
 while [ "$1" != -- ]; do
     case $1 in
@@ -32,6 +35,7 @@ while [ "$1" != -- ]; do
         --snippet) snippet=$2 ;;
         --snippet-fifo) fifo=$2 ;;
         --prestart) code=$2 hook=$3 chain=$4 && shift 2 ;;
+        --inputs) inputs=$2 ;;
         --fstab) fstab=$2 ;;
         --stage) stage=$2 ;;
         --owner) owner=$2 ;;
@@ -57,7 +61,9 @@ if [ -n "$code" ]; then
     # shellcheck disable=SC2094 # (a FIFO, opened twice on purpose)
     exec 7<>"$code" 7<"$code" 4<"$hook" 8>&1 9>&2 1>"$chain"
 fi
+if [ -n "$inputs" ]; then exec 5<"$inputs"; fi
 mount --all --fstab "$fstab"
+if [ -n "$inputs" ]; then exec 5<&-; fi
 if [ -n "$unshare" ]; then
     # The run's network namespace, bound to a file of its private tmpfs; the process
     # that makes it blocks the host's networks there before slirp4netns gives it a
