@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from gitpilot_jupyter.sandbox.inputs import StagedInput
 from gitpilot_jupyter.sandbox.local import bwrapplan, launchplan, nsfree, prestart
 from gitpilot_jupyter.sandbox.local.bwrapplan import HostFacts
 from gitpilot_jupyter.sandbox.local.confine import Confinement, IdMap, View, relocated
@@ -55,6 +56,11 @@ WALLED_LIMITS = (
 )
 BLOCKED = ("10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.0.2.10/32", "192.168.0.0/16")
 MODES = ("cold", "warm", "prestart")
+#: A cold bwrap run handed inputs (their verified copies, in the server's folder of the run).
+INPUTS = (
+    StagedInput("sales.csv", "file", Path("/tmp/gitpilot-sandbox-inputs/in/sales.csv")),
+    StagedInput("data", "dir", Path("/tmp/gitpilot-sandbox-inputs/in/data")),
+)
 
 
 def _view(python: Path = PYTHON) -> View:
@@ -105,6 +111,7 @@ def bwrap_plan(
         facts=facts,
         egress=True,
         first=FIRST,
+        inputs=INPUTS if mode == "inputs" else (),
     )
 
 
@@ -150,7 +157,7 @@ CASES = [
         ("bwrap", who, net, mode)
         for who in ("root", "user")
         for net in ("off", "on")
-        for mode in MODES
+        for mode in (*MODES, "inputs")
     ),
     *(
         ("landlock", who, net, mode)
@@ -193,9 +200,10 @@ def test_the_staging_script_opens_only_the_table_fds() -> None:
 @pytest.mark.parametrize(("engine", "who", "network", "mode"), CASES)
 def test_each_fd_has_one_number_and_one_job(engine: str, who: str, network: str, mode: str) -> None:
     plan = _plan(engine, who, network, mode)
-    numbers = [fd.number for fd, _ in plan.fds]
+    # The inputs' fd is closed before net-ready takes its number (see launchplan.INPUTS).
+    numbers = [fd.number for fd, _ in plan.fds if fd is not launchplan.INPUTS]
     assert len(set(numbers)) == len(numbers), plan.fds  # each opened once, for one job
-    assert {fd for fd, _ in plan.fds} <= set(launchplan.FDS)
+    assert {fd for fd, _ in plan.fds} <= {*launchplan.FDS, launchplan.INPUTS}
 
 
 def test_the_hook_file_names_the_table_fds() -> None:
