@@ -1,0 +1,93 @@
+"""REST ``inputs``: files and folders under the server's root handed to a run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from .helpers import Api
+
+CSV = "region,sales\nnorth,12\nsouth,30\n"
+READ = (
+    "import csv\n"
+    "print(sum(int(r['sales']) for r in csv.DictReader(open('sales.csv'))))\n"
+    "print(open('data/notes.txt').read(), end='')\n"
+)
+
+
+@pytest.fixture
+def data(jp_root_dir: Path) -> Path:
+    (jp_root_dir / "sales.csv").write_text(CSV)
+    (jp_root_dir / "data").mkdir()
+    (jp_root_dir / "data" / "notes.txt").write_text("from the root\n")
+    return jp_root_dir
+
+
+async def plan(api: Api, **body: object) -> dict[str, object]:
+    answer = await api("POST", "api/sandbox/plan", {"language": "python", "code": READ, **body})
+    assert answer.code == 200, answer.text
+    plan: dict[str, object] = answer.body["plan"]
+    return plan
+
+
+@pytest.mark.usefixtures("data")
+async def test_the_plan_lists_the_inputs_and_the_run_reads_them(api: Api) -> None:
+    planned = await plan(api, inputs=["sales.csv", "data"])
+    assert [(i["name"], i["kind"], i["size"]) for i in planned["inputs"]] == [  # type: ignore[attr-defined]
+        ("sales.csv", "file", 31),
+        ("data", "dir", 14),
+    ]
+    labels = [c["label"] for c in planned["checks"]]  # type: ignore[attr-defined]
+    assert any(label.startswith("input sales.csv · 31 B · sha256:") for label in labels)
+    approval = await api("POST", "api/sandbox/approve", {"plan_id": planned["plan_id"]})
+    token = approval.body["approval_token"]
+    result = await api("POST", "api/sandbox/run", {"approval_token": token})
+    assert result.code == 200, result.text
+    assert result.body["stdout"] == "42\nfrom the root\n"
+
+
+async def test_a_file_changed_after_approval_is_refused(api: Api, data: Path) -> None:
+    planned = await plan(api, inputs=["sales.csv"])
+    approval = await api("POST", "api/sandbox/approve", {"plan_id": planned["plan_id"]})
+    (data / "sales.csv").write_text(CSV + "east,1\n")
+    refused = await api(
+        "POST", "api/sandbox/run", {"approval_token": approval.body["approval_token"]}
+    )
+    assert (refused.code, refused.body["code"]) == (403, "approval_mismatch")
+    assert "sales.csv" in refused.body["message"]
+
+
+async def test_plan_and_run_takes_inputs(api: Api, data: Path) -> None:
+    body = {"language": "python", "code": READ, "inputs": ["sales.csv", "data"]}
+    answer = await api("POST", "api/sandbox/plan-and-run", body)
+    assert answer.code == 200, answer.text
+    assert answer.body["result"]["stdout"] == "42\nfrom the root\n"
+    assert (data / "sales.csv").read_text() == CSV
+
+
+@pytest.mark.parametrize(
+    ("inputs", "code"),
+    [
+        (["../outside.csv"], "invalid_input"),
+        (["link.csv"], "input_symlink"),
+        (["data"], "input_symlink"),
+        ([".env"], "invalid_input"),
+        (["out"], "input_name_clash"),
+    ],
+)
+async def test_refused_inputs_are_400_with_their_code(
+    api: Api, data: Path, inputs: list[str], code: str
+) -> None:
+    outside = data.parent / "outside.csv"
+    outside.write_text("secret\n")
+    os.symlink(outside, data / "link.csv")
+    os.symlink(outside, data / "data" / "leak.csv")
+    (data / ".env").write_text("API_KEY=hunter2\n")
+    (data / "out").mkdir()
+    answer = await api(
+        "POST", "api/sandbox/plan", {"language": "python", "code": READ, "inputs": inputs}
+    )
+    assert (answer.code, answer.body["code"]) == (400, code)
+    assert "secret" not in answer.text and "hunter2" not in answer.text
