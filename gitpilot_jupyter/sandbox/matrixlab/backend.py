@@ -487,8 +487,9 @@ class MatrixLabSandbox(SandboxBackend):
         runs it (the Runner serves that route in a worker thread, so runs overlap and
         ``/health`` answers meanwhile). A file run (``request.file``) goes to
         ``POST /run`` with the file's folder zipped, so the file can import its
-        neighbours; so does a snippet or stdin beyond ``/code/run``'s 1,000,000
-        characters. What runs is always the approved ``code``.
+        neighbours; so does a run with inputs (their copies in the workspace at
+        ``NAME``) and a snippet or stdin beyond ``/code/run``'s 1,000,000 characters.
+        What runs is always the approved ``code``.
         """
         language = canonical_language(request.language)
         named = request.named_after  # a file run's, or the file the code was read from
@@ -497,7 +498,8 @@ class MatrixLabSandbox(SandboxBackend):
         command = self.display_command(language, None if named is None else filename)
         marker = new_marker()
         stdin = request.stdin
-        if request.file is None and (stdin is None or len(stdin) <= MAX_CODE_RUN_CHARS):
+        code_run = request.file is None and not request.inputs  # inputs go in a workspace
+        if code_run and (stdin is None or len(stdin) <= MAX_CODE_RUN_CHARS):
             script = snippet_script(
                 request.code, filename, argv, request.timeout_sec, marker, stdin=stdin is not None
             )
@@ -517,15 +519,13 @@ class MatrixLabSandbox(SandboxBackend):
         files = {filename: request.code}
         if stdin is not None:
             files[STDIN_FILE] = stdin
-        if request.file is None:
-            archive = await asyncio.to_thread(zip_workspace, None, extra=files)
-        else:
-            archive = await asyncio.to_thread(
-                zip_workspace,
-                request.file.parent,
-                self.max_workspace_mb * 1024 * 1024,
-                extra=files,
-            )
+        archive = await asyncio.to_thread(
+            zip_workspace,
+            None if request.file is None else request.file.parent,
+            self.max_workspace_mb * 1024 * 1024,
+            extra=files,
+            inputs=request.inputs,
+        )
         body = {
             "cmd": wrapped_command(
                 argv, request.timeout_sec, marker, stdin="file" if stdin is not None else "none"

@@ -18,12 +18,13 @@ import json
 import os
 import tempfile
 import zipfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..errors import InvalidRequest
+from ..inputs import StagedInput
 from .config import RUNNER_MAX_WORKSPACE_MB
 
 MAX_WORKSPACE_BYTES = RUNNER_MAX_WORKSPACE_MB * 1024 * 1024
@@ -75,12 +76,15 @@ def zip_workspace(
     max_bytes: int = MAX_WORKSPACE_BYTES,
     *,
     extra: Mapping[str, str] | None = None,
+    inputs: Sequence[StagedInput] = (),
 ) -> StreamedZip:
     """The zip archive of ``folder`` in a temporary file (blocking: call it in a thread).
 
     ``extra`` adds text files at the root (name -> text), over any of the same name;
-    ``folder=None`` zips ``extra`` alone. Raises :class:`InvalidRequest` when the
-    folder is missing or the files kept add up to more than ``max_bytes``.
+    ``inputs`` (a run's verified copies) go in at ``NAME`` with their trees, over the
+    folder's files of those names; ``folder=None`` zips ``extra`` and ``inputs`` alone.
+    Raises :class:`InvalidRequest` when the folder is missing or the files kept add up
+    to more than ``max_bytes``.
     """
     root = None if folder is None else Path(folder)
     if root is not None and not root.is_dir():
@@ -89,8 +93,10 @@ def zip_workspace(
     file = tempfile.TemporaryFile(prefix="gitpilot-workspace-")  # noqa: SIM115
     try:
         with zipfile.ZipFile(file, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            replaced = set(extra or ()) | {one.name for one in inputs}
+            taken = _add_inputs(archive, inputs, max_bytes)
             if root is not None:
-                _add_folder(archive, root, max_bytes, set(extra or ()))
+                _add_folder(archive, root, max_bytes - taken, replaced, set(replaced))
             for name, text in (extra or {}).items():
                 archive.writestr(name, text.encode("utf-8"))
         size = file.tell()
@@ -101,11 +107,43 @@ def zip_workspace(
     return StreamedZip(file, size)
 
 
-def _add_folder(archive: zipfile.ZipFile, root: Path, max_bytes: int, replaced: set[str]) -> None:
+def _add_inputs(archive: zipfile.ZipFile, inputs: Sequence[StagedInput], max_bytes: int) -> int:
+    """Add the run's inputs (regular files only: the copies hold nothing else); their bytes."""
+    total = 0
+    for one in inputs:
+        files = (
+            [(one.path, one.name)]
+            if one.kind == "file"
+            else [
+                (
+                    Path(top) / name,
+                    (Path(one.name) / Path(top).relative_to(one.path) / name).as_posix(),
+                )
+                for top, _, names in os.walk(one.path)
+                for name in names
+            ]
+        )
+        for path, arcname in files:
+            total += path.stat().st_size
+            if total > max_bytes:
+                raise InvalidRequest(
+                    f"the inputs hold more than {max_bytes // (1024 * 1024)} MiB to send to the "
+                    "MatrixLab Runner (matrixlab_max_workspace_mb); nothing was sent"
+                )
+            archive.write(path, arcname)
+    return total
+
+
+def _add_folder(
+    archive: zipfile.ZipFile, root: Path, max_bytes: int, replaced: set[str], tops: set[str]
+) -> None:
     total = 0
     for current, dirnames, filenames in os.walk(root):
         here = Path(current)
-        dirnames[:] = sorted(d for d in dirnames if not _skip_dir(here / d))
+        # A folder an input replaces is the input's alone (at the top of the workspace).
+        dirnames[:] = sorted(
+            d for d in dirnames if not _skip_dir(here / d) and (here != root or d not in tops)
+        )
         for name in sorted(filenames):
             path = here / name
             if path.is_symlink() or not path.is_file():
