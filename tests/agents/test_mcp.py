@@ -29,8 +29,10 @@ def run_session(
     env: dict[str, str],
     scenario: Scenario,
     elicitation: ElicitationFnT | None = None,
+    cwd: Path | None = None,
 ) -> None:
-    """Start ``jupyter sandbox mcp ARGS``, initialise a client session, play ``scenario``."""
+    """Start ``jupyter sandbox mcp ARGS`` (in ``cwd``), initialise a client session, play
+    ``scenario``."""
     child_env = {
         "GITPILOT_CONFIG_DIR": os.environ["GITPILOT_CONFIG_DIR"],
         "JUPYTER_RUNTIME_DIR": os.environ["JUPYTER_RUNTIME_DIR"],
@@ -38,7 +40,9 @@ def run_session(
         **{k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ},
         **env,
     }
-    params = StdioServerParameters(command=JUPYTER, args=["sandbox", "mcp", *args], env=child_env)
+    params = StdioServerParameters(
+        command=JUPYTER, args=["sandbox", "mcp", *args], env=child_env, cwd=cwd
+    )
 
     async def main() -> None:
         with anyio.fail_after(SESSION_TIMEOUT):

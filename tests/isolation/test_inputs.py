@@ -13,10 +13,10 @@ from gitpilot_jupyter.sandbox.backend import RunRequest
 from gitpilot_jupyter.sandbox.inputs import InputCaps, resolve_inputs, stage_inputs
 from gitpilot_jupyter.sandbox.local.cleanup import make_run_dir, remove_tree
 from gitpilot_jupyter.sandbox.results import RunResult
+from tests.support.inputs import NOTES, make_project, untouched
 
 from .conftest import SMALL, make_backend
 
-CSV = "region,sales\nnorth,12\nsouth,30\n"
 #: Reads the CSV and the folder, then tries to change each (the outcome is printed).
 SNIPPET = """
 import csv, os
@@ -59,32 +59,23 @@ def run_with_inputs(mechanism: str, project: Path) -> RunResult:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "sales.csv").write_text(CSV)
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "notes.txt").write_text("from the notebook's folder\n")
-    return tmp_path
-
-
-def untouched(project: Path) -> None:
-    assert (project / "sales.csv").read_text() == CSV
-    assert (project / "data" / "notes.txt").read_text() == "from the notebook's folder\n"
-    assert sorted(p.name for p in (project / "data").iterdir()) == ["notes.txt"]
+    return make_project(tmp_path)
 
 
 def test_bubblewrap_shows_the_inputs_read_only(project: Path) -> None:
     result = run_with_inputs("bwrap", project)
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[:2] == ["42", "from the notebook's folder"]
+    assert lines[:2] == ["42", NOTES.strip()]
     # Writing fails: the files are bound read-only, and so is the folder.
     assert all(" refused " in line for line in lines[2:]), lines
     assert lines[4] == "data/new.txt refused 30"  # EROFS
-    untouched(project)
+    assert untouched(project)
 
 
 @pytest.mark.parametrize("mechanism", ["landlock", "none"])
 def test_the_other_engines_get_a_copy(mechanism: str, project: Path) -> None:
     result = run_with_inputs(mechanism, project)
     assert result.exit_code == 0, result.stderr
-    assert result.stdout.splitlines()[:2] == ["42", "from the notebook's folder"]
-    untouched(project)  # whatever the run did to its copy
+    assert result.stdout.splitlines()[:2] == ["42", NOTES.strip()]
+    assert untouched(project)  # whatever the run did to its copy

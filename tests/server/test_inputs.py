@@ -7,22 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.inputs import CSV, READ_BOTH, READ_BOTH_OUT, make_project, untouched
+
 from .helpers import Api
 
-CSV = "region,sales\nnorth,12\nsouth,30\n"
-READ = (
-    "import csv\n"
-    "print(sum(int(r['sales']) for r in csv.DictReader(open('sales.csv'))))\n"
-    "print(open('data/notes.txt').read(), end='')\n"
-)
+READ = READ_BOTH
 
 
 @pytest.fixture
 def data(jp_root_dir: Path) -> Path:
-    (jp_root_dir / "sales.csv").write_text(CSV)
-    (jp_root_dir / "data").mkdir()
-    (jp_root_dir / "data" / "notes.txt").write_text("from the root\n")
-    return jp_root_dir
+    return make_project(jp_root_dir)
 
 
 async def plan(api: Api, **body: object) -> dict[str, object]:
@@ -37,7 +31,7 @@ async def test_the_plan_lists_the_inputs_and_the_run_reads_them(api: Api) -> Non
     planned = await plan(api, inputs=["sales.csv", "data"])
     assert [(i["name"], i["kind"], i["size"]) for i in planned["inputs"]] == [  # type: ignore[attr-defined]
         ("sales.csv", "file", 31),
-        ("data", "dir", 14),
+        ("data", "dir", 27),
     ]
     labels = [c["label"] for c in planned["checks"]]  # type: ignore[attr-defined]
     assert any(label.startswith("input sales.csv · 31 B · sha256:") for label in labels)
@@ -45,7 +39,7 @@ async def test_the_plan_lists_the_inputs_and_the_run_reads_them(api: Api) -> Non
     token = approval.body["approval_token"]
     result = await api("POST", "api/sandbox/run", {"approval_token": token})
     assert result.code == 200, result.text
-    assert result.body["stdout"] == "42\nfrom the root\n"
+    assert result.body["stdout"] == READ_BOTH_OUT
 
 
 async def test_a_file_changed_after_approval_is_refused(api: Api, data: Path) -> None:
@@ -63,8 +57,8 @@ async def test_plan_and_run_takes_inputs(api: Api, data: Path) -> None:
     body = {"language": "python", "code": READ, "inputs": ["sales.csv", "data"]}
     answer = await api("POST", "api/sandbox/plan-and-run", body)
     assert answer.code == 200, answer.text
-    assert answer.body["result"]["stdout"] == "42\nfrom the root\n"
-    assert (data / "sales.csv").read_text() == CSV
+    assert answer.body["result"]["stdout"] == READ_BOTH_OUT
+    assert untouched(data)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ def _ids(ids: list[str]) -> str:
 
 
 def batch_plan_text(batch: BatchPlan) -> str:
-    """The approver's view: count, languages, the scan summary, the blocked items."""
+    """The approver's view: count, languages, the inputs, the scan summary, the blocked items."""
     s = batch.summary()
     langs = ", ".join(f"{n} {lang}" for lang, n in sorted(s["languages"].items()))
     first = next(iter(batch.items.values()))
@@ -28,6 +28,10 @@ def batch_plan_text(batch: BatchPlan) -> str:
         + f" · network {'on' if first.spec.network else 'off'} · deadline {batch.deadline_sec} s",
         f"  digest {batch.digest}",
     ]
+    given = [p.spec.inputs for p in batch.items.values() if p.spec.inputs]
+    if given:
+        names = sorted({one.name for inputs in given for one in inputs})
+        lines.append(f"  inputs: {len(given)} item(s) get files: {_ids(names)} (--show ID)")
     if not s["warnings"]:
         lines.append("  scan: no warnings")
     for w in s["warnings"]:
@@ -58,6 +62,7 @@ def item_text(batch: BatchPlan, item_id: str) -> str:
         lines.append(f"  BLOCKED: {plan.blocked_reason}")
     if plan.spec.stdin is not None:
         lines.append(f"  stdin: {len(plan.spec.stdin)} characters")
+    lines += [f"  {one.label()}" for one in plan.spec.inputs]
     lines.append("-" * 60)
     lines.append(plan.spec.code.rstrip("\n"))
     lines.append("-" * 60)
