@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .display import escape_text
 from .errors import ApprovalError, InputRefused, InvalidRequest
 
 #: The bytes all of a run's inputs may hold together, by default (the policy's cap).
@@ -86,7 +87,8 @@ class RunInput:
     def label(self) -> str:
         """The plan's line: ``input data.csv · 12.3 kB · sha256:ab12cd34ef56…``."""
         files = f"{self.files} file{'s' * (self.files != 1)}"
-        what = f"{self.name}/ ({files})" if self.kind == "dir" else self.name
+        name = escape_text(self.name)  # a file's name is the user's, not always plain
+        what = f"{name}/ ({files})" if self.kind == "dir" else name
         return f"input {what} · {human_size(self.size)} · {self.sha256[:19]}…"
 
 
@@ -155,7 +157,8 @@ def resolve_inputs(
     root = _resolved(root, str(root))
     hidden = tuple(hidden)
     found: list[tuple[str, Path, str, InputKind]] = []
-    for given in input_paths(list(paths)):
+    for asked in input_paths(list(paths)):
+        given = _shown(root, asked)
         path = _under_root(root, given)
         secret = next(
             (h for h in hidden if h == path or path in h.parents or h in path.parents), None
@@ -190,6 +193,16 @@ def resolve_inputs(
         sha, size = _combined(hashed, kind)
         out.append(RunInput(name, kind, size, sha, len(entries), path, given))
     return tuple(out)
+
+
+def _shown(root: Path, given: str) -> str:
+    """``given`` as messages and plans name it: relative to ``root`` when an absolute
+    path inside it (a face's ``--input data.csv`` is sent absolute)."""
+    if os.path.isabs(given):
+        relative = os.path.relpath(os.path.normpath(given), root)
+        if not relative.startswith(os.pardir):
+            return given if relative == os.curdir else relative
+    return given
 
 
 def _resolved(path: Path, given: str) -> Path:

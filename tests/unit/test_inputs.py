@@ -245,3 +245,20 @@ def test_the_policy_caps_reach_the_plan(sandbox_config_dir: Path, project: Path)
     with pytest.raises(InvalidRequest) as refused:
         asyncio.run(service.plan(options))
     assert refused.value.code == "inputs_too_large"
+
+
+def test_a_name_with_control_characters_is_shown_escaped(project: Path) -> None:
+    odd = "sales\x1b[2J.csv"
+    (project / odd).write_text(CSV)
+    (found,) = resolve_inputs(project, [odd], caps=CAPS)
+    assert found.name == odd  # the run folder gets the file's own name
+    assert "\x1b" not in found.label() and "sales\\x1b[2J.csv" in found.label()
+
+
+def test_an_absolute_path_inside_the_root_is_named_relative(project: Path) -> None:
+    (found,) = resolve_inputs(project, [str(project / "data")], caps=CAPS)
+    assert (found.name, found.given) == ("data", "data")
+    os.mkfifo(project / "data" / "pipe")
+    with pytest.raises(InputRefused) as refused:
+        resolve_inputs(project, [str(project / "data")], caps=CAPS)
+    assert "'data/pipe'" in refused.value.message and str(project) not in refused.value.message
