@@ -204,8 +204,9 @@ class SandboxService:
                 "(/api/sandbox/agent/plan, jupyter sandbox mcp)",
                 code="invalid_value",
             )
-        # Off the event loop too: the inputs are walked and hashed (up to the caps).
-        inputs = await asyncio.to_thread(self.planner.inputs_of, options)
+        inputs = None
+        if options.inputs:  # off the event loop too: they are walked and hashed
+            inputs = await asyncio.to_thread(self.planner.inputs_of, options)
         plan = self.planner.describe(
             options, session_id=caller.session_id, file_text=file_text, agent=agent, inputs=inputs
         )
@@ -296,10 +297,10 @@ class SandboxService:
             )
             spec = approval.plan.spec
         else:
+            inputs: tuple[RunInput, ...] | SandboxError = ()
             try:  # the inputs as they are now: hashed again, off the event loop
-                inputs: tuple[RunInput, ...] | SandboxError = await asyncio.to_thread(
-                    self.planner.inputs_of, expected
-                )
+                if expected.inputs:
+                    inputs = await asyncio.to_thread(self.planner.inputs_of, expected)
             except SandboxError as exc:
                 inputs = exc
             approval, spec = self._check_long_form(expected, approval_token, caller, inputs)
