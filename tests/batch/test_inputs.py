@@ -6,8 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from gitpilot_jupyter.sandbox.batch import read_results
-from gitpilot_jupyter.sandbox.batch.items import load_jsonl
+from gitpilot_jupyter.sandbox.batch.items import BatchItem, load_jsonl
+from gitpilot_jupyter.sandbox.batch.plan import plan_batch
+from gitpilot_jupyter.sandbox.inputs import RunInput
+from gitpilot_jupyter.sandbox.request import RunOptions
+from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.support.inputs import READ_BOTH, READ_BOTH_OUT, make_project, untouched
 
 from .test_cli import cli
@@ -50,3 +56,23 @@ def test_the_batch_plan_names_the_inputs(tmp_path: Path) -> None:
     opened = cli(items, "--plan", "--show", "both", cwd=project)
     assert "input sales.csv · 31 B · sha256:" in opened.stdout
     assert "input data/ (1 file) · 27 B · sha256:" in opened.stdout
+
+
+def test_items_sharing_an_input_have_it_hashed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = make_project(tmp_path)
+    service = SandboxService(root_dir=project)
+    looks: list[tuple[str, ...]] = []
+    inputs_of = service.planner.inputs_of
+
+    def counted(options: RunOptions) -> tuple[RunInput, ...]:
+        looks.append(tuple(options.inputs))
+        return inputs_of(options)
+
+    monkeypatch.setattr(service.planner, "inputs_of", counted)
+    items = [BatchItem(str(n), "python", READ_BOTH, inputs=("sales.csv",)) for n in range(20)]
+    batch = plan_batch(service, items)
+    assert looks == [("sales.csv",)]
+    assert len({p.digest for p in batch.items.values()}) == 1
+    assert all(p.spec.inputs[0].name == "sales.csv" for p in batch.items.values())

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidRequest, PlanNotFound, SandboxError, UnknownLanguage
+from ..inputs import RunInput
 from ..languages import language_for_path
 from ..plans import Approval, ExecutionPlan, PlanStore
 from ..records import PlanWarning
@@ -176,6 +177,9 @@ def plan_batch(
     """
     deadline = check_deadline(deadline_sec)
     plans: dict[str, ExecutionPlan] = {}
+    # Items naming the same inputs share one look at them (a CSV read by every item is
+    # hashed once, not once an item).
+    hashed: dict[tuple[object, ...], tuple[RunInput, ...]] = {}
     for it in items:
         try:
             options = RunOptions(
@@ -189,7 +193,12 @@ def plan_batch(
                 env=env or (),
                 inputs=it.inputs,
             )
-            plans[it.id] = service.planner.describe(options, session_id=session_id)
+            key = (options.inputs, options.language, options.file)
+            if options.inputs and key not in hashed:
+                hashed[key] = service.planner.inputs_of(options)
+            plans[it.id] = service.planner.describe(
+                options, session_id=session_id, inputs=hashed.get(key)
+            )
         except SandboxError as exc:
             raise type(exc)(f"item {it.id!r}: {exc.message}", code=exc.code) from None
         if it.file is not None and it.code is not None:
