@@ -85,3 +85,20 @@ async def test_refused_inputs_are_400_with_their_code(
     )
     assert (answer.code, answer.body["code"]) == (400, code)
     assert "secret" not in answer.text and "hunter2" not in answer.text
+
+
+async def test_the_long_form_of_a_run_hashes_the_inputs_again(api: Api, data: Path) -> None:
+    planned = await plan(api, inputs=["sales.csv"])
+    approval = await api("POST", "api/sandbox/approve", {"plan_id": planned["plan_id"]})
+    body = {
+        "language": "python",
+        "code": READ,
+        "inputs": ["sales.csv"],
+        "approval_token": approval.body["approval_token"],
+    }
+    (data / "sales.csv").write_text(CSV.replace("12", "13"))
+    refused = await api("POST", "api/sandbox/run", body)
+    assert (refused.code, refused.body["code"]) == (403, "approval_mismatch")
+    (data / "sales.csv").write_text(CSV)  # as approved again: the unspent token runs it
+    result = await api("POST", "api/sandbox/run", body)
+    assert result.code == 200 and result.body["stdout"].startswith("42\n"), result.text
