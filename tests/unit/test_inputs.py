@@ -262,3 +262,17 @@ def test_an_absolute_path_inside_the_root_is_named_relative(project: Path) -> No
     with pytest.raises(InputRefused) as refused:
         resolve_inputs(project, [str(project / "data")], caps=CAPS)
     assert "'data/pipe'" in refused.value.message and str(project) not in refused.value.message
+
+
+def test_an_input_may_not_take_the_name_a_file_run_runs_under(
+    service: SandboxService, project: Path
+) -> None:
+    (project / "job.py").write_text("print()\n")
+    named = RunOptions(language="python", code="print()", filename="job.py", inputs=("job.py",))
+    with pytest.raises(InvalidRequest) as clash:
+        asyncio.run(service.plan(named))
+    assert clash.value.code == "input_name_clash"
+    file_run = RunOptions(file="job.py", inputs=("job.py",))
+    with pytest.raises(InvalidRequest) as again:
+        asyncio.run(service.plan(file_run))
+    assert again.value.code == "input_name_clash"
