@@ -276,3 +276,10 @@ def test_an_input_may_not_take_the_name_a_file_run_runs_under(
     with pytest.raises(InvalidRequest) as again:
         asyncio.run(service.plan(file_run))
     assert again.value.code == "input_name_clash"
+
+
+def test_a_sessions_cell_takes_no_inputs(service: SandboxService, project: Path) -> None:
+    cell = RunOptions(language="python", code="print()", session="s1", inputs=("sales.csv",))
+    with pytest.raises(InvalidRequest) as refused:
+        asyncio.run(service.plan(cell))
+    assert refused.value.code == "invalid_input" and "session" in refused.value.message
