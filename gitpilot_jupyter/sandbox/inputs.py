@@ -118,10 +118,10 @@ def input_paths(value: object) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise InvalidRequest("inputs must be a list of paths")
+        raise InvalidRequest("inputs must be a list of paths", code=InputRefused.code)
     for path in value:
         if not isinstance(path, str) or not path.strip() or "\x00" in path:
-            raise InvalidRequest(f"inputs: {path!r} is not a path")
+            raise InvalidRequest(f"inputs: {path!r} is not a path", code=InputRefused.code)
     return tuple(value)
 
 
@@ -178,14 +178,16 @@ def resolve_inputs(
             )
         taken.add(name)
         found.append((given, path, name, "dir" if path.is_dir() else "file"))
-    # The caps on what the sizes say, before a byte is read.
+    # The caps on what the sizes say, before a byte is read; a folder's walk stops at
+    # the first file past them (a home folder given by mistake is not walked whole).
     total_bytes = total_files = 0
     listed: list[list[tuple[str, Path, int]]] = []
     for given, path, _, kind in found:
-        entries = list(_walk(path, given)) if kind == "dir" else [("", path, path.stat().st_size)]
-        total_files += len(entries)
-        total_bytes += sum(size for _, _, size in entries)
-        _check_caps(total_bytes, total_files, caps)
+        entries = []
+        for entry in _walk(path, given) if kind == "dir" else [("", path, path.stat().st_size)]:
+            entries.append(entry)
+            total_files, total_bytes = total_files + 1, total_bytes + entry[2]
+            _check_caps(total_bytes, total_files, caps)
         listed.append(entries)
     out = []
     for (given, path, name, kind), entries in zip(found, listed, strict=True):

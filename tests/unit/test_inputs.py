@@ -283,3 +283,16 @@ def test_a_sessions_cell_takes_no_inputs(service: SandboxService, project: Path)
     with pytest.raises(InvalidRequest) as refused:
         asyncio.run(service.plan(cell))
     assert refused.value.code == "invalid_input" and "session" in refused.value.message
+
+
+def test_a_folder_past_the_file_cap_is_not_walked_to_its_end(project: Path) -> None:
+    many = project / "many"
+    many.mkdir()
+    for n in range(11):
+        (many / f"a{n:02}.txt").write_text("x")
+    os.mkfifo(many / "zzz")  # after the files: refused only if the walk got that far
+    with pytest.raises(InvalidRequest) as capped:
+        resolve_inputs(project, ["many"], caps=InputCaps(max_files=10))
+    assert capped.value.code == "inputs_too_many_files"
+    with pytest.raises(InputRefused, match="zzz"):
+        resolve_inputs(project, ["many"], caps=CAPS)
