@@ -21,7 +21,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from ..backend import OutputCallback, RunRequest, SandboxBackend
-from ..errors import EmptyCode, InvalidRequest, RunNotFound, SandboxError
+from ..errors import EmptyCode, InputRefused, InvalidRequest, RunNotFound, SandboxError
 from ..files import path_under_root
 from ..inputs import stage_inputs
 from ..local.cleanup import make_run_dir, remove_tree
@@ -127,6 +127,15 @@ def _request(spec: RunSpec, policy: SandboxPolicy) -> RunRequest:
     )
 
 
+def _private_folder() -> str:
+    """A 0700 folder of the server for one run's input copies (swept as a run folder if
+    the server dies); a refusal, never a crash, when the temp dir cannot take one."""
+    try:
+        return make_run_dir()
+    except OSError as exc:
+        raise InputRefused(f"cannot stage the inputs: {exc.strerror or exc}") from None
+
+
 class RunExecutor:
     """Runs specs on their backends, audited and stoppable; knows the runs under way."""
 
@@ -190,7 +199,7 @@ class RunExecutor:
             )
             if spec.inputs:
                 # Copied as approved, or refused (approval_mismatch) before anything ran.
-                staging = Path(await asyncio.to_thread(make_run_dir))
+                staging = Path(await asyncio.to_thread(_private_folder))
                 request.inputs = await asyncio.to_thread(stage_inputs, spec.inputs, staging)
             active, grace = self._reserve(backend, request, user)
         except SandboxError as refusal:
