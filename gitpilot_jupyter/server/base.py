@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Awaitable, Callable
 from http.client import responses
 from pathlib import PurePath
@@ -256,7 +257,14 @@ class SandboxHandler(APIHandler):
         """
         if file is None or getattr(self.contents_manager, "allow_hidden", False):
             return
-        if any(part.startswith(".") and part not in (".", "..") for part in PurePath(file).parts):
+        parts = PurePath(file).parts
+        root = getattr(self.contents_manager, "root_dir", None)
+        if PurePath(file).is_absolute() and root:
+            # What lies above the root is the server's, not the path's (a face sends an
+            # absolute path: --input data.csv from a folder under the root).
+            relative = os.path.relpath(os.path.normpath(file), root)
+            parts = PurePath(relative).parts if not relative.startswith(os.pardir) else parts
+        if any(part.startswith(".") and part not in (".", "..") for part in parts):
             error = InputRefused if what == "input" else FileAccessError
             raise http_error(
                 error(f"{what} {file!r} is hidden; the server does not serve hidden files")
