@@ -7,7 +7,7 @@ output is not the user's, so :func:`for_trusted_view` cleans them first.
 * Markdown stays Markdown: each raw HTML tag in it is replaced by nh3's cleaned form of
   that tag (an allowed tag keeps its allowed attributes) or escaped (``&lt;``) so it
   shows as text; a link or image whose destination has a scheme other than http(s),
-  mailto (an image: also ``data:image/``) points to ``#``. Everything else (headings,
+  mailto or ``data:image/`` points to ``#``. Everything else (headings,
   emphasis, lists, ``>`` quotes, tables, code, math) is left as written. A tag inside
   code is cleaned too: the Markdown is not parsed here, and a parse that differed from
   the renderer's (an HTML block around a code fence) would let a tag through.
@@ -37,7 +37,7 @@ _TAG = re.compile(
     re.DOTALL,
 )
 #: An inline link's or image's destination, and a reference definition's.
-_LINK = re.compile(r"(?P<bang>!?)\]\(\s*(?P<dest><[^>\n]*>|[^\s)]+)")
+_LINK = re.compile(r"\]\(\s*(?P<dest><[^>\n]*>|[^\s)]+)")
 _REFERENCE = re.compile(
     r"^(?P<lead>[ \t>*+\-\d.)]*\[[^\]\n]+\]:[ \t]*\n?[ \t]*)(?P<dest><[^>\n]*>|\S+)", re.M
 )
@@ -45,16 +45,18 @@ _SAFE_SCHEMES = frozenset({"http", "https", "mailto"})
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
 
 
-def _allowed_url(url: str, *, image: bool) -> bool:
+def _allowed_url(url: str) -> bool:
     """True for a destination without a scheme, or with a safe one (entities, escapes
-    and control characters undone first, as a renderer would)."""
+    and control characters undone first, as a renderer would). ``data:image/`` is safe
+    for an image, and a link to one is not followed (browsers open no top-level data:
+    URL)."""
     plain = html.unescape(url.strip("<>")).replace("\\", "")
     plain = "".join(ch for ch in plain if ch > " ")
     scheme = _SCHEME.match(plain)
     if scheme is None or any(c in plain[: scheme.end()] for c in "/?#"):
         return True
     name = scheme.group(1).lower()
-    if image and name == "data":
+    if name == "data":
         return plain[5:].lower().startswith("image/")
     return name in _SAFE_SCHEMES
 
@@ -63,7 +65,11 @@ def _clean_tag(match: re.Match[str]) -> str:
     text = match.group(0)
     auto = match.group("auto")
     if auto is not None:
-        return text if _allowed_url(auto, image=False) else "&lt;" + text[1:]
+        return (
+            text
+            if _allowed_url(auto) and not auto.lower().startswith("data:")
+            else ("&lt;" + text[1:])
+        )
     name = (match.group("name") or "").lower()
     if not name or name not in nh3.ALLOWED_TAGS or name in _DROPPED_TAGS:
         return "&lt;" + text[1:]  # a comment, a declaration, or a tag not allowed: text
@@ -77,13 +83,13 @@ def _clean_tag(match: re.Match[str]) -> str:
 
 
 def _clean_link(match: re.Match[str]) -> str:
-    if _allowed_url(match.group("dest"), image=bool(match.group("bang"))):
+    if _allowed_url(match.group("dest")):
         return match.group(0)
     return match.group(0)[: match.start("dest") - match.start()] + "#"
 
 
 def _clean_reference(match: re.Match[str]) -> str:
-    if _allowed_url(match.group("dest"), image=True):
+    if _allowed_url(match.group("dest")):
         return match.group(0)
     return match.group("lead") + "#"
 
