@@ -127,12 +127,12 @@ class Planner:
         if name in self.resolver.local:
             found = self.interpreters.resolve(lang) is not None
             checks.insert(1, {"label": f"{command[0]} interpreter installed", "ok": found})
-        checks += [{"label": note, "ok": False} for note in runner.limit_notes(spec.limits)]
         checks.append(
             {"label": spec.limits.display.describe(), "ok": True}
             if name in self.resolver.local
             else {"label": NOT_ON_MATRIXLAB, "ok": False}
         )
+        checks += [{"label": note, "ok": False} for note in runner.limit_notes(spec.limits)]
         warnings = [OFF_WARNING.copy()] if is_off(name) else []
         if name == "subprocess":
             checks.append(self._disk_check(spec.limits.disk_mb))
