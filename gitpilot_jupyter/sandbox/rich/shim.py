@@ -70,7 +70,19 @@ def _gitpilot_shim() -> None:  # noqa: C901 - one function: its frame is the onl
     )
     shown_figures: set[int] = set()
 
+    pipe_grown: list[bool] = []
+
     def write_out(data: bytes) -> None:
+        if len(data) > 65536 and not pipe_grown and sys.platform == "linux":
+            # A pipe holds 64 KiB: an image would cross in as many turns of the reader,
+            # each a wait for a core on a busy host. 1 MiB is what any user may ask for.
+            pipe_grown.append(True)
+            try:
+                import fcntl
+
+                fcntl.fcntl(1, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+            except (ImportError, OSError):
+                pass
         view = memoryview(data)
         while view:
             view = view[os.write(1, view) :]
@@ -83,13 +95,55 @@ def _gitpilot_shim() -> None:  # noqa: C901 - one function: its frame is the onl
             except (OSError, ValueError):
                 pass
 
+    # What a display costs is the snippet's time: base64 and json would import re (and
+    # enum, functools...: tens of ms); binascii and _json are the interpreter's own C.
+    def as_base64(data: bytes) -> str:
+        import binascii
+
+        return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+    def json_text(value: object, out: list[str]) -> None:
+        """``value`` as JSON text (``json.dumps(ensure_ascii=False, allow_nan=False)``)."""
+        from _json import encode_basestring
+
+        if isinstance(value, str):
+            plain = value.isascii() and value.isprintable()  # (base64: no escape needed)
+            if plain and '"' not in value and "\\" not in value:
+                out += ('"', value, '"')
+            else:
+                out.append(encode_basestring(value))
+        elif value is None or isinstance(value, bool):
+            out.append({None: "null", True: "true", False: "false"}[value])
+        elif isinstance(value, int):
+            out.append(int.__repr__(value))
+        elif isinstance(value, float):
+            if value != value or value in (float("inf"), float("-inf")):
+                raise ValueError("not a JSON number")
+            out.append(float.__repr__(value))
+        elif isinstance(value, (list, tuple)):
+            out.append("[")
+            for number, item in enumerate(value):
+                out.append(", " if number else "")
+                json_text(item, out)
+            out.append("]")
+        elif isinstance(value, dict):
+            out.append("{")
+            for number, (key, item) in enumerate(value.items()):
+                if not isinstance(key, str):
+                    raise TypeError("a JSON key is a string")
+                out.append(", " if number else "")
+                out.append(encode_basestring(key) + ": ")
+                json_text(item, out)
+            out.append("}")
+        else:
+            raise TypeError(f"{type(value).__name__} is not JSON")
+
     def figure_png(figure: object) -> str:
-        import base64
         import io
 
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", bbox_inches="tight")  # type: ignore[attr-defined]
-        return base64.b64encode(buffer.getvalue()).decode("ascii")
+        return as_base64(buffer.getvalue())
 
     def is_figure(obj: object) -> bool:
         figure_module = sys.modules.get("matplotlib.figure")
@@ -133,9 +187,7 @@ def _gitpilot_shim() -> None:  # noqa: C901 - one function: its frame is the onl
             if value is None:
                 continue
             if mime in binary and isinstance(value, bytes):
-                import base64
-
-                value = base64.b64encode(value).decode("ascii")
+                value = as_base64(value)
             elif isinstance(value, bytes):
                 value = value.decode("utf-8", "replace")
             data[mime] = value
@@ -153,13 +205,14 @@ def _gitpilot_shim() -> None:  # noqa: C901 - one function: its frame is the onl
             if text is not None:
                 print(text)
             return
-        import json
 
         def encoded(value: object) -> bytes | None:
+            out: list[str] = []
             try:
-                return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
-            except (TypeError, ValueError):
+                json_text(value, out)
+            except (TypeError, ValueError, RecursionError):
                 return None
+            return "".join(out).encode("utf-8", "replace")  # (a lone surrogate: "?")
 
         payload = encoded({"data": data, "metadata": metadata})
         if payload is None:  # leave out what is no JSON
@@ -167,8 +220,9 @@ def _gitpilot_shim() -> None:  # noqa: C901 - one function: its frame is the onl
             metadata = {k: v for k, v in metadata.items() if encoded(v) is not None}
             payload = encoded({"data": data, "metadata": metadata}) or b"{}"
         header = mark + nonce.encode("ascii") + b" " + str(len(payload)).encode("ascii") + b"\n"
-        try:  # noqa: SIM105 - contextlib is not imported in a run that needs it not
-            write_out(header + payload)
+        try:
+            write_out(header)
+            write_out(payload)
         except OSError:
             pass
 
@@ -208,7 +262,7 @@ def _gitpilot_shim() -> None:  # noqa: C901 - one function: its frame is the onl
             helpers.Gcf.destroy_all()
 
     def show_figures_at_end() -> None:
-        try:  # noqa: SIM105 - (no contextlib, as above)
+        try:  # noqa: SIM105 - contextlib is not imported in a run that needs it not
             show_figures(close=False)
         except Exception:  # a figure that cannot be drawn: the run's own outcome stands
             pass
