@@ -33,6 +33,7 @@ BENCHMARKS = (
     "engines",
     "lab_flood",
     "display",
+    "sessions",
 )
 
 

@@ -43,12 +43,15 @@ else
     echo "build-test-images: $base already present"
 fi
 
+# The stand-in's files (its image is rebuilt when their hash changes).
+standin_sha="$(cd "$here/tests/support" && cat __init__.py runner_standin.py standin_runs.py \
+    | sha256sum | cut -c1-64)"
 if [ "${FORCE:-0}" = 1 ] || ! have_image "$runner" \
     || [ "$(docker image inspect -f '{{index .Config.Labels "standin.sha"}}' "$runner")" != \
-         "$(sha256sum "$here/tests/support/runner_standin.py" | cut -c1-64)" ]; then
+         "$standin_sha" ]; then
     # Output (incl. the legacy builder's deprecation notice) goes to a log shown only on failure.
     docker build --quiet --build-arg "BASE=$base" \
-        --label "standin.sha=$(sha256sum "$here/tests/support/runner_standin.py" | cut -c1-64)" \
+        --label "standin.sha=$standin_sha" \
         -t "$runner" -f "$here/docker/runner-standin/Dockerfile" "$here/tests/support" \
         >/tmp/gitpilot-docker-build.log 2>&1 || { cat /tmp/gitpilot-docker-build.log >&2; exit 1; }
     # Drop the stand-in images this rebuild left dangling (only ours: they carry the label).

@@ -204,6 +204,7 @@ def _snippet(args: argparse.Namespace) -> RunOptions:
     return RunOptions(
         language=language,
         code=code,
+        filename=file,  # read here: only its name goes along, the run is named after it
         stdin=stdin,
         timeout_sec=args.timeout,
         backend=args.backend,

@@ -52,9 +52,17 @@ class RunRequest:
     #: For a file run, the approved file on this machine: a backend may send its folder
     #: along. What runs is always ``code``, as approved, never the file's current text.
     file: Path | None = None
+    #: For code its caller read from a file: that file's name, which the run takes (only
+    #: the name: nothing of the file is sent).
+    filename: str | None = None
     #: Set when someone stops the run: the backend kills it and answers ``cancelled=True``
     #: with the output so far. A backend that ignores it is cancelled by the service.
     stop: asyncio.Event | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def named_after(self) -> str | Path | None:
+        """The file the run is named after: a file run's, or the one its code was read from."""
+        return self.file or self.filename
 
 
 class SandboxBackend(abc.ABC):

@@ -226,3 +226,26 @@ class NotPlanOwner(ApprovalError):
 
     code = "not_plan_owner"
     status = 403
+
+
+class SessionNotFound(SandboxError):
+    """No session of that name is open for this identity (unknown, stopped, lost, or
+    another person's: its existence is not disclosed)."""
+
+    code = "session_not_found"
+    status = 404
+
+
+class SessionUnavailable(SandboxError):
+    """A session cannot be started here: the engine in force cannot hold one, or the
+    interpreter's environment has no ipykernel. The message says why and how to fix it."""
+
+    code = "session_unavailable"
+    status = 409
+
+
+class SessionExists(SandboxError):
+    """A session of that name is already open for this identity: restart or stop it."""
+
+    code = "session_exists"
+    status = 409

@@ -64,12 +64,17 @@ def snippet_filename(language: str) -> str:
 PLAIN_FILENAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 
+def plain_filename(file: str | PurePath | None) -> str | None:
+    """The name of ``file`` when it is plain enough to run under (:data:`PLAIN_FILENAME`)."""
+    name = PurePath(file).name if file is not None else ""
+    return name if PLAIN_FILENAME.fullmatch(name) else None
+
+
 def run_filename(language: str, file: str | PurePath | None = None) -> str:
     """The name the snippet runs under: a file run's own (``hello_sandbox.py``), else
     :func:`snippet_filename`.
     """
-    name = PurePath(file).name if file is not None else ""
-    return name if PLAIN_FILENAME.fullmatch(name) else snippet_filename(language)
+    return plain_filename(file) or snippet_filename(language)
 
 
 @dataclass(frozen=True)

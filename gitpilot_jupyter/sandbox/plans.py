@@ -118,11 +118,13 @@ class ExecutionPlan:
             language=spec.language,
             code=spec.code,
             file=spec.file,
+            filename=spec.filename,
             stdin=spec.stdin,
             timeout_sec=spec.timeout_sec,
             backend=spec.backend,
             allow_network=spec.network,
             env=spec.env,
+            session=spec.session,
             source=self.source,
         )
 
@@ -264,6 +266,15 @@ class RunUnderWay:
             "started_at": self.started_at,
             "approved_by": self.approved_by,
         }
+
+
+def belongs_to(owner: str | None, user: str | None) -> bool:
+    """Whether ``user`` may see and use what ``owner`` made (a plan, a session).
+
+    It belongs to the identity that made it. ``None`` on either side is a shared
+    principal (jupyter_server's token login, an in-process face): no restriction then.
+    """
+    return owner is None or user is None or owner == user
 
 
 def new_plan_id() -> str:

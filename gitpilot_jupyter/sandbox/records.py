@@ -104,7 +104,14 @@ class Status(TypedDict):
     env_override: str | None
     env_error: str | None
     require_approval: bool
+    #: The longest timeout a run may ask for or the settings may save, in seconds (the
+    #: administrator's ``max_timeout_sec``; the shortest is 1): what settings forms offer.
+    max_timeout_sec: int
     isolation: list[str]
+    #: Why a network-on run is refused on the live backend (the refusal its plan gets,
+    #: with the fix), or None when it is not; when the settings' runs are network-on,
+    #: the refusal is the ``error`` instead.
+    network_on: str | None
     isolation_report: IsolationReport
     settings_error: str | None
     settings_path: str

@@ -20,18 +20,25 @@ __all__ = ["NO_OPTIONS", "Caller", "RunOptions"]
 class RunOptions:
     """What to run and how, as the caller asked it (unresolved: ``None`` is the default).
 
-    ``code`` or ``file`` (a path under the server's root); ``env`` names server
-    variables to pass through; ``source`` says which face made the request.
+    ``code`` or ``file`` (a path under the server's root); ``filename``, with
+    ``code``: the file the caller read that code from itself (``jupyter sandbox run
+    FILE``), so the run is named after it as a file run is, and nothing else of the file
+    is sent (in-process callers only: the REST schemas do not take it); ``env`` names
+    server variables to pass through; ``session`` names the sandbox session the code
+    runs in (its kernel keeps state between cells; not the browser's
+    ``Caller.session_id``); ``source`` says which face made the request.
     """
 
     language: str | None = None
     code: str | None = None
     file: str | None = None
+    filename: str | None = None
     stdin: str | None = None
     timeout_sec: int | None = None
     backend: str | None = None
     allow_network: bool | None = None
     env: Sequence[str] = ()
+    session: str | None = None
     source: str = "api"
 
     def __post_init__(self) -> None:

@@ -64,7 +64,10 @@ INT_RANGES = {
     "max_display_item_mb": (1, 64),
     "max_display_run_mb": (1, 512),
     "max_display_outputs": (1, 10000),
+    "session_idle_min": (1, 1440),
 }
+#: Minutes a session may sit without a cell before it is stopped, when the settings name none.
+DEFAULT_SESSION_IDLE_MIN = 30
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,13 @@ class SandboxSettings:
     max_display_outputs: int = field(
         default=bundles.DEFAULT_OUTPUTS,
         metadata={"help": "How many display outputs one run may return."},
+    )
+    session_idle_min: int = field(
+        default=DEFAULT_SESSION_IDLE_MIN,
+        metadata={
+            "help": "Minutes a session (a kernel that keeps state between cells) may wait "
+            "without a cell before it is stopped, and everything of it removed."
+        },
     )
 
     def masked(self) -> dict[str, Any]:

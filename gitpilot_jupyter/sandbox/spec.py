@@ -28,11 +28,13 @@ def plan_digest(
     network: bool,
     backend: str,
     env: Sequence[str] = (),
+    session: str | None = None,
 ) -> str:
     """The sha256 over everything that decides what a run does.
 
-    ``env`` (the variable names passed through) is bound only when not empty,
-    so a plan without them keeps the digest it always had.
+    ``env`` (the variable names passed through) and ``session`` (the session a cell
+    runs in) are bound only when given, so a plan without them keeps the digest it
+    always had.
     """
     fields: dict[str, Any] = {
         "language": language,
@@ -44,6 +46,8 @@ def plan_digest(
     }
     if env:
         fields["env"] = sorted(env)
+    if session is not None:
+        fields["session"] = session
     material = json.dumps(fields, sort_keys=True, ensure_ascii=False)
     return "sha256:" + hashlib.sha256(material.encode("utf-8")).hexdigest()
 
@@ -52,7 +56,9 @@ def plan_digest(
 class RunSpec:
     """One run, fully resolved: canonical language, code, stdin, clamped timeout, network,
     backend, the server variables passed through, the resource limits in force when it
-    was planned and, for a file run, the file.
+    was planned, for a file run the file (or, for code its caller read from a file,
+    that file's name: ``filename``) and, for a cell of a session, the session's name
+    (:mod:`~gitpilot_jupyter.sandbox.sessions`: the code runs in that session's kernel).
 
     The digest covers what the contract binds an approval to (the limits are the
     administrator's, not the requester's, and the file's text is the code: both are
@@ -68,11 +74,18 @@ class RunSpec:
     env: tuple[str, ...] = ()
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     file: str | None = None
+    filename: str | None = None
+    session: str | None = None
+
+    @property
+    def named_after(self) -> str | None:
+        """The file the run is named after (plans, results, tracebacks), if any."""
+        return self.file or self.filename
 
     @functools.cached_property
     def digest(self) -> str:
-        """``sha256:`` + hex over language, code, stdin, timeout, network and backend
-        (worked out once: the spec is frozen)."""
+        """``sha256:`` + hex over language, code, stdin, timeout, network, backend and
+        the session (worked out once: the spec is frozen)."""
         return plan_digest(
             language=self.language,
             code=self.code,
@@ -81,4 +94,5 @@ class RunSpec:
             network=self.network,
             backend=self.backend,
             env=self.env,
+            session=self.session,
         )

@@ -9,5 +9,7 @@ export const DEFAULTS = {
   /** Seconds between status refreshes when the settings registry gives none. */
   refreshInterval: 30,
   /** Where a MatrixLab Runner answers when none is set (the URL field's placeholder). */
-  matrixlab_url: 'http://localhost:8765'
+  matrixlab_url: 'http://localhost:8765',
+  /** The time limit's bounds in seconds, until the server's status gives its own maximum. */
+  timeout_sec: { minimum: 1, maximum: 600 }
 } as const;

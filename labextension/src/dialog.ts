@@ -7,6 +7,7 @@ import { Dialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { N_, trans } from './i18n';
+import { PASS_THROUGH_RISK } from './labels';
 import { el, isRisky, renderPlan } from './render';
 import type { IPlan, IStatus } from './types';
 
@@ -232,13 +233,7 @@ export async function confirmPlan(
 export async function confirmPassThrough(): Promise<boolean> {
   const body = el('div', 'jp-gitpilot-off-warning');
   body.append(
-    el(
-      'p',
-      '',
-      trans.__(
-        "Pass-through has no isolation: every snippet runs directly on the server's host, as you, and the network is not blocked."
-      )
-    ),
+    el('p', '', trans.__(PASS_THROUGH_RISK)),
     el(
       'p',
       '',

@@ -65,6 +65,21 @@ export class RunHistory {
     return this.load()[blockKey(language, code)] ?? null;
   }
 
+  /** Forget this block's run (its output was cleared: a reload must not bring it back). */
+  forget(language: string, code: string): void {
+    const entries = this.load();
+    const key = blockKey(language, code);
+    if (!this.storage || !(key in entries)) {
+      return;
+    }
+    delete entries[key];
+    try {
+      this.storage.setItem(STORAGE_KEY, JSON.stringify(entries));
+    } catch {
+      // Storage refused the write: nothing more can be done from here.
+    }
+  }
+
   /** Keep this block's run (replacing its previous one). */
   put(
     language: string,

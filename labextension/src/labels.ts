@@ -34,6 +34,11 @@ export const BACKENDS: ReadonlyArray<{
   }
 ];
 
+/** What Pass-through (`off`) means, wherever it is chosen or shown. */
+export const PASS_THROUGH_RISK = N_(
+  "Pass-through has no isolation: every snippet runs directly on the server's host, as you, and the network is not blocked."
+);
+
 /** The label of a backend name ("Local" for `subprocess`). */
 export function backendLabel(name: string | null | undefined): string {
   const label = BACKENDS.find(b => b.name === name)?.label;
@@ -55,7 +60,9 @@ export function statusText(
   if (status.ok) {
     return label;
   }
-  return status.backend === 'matrixlab'
+  // A Runner that answered (its /health is the status's `remote`) is not unreachable: it
+  // refuses, e.g. every run when the settings make them network-on there.
+  return status.backend === 'matrixlab' && !status.remote
     ? trans.__('%1 — unreachable', label)
     : trans.__('%1 — error', label);
 }
@@ -86,6 +93,14 @@ export function statusTitle(
   const lines = [statusText(status, null)];
   if (status.error) {
     lines.push(status.error);
+  }
+  if (status.backend === 'off') {
+    lines.push(
+      trans.__('Warning: %1', trans.__(PASS_THROUGH_RISK)),
+      trans.__(
+        'To change it, choose Local or MatrixLab in the sandbox settings.'
+      )
+    );
   }
   if (status.env_override) {
     lines.push(

@@ -12,7 +12,7 @@ import {
 import { blockAround, decorateCodeBlocks, ICodeBlock } from './codeblocks';
 import { planAndRun } from './flow';
 import { RunHistory } from './history';
-import { OutputView } from './render';
+import { CLEAR_EVENT, OutputView } from './render';
 import type { SandboxClient } from './request';
 
 /** Plan a code block (`source: code_block`) and stream its run under the block. */
@@ -65,6 +65,13 @@ export function restoreCodeBlock(block: ICodeBlock, history: RunHistory): void {
   }
 }
 
+/** Forget a block's kept result when its output is cleared, so a reload shows none. */
+export function forgetOnClear(block: ICodeBlock, history: RunHistory): void {
+  block.outputHost.addEventListener(CLEAR_EVENT, () =>
+    history.forget(block.language, block.code)
+  );
+}
+
 /** Replace the Markdown renderer (cells and Markdown files) by one that adds ▶ Run buttons. */
 export function addRunButtons(
   rendermime: IRenderMimeRegistry,
@@ -79,7 +86,10 @@ export function addRunButtons(
       decorateCodeBlocks(
         this.node,
         block => void runCodeBlock(client, block, history),
-        block => restoreCodeBlock(block, history)
+        block => {
+          restoreCodeBlock(block, history);
+          forgetOnClear(block, history);
+        }
       );
     }
   }

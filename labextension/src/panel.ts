@@ -72,6 +72,33 @@ export function describeReport(report: IConnectionReport): string {
   return parts.join(' · ');
 }
 
+/** The time limit's bounds in seconds, both included. */
+export interface ITimeoutRange {
+  minimum: number;
+  maximum: number;
+}
+
+/** Why `value` is no time limit the server takes (null: it is one). */
+export function timeoutProblem(
+  value: string,
+  range: ITimeoutRange
+): string | null {
+  const seconds = Number(value);
+  if (
+    value.trim() !== '' &&
+    Number.isInteger(seconds) &&
+    seconds >= range.minimum &&
+    seconds <= range.maximum
+  ) {
+    return null;
+  }
+  return trans.__(
+    'Enter a whole number of seconds from %1 to %2.',
+    range.minimum,
+    range.maximum
+  );
+}
+
 /** The form's fields that the settings API saves (the token aside). */
 type FormValues = Pick<
   IMaskedSettings,
@@ -123,6 +150,15 @@ export class SandboxPanel extends Widget {
   private readonly image = input('text', 'matrixlab_image');
   private readonly network = input('checkbox', 'allow_network');
   private readonly timeout = input('number', 'timeout_sec');
+  private readonly timeoutLabel = el('span', 'jp-gitpilot-field-label');
+  private readonly timeoutError = el('div', 'jp-gitpilot-error');
+  /** The server's bounds once its status says them; the schema's until then. */
+  private timeoutRange: ITimeoutRange = { ...DEFAULTS.timeout_sec };
+  private readonly saveButton = el(
+    'button',
+    'jp-mod-styled jp-mod-accept',
+    trans.__('Save')
+  );
   private readonly message = el('div', 'jp-gitpilot-message');
   private readonly report = el('div', 'jp-gitpilot-report');
   private readonly lifecycle: LifecycleCard;
@@ -159,10 +195,9 @@ export class SandboxPanel extends Widget {
     );
 
     const actions = el('div', 'jp-gitpilot-buttons');
-    const save = el('button', 'jp-mod-styled jp-mod-accept', trans.__('Save'));
-    save.type = 'button';
-    save.addEventListener('click', () => void this.save());
-    actions.appendChild(save);
+    this.saveButton.type = 'button';
+    this.saveButton.addEventListener('click', () => void this.save());
+    actions.appendChild(this.saveButton);
     this.message.setAttribute('aria-live', 'polite');
     body.append(actions, this.message, this.lifecycle.node);
     model.changed.connect(this.showStatus, this);
@@ -226,13 +261,43 @@ export class SandboxPanel extends Widget {
       this.network,
       el('span', '', ` ${trans.__('Allow network egress')}`)
     );
-    this.timeout.min = '1';
-    this.timeout.max = '600';
-    card.append(
-      egress,
-      field(trans.__('Time limit (seconds, 1–600)'), this.timeout)
-    );
+    const limit = el('label', 'jp-gitpilot-field');
+    limit.append(this.timeoutLabel, this.timeout);
+    // Outside the label: the message describes the field, it is not its name.
+    this.timeoutError.id = 'jp-gitpilot-timeout-error';
+    this.timeoutError.hidden = true;
+    this.timeoutError.setAttribute('role', 'alert');
+    this.timeout.setAttribute('aria-describedby', this.timeoutError.id);
+    this.timeout.addEventListener('input', () => this.checkTimeout());
+    this.showTimeoutRange();
+    card.append(egress, limit, this.timeoutError);
     return card;
+  }
+
+  /** The time limit's bounds on the field and in its label. */
+  private showTimeoutRange(): void {
+    const { minimum, maximum } = this.timeoutRange;
+    this.timeout.min = String(minimum);
+    this.timeout.max = String(maximum);
+    this.timeoutLabel.textContent = trans.__(
+      'Time limit (seconds, %1–%2)',
+      minimum,
+      maximum
+    );
+  }
+
+  /** Mark a time limit out of bounds (with why) and keep Save off until it is fixed. */
+  private checkTimeout(): boolean {
+    const problem = timeoutProblem(this.timeout.value, this.timeoutRange);
+    if (problem) {
+      this.timeout.setAttribute('aria-invalid', 'true');
+    } else {
+      this.timeout.removeAttribute('aria-invalid');
+    }
+    this.timeoutError.textContent = problem ?? '';
+    this.timeoutError.hidden = !problem;
+    this.saveButton.disabled = !!problem;
+    return !problem;
   }
 
   /** Fill the form from the server (on open and after Save); never shows a token. */
@@ -263,7 +328,13 @@ export class SandboxPanel extends Widget {
     this.url.value = s.matrixlab_url ?? '';
     this.image.value = s.matrixlab_image ?? '';
     this.network.checked = !!s.allow_network;
+    this.timeoutRange = {
+      minimum: DEFAULTS.timeout_sec.minimum,
+      maximum: status.max_timeout_sec ?? DEFAULTS.timeout_sec.maximum
+    };
+    this.showTimeoutRange();
     this.timeout.value = String(s.timeout_sec);
+    this.checkTimeout();
     this.token.value = '';
     this.tokenCleared = false;
     this.token.placeholder = status.has_token
@@ -384,6 +455,9 @@ export class SandboxPanel extends Widget {
   }
 
   private async save(): Promise<void> {
+    if (!this.checkTimeout()) {
+      return; // Save is off meanwhile; the field says why
+    }
     const changes = this.changes();
     if (Object.keys(changes).length === 0) {
       this.say(trans.__('Nothing changed: nothing to save.'), false);

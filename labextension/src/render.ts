@@ -206,6 +206,8 @@ export function renderSummary(result: IRunResult): HTMLElement {
 
 /** The event a result's Re-run button sends (it bubbles to whoever made the run). */
 export const RERUN_EVENT = 'jp-gitpilot-rerun';
+/** The event a result's Clear button sends (it bubbles: whoever kept the run forgets it). */
+export const CLEAR_EVENT = 'jp-gitpilot-clear';
 
 /**
  * The output area under a code block (or in a file-run pane): a state line on top
@@ -415,7 +417,10 @@ export class OutputView {
         .then(() => done(trans.__('Copied')))
         .catch(() => done(trans.__('Copy failed')));
     });
-    button(trans.__('Clear'), trans.__('Clear the output'), () => this.clear());
+    button(trans.__('Clear'), trans.__('Clear the output'), () => {
+      this.clear();
+      this.node.dispatchEvent(new CustomEvent(CLEAR_EVENT, { bubbles: true }));
+    });
     return bar;
   }
 }

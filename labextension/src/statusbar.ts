@@ -61,6 +61,11 @@ export class SandboxStatusItem extends Widget {
     }
     const healthy = error === null && status !== null && status.ok;
     this.node.classList.toggle('jp-mod-failed', status !== null && !healthy);
+    // Pass-through runs snippets with no isolation: shown as a warning, never as a plain label.
+    this.node.classList.toggle(
+      'jp-mod-warn',
+      error === null && status?.backend === 'off'
+    );
   }
 
   dispose(): void {

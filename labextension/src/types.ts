@@ -127,6 +127,8 @@ export interface IStatus {
   settings: IMaskedSettings;
   has_token: boolean;
   require_approval: boolean;
+  /** The longest timeout the server takes, in seconds (the shortest is 1). */
+  max_timeout_sec?: number;
   isolation: string[];
   remote?: unknown;
   settings_error?: string | null;

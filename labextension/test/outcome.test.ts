@@ -5,28 +5,9 @@ import { Widget } from '@lumino/widgets';
 
 import { tabStops, trapFocus, unreachableReason } from '../src/dialog';
 import { saveOutcome } from '../src/labels';
-import type { IPlan, IStatus } from '../src/types';
+import type { IPlan } from '../src/types';
 
-function status(overrides: Partial<IStatus> = {}): IStatus {
-  return {
-    backend: 'subprocess',
-    ok: true,
-    error: null,
-    env_override: null,
-    has_token: false,
-    require_approval: true,
-    isolation: [],
-    settings: {
-      backend: 'subprocess',
-      matrixlab_url: 'http://localhost:8765',
-      matrixlab_image: '',
-      allow_network: false,
-      timeout_sec: 120,
-      has_token: false
-    },
-    ...overrides
-  };
-}
+import { status } from './support';
 
 const plan = (backend: string): IPlan => ({
   plan_id: 'p',

@@ -2,30 +2,20 @@
 
 import { SandboxModel } from '../src/model';
 import { SandboxPanel } from '../src/panel';
-import { SandboxClient } from '../src/request';
 import { SandboxStatusItem } from '../src/statusbar';
 import type { IStatus } from '../src/types';
 
-function status(overrides: Partial<IStatus> = {}): IStatus {
-  return {
-    backend: 'subprocess',
-    ok: true,
-    error: null,
-    env_override: null,
-    has_token: false,
-    require_approval: true,
-    isolation: ['tempdir'],
-    settings: {
-      backend: 'subprocess',
-      matrixlab_url: 'http://localhost:8765',
-      matrixlab_image: '',
-      allow_network: false,
-      timeout_sec: 120,
-      has_token: false
-    },
-    ...overrides
-  };
-}
+import {
+  buttonNamed,
+  click,
+  flush,
+  scripted,
+  status as healthy
+} from './support';
+
+/** The shared status, with the tempdir layer these tests always had. */
+const status = (overrides: Partial<IStatus> = {}): IStatus =>
+  healthy({ isolation: ['tempdir'], ...overrides });
 
 const LIFECYCLE_OFF = {
   installed: false,
@@ -34,30 +24,6 @@ const LIFECYCLE_OFF = {
   lifecycle_enabled: false,
   instructions: ['docker pull runner']
 };
-
-/** A client whose server answers from `routes` ("METHOD endpoint" → body, or [status, body]). */
-function scripted(routes: Record<string, unknown>) {
-  const sent: Array<{ method: string; endpoint: string; body: unknown }> = [];
-  const client = new SandboxClient('/', async (url, init) => {
-    const endpoint = url.replace('/api/sandbox/', '');
-    const method = init.method ?? 'GET';
-    sent.push({
-      method,
-      endpoint,
-      body: init.body ? JSON.parse(String(init.body)) : null
-    });
-    const answer = routes[`${method} ${endpoint}`];
-    const [code, body] = Array.isArray(answer) ? answer : [200, answer];
-    // jsdom has no fetch Response: the client only reads these members.
-    return {
-      ok: code < 400,
-      status: code,
-      statusText: code < 400 ? 'OK' : 'Bad Request',
-      text: async () => JSON.stringify(body)
-    } as unknown as Response;
-  });
-  return { client, sent };
-}
 
 async function openPanel(routes: Record<string, unknown>) {
   const { client, sent } = scripted({
@@ -71,18 +37,6 @@ async function openPanel(routes: Record<string, unknown>) {
   const q = <T extends Element>(selector: string) =>
     panel.node.querySelector(selector) as T;
   return { panel, model, sent, q };
-}
-
-function click(button: HTMLElement | null) {
-  button?.dispatchEvent(new MouseEvent('click', { bubbles: true }));
-}
-
-const flush = () => new Promise(resolve => setTimeout(resolve, 0));
-
-function buttonNamed(root: HTMLElement, text: string): HTMLButtonElement {
-  return Array.from(root.querySelectorAll('button')).find(
-    b => b.textContent === text
-  )!;
 }
 
 describe('SandboxPanel', () => {
@@ -207,24 +161,76 @@ describe('SandboxPanel', () => {
   });
 
   it('shows a refused save as the server message', async () => {
+    const refusal = 'network on for every run needs the administrator';
     const { panel, q } = await openPanel({
       'GET status': status(),
       'PUT config': [
-        400,
-        {
-          message: 'timeout_sec must be within 1..600',
-          reason: 'Bad Request',
-          code: 'invalid_setting'
-        }
+        403,
+        { message: refusal, reason: 'Forbidden', code: 'setting_not_allowed' }
       ]
     });
-    q<HTMLInputElement>('input[name="timeout_sec"]').value = '900';
+    q<HTMLInputElement>('input[name="allow_network"]').checked = true;
     click(buttonNamed(panel.node, 'Save'));
     await flush();
     await flush();
     const message = q<HTMLElement>('.jp-gitpilot-message');
     expect(message.getAttribute('role')).toBe('alert');
-    expect(message.textContent).toBe('timeout_sec must be within 1..600');
+    expect(message.textContent).toBe(refusal);
+  });
+
+  it("marks a time limit out of the server's range and keeps Save off meanwhile", async () => {
+    const { panel, sent, q } = await openPanel({
+      'GET status': status({ max_timeout_sec: 300 }),
+      'PUT config': status({
+        max_timeout_sec: 300,
+        settings: { ...status().settings, timeout_sec: 30 }
+      })
+    });
+    const timeout = q<HTMLInputElement>('input[name="timeout_sec"]');
+    const save = buttonNamed(panel.node, 'Save');
+    const error = document.getElementById(
+      timeout.getAttribute('aria-describedby')!
+    )!;
+    expect(timeout.closest('label')?.textContent).toBe(
+      'Time limit (seconds, 1–300)'
+    );
+    expect([timeout.min, timeout.max]).toEqual(['1', '300']);
+    expect(timeout.hasAttribute('aria-invalid')).toBe(false);
+    expect(error.hidden).toBe(true);
+    for (const bad of ['301', '0', '2.5', '']) {
+      timeout.value = bad;
+      timeout.dispatchEvent(new Event('input', { bubbles: true }));
+      expect(timeout.getAttribute('aria-invalid')).toBe('true');
+      expect(error.hidden).toBe(false);
+      expect(error.textContent).toBe(
+        'Enter a whole number of seconds from 1 to 300.'
+      );
+      expect(save.disabled).toBe(true);
+    }
+    click(save);
+    await flush();
+    expect(sent.filter(s => s.method === 'PUT')).toHaveLength(0);
+
+    timeout.value = '30';
+    timeout.dispatchEvent(new Event('input', { bubbles: true }));
+    expect(timeout.hasAttribute('aria-invalid')).toBe(false);
+    expect(error.hidden).toBe(true);
+    expect(save.disabled).toBe(false);
+    click(save);
+    await flush();
+    await flush();
+    expect(sent.filter(s => s.method === 'PUT').map(s => s.body)).toEqual([
+      { timeout_sec: 30 }
+    ]);
+  });
+
+  it("offers the schema's range until the server says its own", async () => {
+    const { q } = await openPanel({ 'GET status': status() });
+    const timeout = q<HTMLInputElement>('input[name="timeout_sec"]');
+    expect(timeout.max).toBe('600');
+    timeout.value = '601';
+    timeout.dispatchEvent(new Event('input', { bubbles: true }));
+    expect(timeout.getAttribute('aria-invalid')).toBe('true');
   });
 
   it('shows a backend the administrator does not allow as theirs', async () => {
@@ -244,7 +250,7 @@ describe('SandboxPanel', () => {
 
   it('disables Install / Start / Stop with the reason and the manual steps', async () => {
     const { panel, q } = await openPanel({ 'GET status': status() });
-    const install = buttonNamed(panel.node, 'Install');
+    const install = buttonNamed(panel.node, 'Install')!;
     expect(install.disabled).toBe(true);
     expect(install.title).toContain('GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1');
     expect(q<HTMLElement>('.jp-gitpilot-manual').hidden).toBe(false);
@@ -271,7 +277,7 @@ describe('SandboxPanel', () => {
         ]
       }
     });
-    const start = buttonNamed(panel.node, 'Start');
+    const start = buttonNamed(panel.node, 'Start')!;
     expect(start.disabled).toBe(false);
     click(start);
     for (let i = 0; i < 5; i++) {
@@ -329,10 +335,40 @@ describe('SandboxStatusItem', () => {
     await model.refresh();
     expect(item.node.textContent).toBe('Sandbox: MatrixLab — unreachable');
     expect(item.node.title).toContain('cannot reach');
+    // A Runner that answers but refuses every run (network on, not isolated) is no outage.
+    const refusal =
+      'refused: with network on, a run on the MatrixLab Runner ...';
+    model.set(
+      status({ backend: 'matrixlab', ok: false, error: refusal, remote: {} })
+    );
+    expect(item.node.textContent).toBe('Sandbox: MatrixLab — error');
+    expect(item.node.title).toContain(refusal);
     model.set(status());
     expect(item.node.textContent).toBe('Sandbox: Local');
     click(item.node);
     item.node.dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter' }));
     expect(opened).toBe(2);
+  });
+
+  it('shows Pass-through as a warning that says what it means and how to leave it', async () => {
+    const off = status({
+      backend: 'off',
+      settings: { ...status().settings, backend: 'off' }
+    });
+    const { client } = scripted({ 'GET status': off });
+    const model = new SandboxModel(client);
+    const item = new SandboxStatusItem(model, () => undefined);
+    await model.refresh();
+    expect(item.node.textContent).toBe('Sandbox: Pass-through');
+    expect(item.node.classList.contains('jp-mod-warn')).toBe(true);
+    expect(item.node.title.split('\n')).toEqual([
+      'Sandbox: Pass-through',
+      "Warning: Pass-through has no isolation: every snippet runs directly on the server's host, as you, and the network is not blocked.",
+      'To change it, choose Local or MatrixLab in the sandbox settings.',
+      'Click to open the sandbox settings.'
+    ]);
+    model.set(status());
+    expect(item.node.classList.contains('jp-mod-warn')).toBe(false);
+    expect(item.node.title).not.toContain('Warning');
   });
 });

@@ -2,9 +2,11 @@
 
 import { SandboxModel } from '../src/model';
 import { DECIDED_LINGER_MS, PendingPlansPanel } from '../src/pending';
-import { SandboxClient } from '../src/request';
 import { SandboxStatusItem } from '../src/statusbar';
-import type { IPlan, IStatus } from '../src/types';
+import type { IPlan } from '../src/types';
+
+import type { Route } from './support';
+import { buttonNamed, click, flush, scripted, status } from './support';
 
 const TOKEN = 'apr_SECRET_TOKEN_0123456789';
 
@@ -32,51 +34,6 @@ function plan(overrides: Partial<IPlan> = {}): IPlan {
   };
 }
 
-function status(): IStatus {
-  return {
-    backend: 'subprocess',
-    ok: true,
-    error: null,
-    env_override: null,
-    has_token: false,
-    require_approval: true,
-    isolation: [],
-    settings: {
-      backend: 'subprocess',
-      matrixlab_url: 'http://localhost:8765',
-      matrixlab_image: '',
-      allow_network: false,
-      timeout_sec: 120,
-      has_token: false
-    }
-  };
-}
-
-type Route = unknown | ((body: unknown) => unknown);
-
-/** A client whose server answers from `routes` ("METHOD endpoint" → body, [status, body] or a function). */
-function scripted(routes: Record<string, Route>) {
-  const sent: Array<{ method: string; endpoint: string; body: unknown }> = [];
-  const client = new SandboxClient('/', async (url, init) => {
-    const endpoint = url.replace('/api/sandbox/', '');
-    const method = init.method ?? 'GET';
-    const body = init.body ? JSON.parse(String(init.body)) : null;
-    sent.push({ method, endpoint, body });
-    let answer = routes[`${method} ${endpoint}`];
-    if (typeof answer === 'function') {
-      answer = answer(body);
-    }
-    const [code, payload] = Array.isArray(answer) ? answer : [200, answer];
-    return {
-      ok: code < 400,
-      status: code,
-      statusText: code < 400 ? 'OK' : 'Not Found',
-      text: async () => JSON.stringify(payload)
-    } as unknown as Response;
-  });
-  return { client, sent };
-}
-
 async function openPanel(routes: Record<string, Route>) {
   const { client, sent } = scripted(routes);
   const model = new SandboxModel(client);
@@ -84,21 +41,6 @@ async function openPanel(routes: Record<string, Route>) {
   document.body.appendChild(panel.node);
   await panel.refresh();
   return { panel, model, sent };
-}
-
-const flush = () => new Promise(resolve => setTimeout(resolve, 0));
-
-function click(button: Element | null | undefined) {
-  button?.dispatchEvent(new MouseEvent('click', { bubbles: true }));
-}
-
-function buttonNamed(
-  root: Element,
-  text: string
-): HTMLButtonElement | undefined {
-  return Array.from(root.querySelectorAll('button')).find(
-    b => b.textContent === text
-  );
 }
 
 describe('PendingPlansPanel', () => {

@@ -35,7 +35,7 @@ from gitpilot_jupyter.sandbox.batch.worker import (
     run_item,
 )
 from gitpilot_jupyter.sandbox.errors import ClusterInsecure, ClusterUnavailable
-from gitpilot_jupyter.sandbox.local import confine
+from gitpilot_jupyter.sandbox.local import blockednets
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.batch.test_rest import approve, plan_batch
 from tests.containment.world import built_world
@@ -185,11 +185,11 @@ def test_the_magic_takes_the_certificate_options(
 def test_a_worker_blocks_its_clusters_addresses_for_network_on_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(confine, "_ALSO_BLOCKED", set())
-    before = set(confine.blocked_networks())
+    monkeypatch.setattr(blockednets, "_ALSO_BLOCKED", set())
+    before = set(blockednets.blocked_networks())
     block_cluster(["tls://203.0.113.7:8786", "tls://127.0.0.1:40001", "tcp://[2001:db8::1]:1"])
     # (loopback is out of reach already, and the egress-only network has no IPv6)
-    assert set(confine.blocked_networks()) - before == {"203.0.113.7/32"}
+    assert set(blockednets.blocked_networks()) - before == {"203.0.113.7/32"}
 
 
 def _in_ns(namespace: str, command: list[str], log: Path) -> subprocess.Popen[bytes]:

@@ -193,6 +193,13 @@ def test_run_results_survive_reopening_the_notebook(lab: Lab, page: Page) -> Non
     # Kept in the browser, not in the notebook: the file on the server has no trace of it.
     saved = lab.api("GET", f"api/contents/{DEMO_NOTEBOOK}").json()["content"]
     assert all(not cell["metadata"] for cell in saved["cells"])
+    # Clear forgets it too: reopened once more, the block shows no result.
+    output.get_by_role("button", name="Clear the output").click()
+    expect(output.locator(".jp-gitpilot-output-text")).to_have_text("")
+    page.reload()
+    open_file(page, lab, DEMO_NOTEBOOK)
+    expect(run_button(page, "python")).to_be_visible()  # decorated: a kept run is shown by now
+    expect(output_of(page, 0)).to_have_count(0)
 
 
 def test_saving_matrixlab_after_not_reachable_warns_first(lab: Lab, page: Page) -> None:

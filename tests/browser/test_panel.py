@@ -9,11 +9,24 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, Response, expect
 
 from .lab import Lab, free_port
-from .ui import open_settings_from_menu, run_palette_command, screenshot, set_theme
+from .ui import (
+    low_contrast,
+    open_settings_from_menu,
+    run_palette_command,
+    screenshot,
+    set_theme,
+)
 
 pytestmark = pytest.mark.browser
 
 SECRET = "tok-5up3r-s3cr3t-0123456789"
+OUT_OF_RANGE = "Enter a whole number of seconds from 1 to 600."
+
+
+def rgb(color: str) -> str:
+    """A theme's ``#rrggbb`` as computed styles give it (``rgb(r, g, b)``)."""
+    hexa = color.strip().lstrip("#")
+    return "rgb({}, {}, {})".format(*(int(hexa[i : i + 2], 16) for i in (0, 2, 4)))
 
 
 def body_of(response: Response) -> str | None:
@@ -55,14 +68,20 @@ def test_panel_switches_backend_and_status_bar_follows(lab: Lab, page: Page) -> 
     assert lab.api("GET", "api/sandbox/status").json()["backend"] == "subprocess"
 
 
-def test_server_error_shows_as_its_message(lab: Lab, page: Page) -> None:
+def test_a_time_limit_out_of_range_is_marked_and_cannot_be_saved(lab: Lab, page: Page) -> None:
     panel = open_settings_from_menu(page)
-    panel.get_by_label(re.compile(r"^Time limit")).fill("9000")
+    field = panel.get_by_label(re.compile(r"^Time limit \(seconds, 1\u2013600\)$"))
+    field.fill("9000")
+    expect(field).to_have_attribute("aria-invalid", "true")
+    expect(field).to_have_accessible_description(OUT_OF_RANGE)
+    expect(panel.get_by_role("alert")).to_have_text(OUT_OF_RANGE)
+    expect(panel.get_by_role("button", name="Save")).to_be_disabled()
+    field.fill("45")
+    expect(field).not_to_have_attribute("aria-invalid", "true")
+    expect(panel.get_by_role("alert")).to_have_count(0)
     panel.get_by_role("button", name="Save").click()
-    alert = panel.get_by_role("alert")
-    expect(alert).to_contain_text(re.compile("time", re.IGNORECASE))
-    assert "{" not in alert.inner_text()
-    assert lab.api("GET", "api/sandbox/status").json()["settings"]["timeout_sec"] == 120
+    expect(panel.get_by_role("status")).to_contain_text("Saved.")
+    assert lab.api("GET", "api/sandbox/status").json()["settings"]["timeout_sec"] == 45
 
 
 def test_saved_token_shows_as_bullets_and_never_comes_back(lab: Lab, page: Page) -> None:
@@ -114,5 +133,21 @@ def test_pass_through_from_the_panel_is_saved_once_confirmed(lab: Lab, page: Pag
     refused = lab.api("PUT", "api/sandbox/config", json={"backend": "off"})
     assert refused.status_code == 409 and refused.json()["code"] == "confirmation_required"
     dialog.get_by_role("button", name=re.compile("Switch to Pass-through")).click()
-    expect(page.locator(".jp-gitpilot-status")).to_have_text("Sandbox: Pass-through")
+    status = page.locator(".jp-gitpilot-status")
+    expect(status).to_have_text("Sandbox: Pass-through")
     assert lab.api("GET", "api/sandbox/config").json()["backend"] == "off"
+    # It looks like a warning: a sign before the words, the theme's warning colours, what
+    # it means and how to leave it on hover, and AA contrast in both themes.
+    expect(status).to_have_class(re.compile(r"\bjp-mod-warn\b"))
+    expect(status).to_have_attribute("title", re.compile("Warning: Pass-through has no isolation"))
+    expect(status).to_have_attribute("title", re.compile("choose Local or MatrixLab"))
+    assert status.evaluate("node => getComputedStyle(node, '::before').content") == '"⚠ "'
+    for theme in ("JupyterLab Light", "JupyterLab Dark"):
+        set_theme(page, theme)
+        warning = page.evaluate(
+            "getComputedStyle(document.body).getPropertyValue('--jp-warn-color3')"
+        )
+        assert status.evaluate("node => getComputedStyle(node).backgroundColor") == rgb(warning)
+        assert low_contrast(page, ".jp-gitpilot-status") == []
+        screenshot(status, f"status-pass-through-{theme.split()[-1].lower()}")
+    set_theme(page, "JupyterLab Light")

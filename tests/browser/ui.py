@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from playwright.sync_api import Locator, Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
@@ -85,3 +86,56 @@ def plan_dialog(page: Page) -> Locator:
     dialog = page.locator(".jp-gitpilot-plan-dialog")
     expect(dialog).to_be_visible()
     return dialog
+
+
+# axe-core's color-contrast finds nothing to check inside JupyterLab's widgets (its
+# visibility test rejects them), so contrast is measured here as WCAG 2 defines it:
+# each text's colour against the first opaque background under it.
+CONTRAST_JS = """
+root => {
+  const rgba = text => (text.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => {
+    const c = [r, g, b].map(v => v / 255)
+      .map(v => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4);
+    return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2];
+  };
+  const over = (top, under) => {
+    const a = top.length > 3 ? top[3] : 1;
+    return [0, 1, 2].map(i => top[i] * a + under[i] * (1 - a));
+  };
+  const background = node => {
+    const layers = [];
+    for (let e = node; e; e = e.parentElement) {
+      const c = rgba(getComputedStyle(e).backgroundColor);
+      if (c.length > 3 && c[3] === 0) continue;
+      layers.push(c);
+      if (c.length === 3 || c[3] === 1) break;
+    }
+    return layers.reverse().reduce((under, top) => over(top, under), [255, 255, 255]);
+  };
+  const found = [];
+  for (const e of [root, ...root.querySelectorAll('*')]) {
+    const own = Array.from(e.childNodes).some(n => n.nodeType === 3 && n.textContent.trim());
+    if (!own || !e.getClientRects().length) continue;
+    const style = getComputedStyle(e);
+    if (style.visibility === 'hidden' || Number(style.opacity) === 0) continue;
+    const bg = background(e);
+    const fg = over(rgba(style.color), bg);
+    const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+    const ratio = (hi + 0.05) / (lo + 0.05);
+    const size = parseFloat(style.fontSize);
+    const large = size >= 24 || (size >= 18.66 && Number(style.fontWeight) >= 700);
+    const disabled = e.closest('button:disabled, input:disabled');
+    found.push({text: e.textContent.trim().slice(0, 40), ratio: Math.round(ratio * 100) / 100,
+                need: large ? 3 : 4.5, size, disabled: !!disabled});
+  }
+  return found;
+}
+"""
+
+
+def low_contrast(page: Page, selector: str) -> list[dict[str, Any]]:
+    """The texts under ``selector`` below WCAG AA (disabled controls are exempt)."""
+    texts: list[dict[str, Any]] = page.locator(selector).first.evaluate(CONTRAST_JS)
+    assert texts, f"no text measured under {selector}"
+    return [t for t in texts if t["ratio"] < t["need"] and not t["disabled"]]

@@ -123,6 +123,10 @@ def test_debug_matrixlab_passes_against_a_runner(runner_standin: StandinRunner) 
     for name in (*names, "runner timeout"):
         assert found[name]["status"] == "PASS", found[name]
     assert "output kept" in found["runner timeout"]["detail"]
+    # Not a failure, a setting: network-on runs are refused there, with the plan's fix.
+    network = found["runner network-on"]
+    assert network["status"] == "SKIP" and network["detail"].startswith("refused: with network on")
+    assert "matrixlab_network_isolated = True" in network["detail"]
 
 
 def test_debug_names_a_rejected_token(runner_standin: StandinRunner) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import socket
 import sys
 import uuid
 from collections.abc import Iterator
@@ -108,6 +109,15 @@ def marked_processes(mark: str) -> list[int]:
         if needle in environ:
             found.append(int(entry))
     return found
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP server on the host's loopback; the kernel completes connects to it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.listen(16)
+    yield server.getsockname()[1]
+    server.close()
 
 
 @pytest.fixture

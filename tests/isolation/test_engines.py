@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gitpilot_jupyter.sandbox.errors import ContainmentUnavailable
-from gitpilot_jupyter.sandbox.local import bundled, layered, namespaces, nsfree
+from gitpilot_jupyter.sandbox.local import bundled, enginereport, namespaces, nsfree
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.isolation import Isolator
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
@@ -112,7 +112,7 @@ def test_with_no_engine_a_plan_is_refused_with_the_reason_and_the_fix(
 def test_a_platform_without_an_engine_points_to_matrixlab(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(layered, "LINUX", False)
+    monkeypatch.setattr(enginereport, "LINUX", False)
     refusal = LayeredIsolator().refusal()
     assert refusal is not None and "matrixlab backend" in refusal["fix"]
     bare = Isolator().refusal()  # Windows' isolator

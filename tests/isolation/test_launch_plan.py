@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from gitpilot_jupyter.sandbox.local import launchplan, nsfree, prestart
+from gitpilot_jupyter.sandbox.local import bwrapplan, launchplan, nsfree, prestart
 from gitpilot_jupyter.sandbox.local.backends import run_command
-from gitpilot_jupyter.sandbox.local.confine import Confinement, HostFacts, IdMap, View, relocated
+from gitpilot_jupyter.sandbox.local.bwrapplan import HostFacts
+from gitpilot_jupyter.sandbox.local.confine import Confinement, IdMap, View, relocated
 from gitpilot_jupyter.sandbox.local.isolation import ISOLATION_ENV
 from tests.support.system import require_system
 
@@ -94,7 +95,8 @@ def bwrap_plan(
         server_ids=(0, 0) if who == "root" else SERVER_IDS,
         mapped_ids=None if who == "root" else MAPPED_IDS,
     )
-    return _chain(who).plan(
+    return bwrapplan.plan(
+        _chain(who),
         run_command("python", str(python / "bin/python3"), "inline.py"),
         workdir=RUN,
         allow_network=network == "on",
@@ -215,8 +217,9 @@ def test_the_plan_is_the_argv_started(tmp_path: Path) -> None:
     view = View(interpreters=[], cover_dirs=[], cover_files=[])
     (tmp_path / "inline.py").write_text("print(1)")
     argv = ["python3", "inline.py"]
-    facts = chain.facts(argv, workdir=tmp_path, view=view, blocked=False)
-    plan = chain.plan(
+    facts = bwrapplan.host_facts(chain, argv, workdir=tmp_path, view=view, blocked=False)
+    plan = bwrapplan.plan(
+        chain,
         argv,
         workdir=tmp_path,
         allow_network=False,
@@ -226,8 +229,8 @@ def test_the_plan_is_the_argv_started(tmp_path: Path) -> None:
         facts=facts,
     )
     assert not (tmp_path / ".stage.fstab").exists()  # building it touched nothing
-    started = chain.command(
-        argv, workdir=tmp_path, allow_network=False, view=view, disk_mb=64, bpf=b"\0" * 8
+    started = bwrapplan.command(
+        chain, argv, workdir=tmp_path, allow_network=False, view=view, disk_mb=64, bpf=b"\0" * 8
     )
     assert started == plan.argv()
     assert "size=64m" in (tmp_path / ".stage.fstab").read_text()

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Iterator
-
 import pytest
 
 from gitpilot_jupyter.sandbox.errors import ContainmentUnavailable
@@ -19,15 +16,6 @@ try:
 except OSError as exc:
     print("refused", exc)
 """
-
-
-@pytest.fixture
-def listener() -> Iterator[int]:
-    """A TCP server on the host's loopback; the kernel completes connects to it."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.listen(16)
-    yield server.getsockname()[1]
-    server.close()
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 from traitlets import TraitError
 
+from gitpilot_jupyter.sandbox.diagnostics import render_text, run_diagnostics
+from gitpilot_jupyter.sandbox.diagnostics.runner import network_on_stage
 from gitpilot_jupyter.sandbox.errors import ContainmentUnavailable, InvalidSetting
 from gitpilot_jupyter.sandbox.matrixlab.config import LifecycleConfig
+from gitpilot_jupyter.sandbox.report import status_text
 from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
@@ -38,6 +41,24 @@ async def test_network_on_is_refused_in_the_plan_with_the_reason(
     assert len(sent_requests(runner_standin)) == before
 
 
+async def test_status_and_debug_say_network_on_is_refused_as_the_plan_does(
+    matrixlab_service: SandboxService,
+) -> None:
+    with pytest.raises(ContainmentUnavailable) as refused:
+        await matrixlab_service.plan(NETWORK_ON)
+    matrixlab_service.settings.update({"backend": "matrixlab"})
+    status = await matrixlab_service.status()
+    assert status["ok"] and status["network_on"] == refused.value.message
+    assert f"\nnetwork on       {refused.value.message}\n" in status_text(status)
+    stages = await run_diagnostics(matrixlab_service, matrixlab=True)
+    assert f"SKIP  runner network-on  {refused.value.message}\n" in render_text(stages[-1:])
+    # With every run network-on, every run is refused: the backend is not OK.
+    matrixlab_service.settings.update({"allow_network": True})
+    status = await matrixlab_service.status()
+    assert not status["ok"] and status["error"] == refused.value.message
+    assert status["network_on"] is None
+
+
 @pytest.mark.parametrize("how", ["trait", "env"])
 async def test_an_administrator_who_isolated_the_runner_allows_network_on(
     how: str, runner_standin: StandinRunner, sandbox_config_dir: Path, tmp_path: Path
@@ -49,8 +70,16 @@ async def test_an_administrator_who_isolated_the_runner_allows_network_on(
         lifecycle_config=LifecycleConfig(network_isolated=how == "trait"),
     )
     service.settings.update(
-        {"matrixlab_url": runner_standin.url, "matrixlab_token": runner_standin.token}
+        {
+            "backend": "matrixlab",
+            "matrixlab_url": runner_standin.url,
+            "matrixlab_token": runner_standin.token,
+        }
     )
+    status = await service.status()
+    assert status["ok"] and status["network_on"] is None
+    assert "network on" not in status_text(status)
+    assert network_on_stage(service).status == "PASS"
     plan = await service.plan(NETWORK_ON)
     approval = await service.approve(plan.plan_id)
     result = await service.run(approval["approval_token"], expected=NETWORK_ON)

@@ -122,6 +122,23 @@ async def test_tracebacks_agree_and_name_the_file_the_command_names(
     assert remote.command == ["python", "/workspace/main.py"] and '/main.py"' in remote.stderr
 
 
+async def test_code_read_from_a_file_runs_under_that_files_name_on_both(
+    parity_service: SandboxService,
+) -> None:
+    """`jupyter sandbox run lesson/hello_sandbox.py` sends the code and the file's name."""
+    for backend, where in (("subprocess", ""), ("matrixlab", "/workspace/")):
+        plan, result = await run_here(
+            parity_service,
+            language="python",
+            code="print('a')\n1 / 0",
+            filename="lesson/hello_sandbox.py",
+            backend=backend,
+        )
+        assert plan.goal == "Run hello_sandbox.py"
+        assert result.command == plan.command == ["python", f"{where}hello_sandbox.py"]
+        assert '/hello_sandbox.py", line 2' in result.stderr and result.stdout == "a\n"
+
+
 async def test_carriage_returns_become_newlines_on_the_runner(
     parity_service: SandboxService,
 ) -> None:

@@ -160,6 +160,7 @@ RANGES = {
     "max_display_item_mb": (1, 64),
     "max_display_run_mb": (1, 512),
     "max_display_outputs": (1, 10000),
+    "session_idle_min": (1, 1440),
 }
 
 

@@ -83,6 +83,8 @@ async def test_max_timeout(api: Api) -> None:
     assert "30" in answer.body["message"]
     ok = await api("POST", "api/sandbox/plan", {**body, "timeout_sec": 30})
     assert ok.code == 200
+    # The status says the range, so the lab's time limit field marks 31 before a save.
+    assert (await api("GET", "api/sandbox/status")).body["max_timeout_sec"] == 30
 
 
 async def test_env_var_turns_approval_off_when_config_is_unset(

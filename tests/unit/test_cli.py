@@ -93,6 +93,26 @@ def test_file_run_guesses_the_language(tmp_path: Path) -> None:
     assert result.returncode == 0 and result.stdout == "from-file\n"
 
 
+def test_a_file_run_is_named_after_its_file(tmp_path: Path) -> None:
+    """Plan, result and traceback name the user's file, never inline.py, from a folder
+    below the one the command is run in (only the file's name goes along)."""
+    (tmp_path / "lesson").mkdir()
+    (tmp_path / "lesson" / "hello_sandbox.py").write_text("print('hi')\n1 / 0\n")
+    shown = cli("run", "lesson/hello_sandbox.py", "--yes", cwd=tmp_path)
+    assert shown.returncode == 1 and shown.stdout == "hi\n"
+    assert "Run hello_sandbox.py" in shown.stderr
+    assert "command  python hello_sandbox.py" in shown.stderr
+    assert 'hello_sandbox.py", line 2, in <module>' in shown.stderr
+    assert "inline" not in shown.stderr
+    plan = json.loads(cli("plan", "lesson/hello_sandbox.py", "--json", cwd=tmp_path).stdout)
+    assert plan["command"] == ["python", "hello_sandbox.py"]
+    envelope = json.loads(
+        cli("run", "lesson/hello_sandbox.py", "-y", "--json", cwd=tmp_path).stdout
+    )
+    assert envelope["command"] == ["python", "hello_sandbox.py"]
+    assert "hello_sandbox.py" in envelope["stderr"] and "inline" not in envelope["stderr"]
+
+
 @pytest.mark.usefixtures("allow_off")
 def test_config_set_and_show(sandbox_config_dir: Path) -> None:
     assert cli("config", "--set", "timeout_sec=30", "--set", "backend=off", "--yes").returncode == 0

@@ -11,7 +11,7 @@ package installed). The worker trusts nothing the task says about how to run:
   hash to the manifest digest the task carries: an item changed after approval,
   or a task made up without the manifest, is refused with ``approval_mismatch``;
 * a network-on run never reaches the cluster: the scheduler's, workers' and
-  nannies' addresses are blocked for its runs (:func:`.confine.block_also`).
+  nannies' addresses are blocked for its runs (:func:`.blockednets.block_also`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ApprovalError, SandboxError
-from ..local import confine
+from ..local import blockednets
 from ..plans import ExecutionPlan
 from ..request import Caller, RunOptions
 from .cluster import host_networks
@@ -122,7 +122,7 @@ def block_cluster(addresses: list[str]) -> None:
         addresses = [*addresses, worker.address, str(worker.scheduler.address)]
     except (ImportError, ValueError):
         pass
-    confine.block_also(host_networks(addresses))
+    blockednets.block_also(host_networks(addresses))
 
 
 async def run_answer(

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from ..local import cgroups
 from ..local.backends import BASE_LAYERS, SubprocessSandbox
+from ..local.blockednets import blocked_networks
 from ..local.chainsteps import SHELL
-from ..local.confine import SYSTEM_DIRS, blocked_networks
+from ..local.confine import SYSTEM_DIRS
 from ..local.isolation import HOST_NETWORK_LAYER, UNCONTAINED_LAYER
 from ..local.layered import LayeredIsolator
 from ..request import RunOptions

@@ -21,9 +21,18 @@ async def runner_stages(service: SandboxService, probe: SandboxService) -> list[
     stages: list[Stage] = []
     if not report["reachable"]:
         stages.append(Stage("runner health", FAIL, report["error"] or "unreachable", hint))
-        return stages + [
-            Stage(n, SKIP, "the Runner is not reachable")
-            for n in ("runner docker", "runner capabilities", "runner snippet", "runner timeout")
+        return [
+            *stages,
+            *[
+                Stage(n, SKIP, "the Runner is not reachable")
+                for n in (
+                    "runner docker",
+                    "runner capabilities",
+                    "runner snippet",
+                    "runner timeout",
+                )
+            ],
+            network_on_stage(service),
         ]
     stages.append(
         Stage(
@@ -49,7 +58,19 @@ async def runner_stages(service: SandboxService, probe: SandboxService) -> list[
         stages.append(await _runner_timeout(probe))
     else:
         stages.append(Stage("runner timeout", SKIP, "the snippet did not run on the Runner"))
-    return stages
+    return [*stages, network_on_stage(service)]
+
+
+def network_on_stage(service: SandboxService) -> Stage:
+    """Whether a network-on run may go to the Runner: the plan's refusal when it may not
+    (a setting, not a failure: the administrator says the Runner isolates its network)."""
+    name = "runner network-on"
+    refused = service.backends.backend("matrixlab").refusal(allow_network=True)
+    if refused is not None:
+        return Stage(name, SKIP, refused.message)
+    return Stage(
+        name, PASS, "allowed: the administrator says the Runner isolates its containers' network"
+    )
 
 
 async def _runner_snippet(probe: SandboxService, report: dict[str, Any]) -> Stage:

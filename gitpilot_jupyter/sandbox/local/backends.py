@@ -23,16 +23,18 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..backend import OutputCallback, RunRequest, SandboxBackend
-from ..errors import ContainmentUnavailable
+from ..errors import ContainmentUnavailable, SandboxError
 from ..languages import Interpreters, canonical_language, run_filename, snippet_filename
 from ..records import PoolReport
 from ..results import RunResult
 from ..rich import NONCE_ENV, new_nonce, python_command
 from . import nsfree, prestart
 from .cleanup import AfterRuns, make_run_dir, remove_orphaned_run_dirs_once, remove_tree
+from .enginereport import cgroup_fix
 from .isolation import Isolator, Launch
 from .launcherclient import LaunchedRun
-from .layered import cgroup_fix, default_isolator
+from .layered import default_isolator
+from .longlived import LongLived
 from .pool import PoolConfig, PoolKey, Slot, WarmChild, WarmPool
 from .supervise import _feed_slot, _feed_stdin, _kill_group, supervise
 
@@ -41,10 +43,12 @@ log = logging.getLogger(__name__)
 BASE_LAYERS = ["tempdir", "env-scrub"]
 
 
-def run_env(env: dict[str, str], workdir: Path, nonce: str) -> dict[str, str]:
+def run_env(env: dict[str, str], workdir: Path, nonce: str = "") -> dict[str, str]:
     """The snippet's environment: ``HOME`` and ``TMPDIR`` point into its own run folder,
-    and the run's display nonce (see :mod:`..rich.wire`) is in ``GITPILOT_DISPLAY``."""
-    return {**env, "HOME": str(workdir), "TMPDIR": str(workdir), NONCE_ENV: nonce}
+    and the run's display nonce (see :mod:`..rich.wire`), if it has one, is in
+    ``GITPILOT_DISPLAY``."""
+    home = {"HOME": str(workdir), "TMPDIR": str(workdir)}
+    return {**env, **home, NONCE_ENV: nonce} if nonce else {**env, **home}
 
 
 def run_command(language: str, interpreter: str, filename: str) -> list[str]:
@@ -312,7 +316,7 @@ class SubprocessSandbox(SandboxBackend):
     async def run(self, request: RunRequest, on_output: OutputCallback | None = None) -> RunResult:
         """Run ``request`` in a fresh temp dir; see the module docstring."""
         language = request.language
-        command = self.interpreters.display_command(language, request.file)
+        command = self.interpreters.display_command(language, request.named_after)
         started = time.monotonic()
         result = RunResult(
             backend=self.name,
@@ -335,7 +339,7 @@ class SubprocessSandbox(SandboxBackend):
             return result
 
         # A warm slot waits for inline.*: a file run under its own name starts cold.
-        pool = self.pool() if request.file is None else None
+        pool = self.pool() if request.named_after is None else None
         key = self._key(request, interpreter) if pool is not None else None
         try:
             slot = None
@@ -407,14 +411,51 @@ class SubprocessSandbox(SandboxBackend):
             self._clean_up_later(slot.launch, slot.workdir, slot)
         return True
 
-    def _prepare(self, request: RunRequest, interpreter: str) -> tuple[Path, Launch]:
-        """Make the run's 0700 temp dir, write the snippet into it, wrap the argv."""
+    async def start_long_lived(self, request: RunRequest) -> LongLived:
+        """Start ``request``'s code as a cold run is started, and hand the chain back.
+
+        The same refusal, run folder, engine, launch plan, cgroup and rlimits as
+        :meth:`run`; no timeout and no output cap (the caller drives the process and
+        ends it with :meth:`.LongLived.stop`). Raises the refusal, or
+        :class:`~..errors.SandboxError` when the interpreter is missing or the chain
+        could not be started.
+        """
+        refused = self.refusal(allow_network=request.allow_network)
+        if refused is not None:
+            raise refused
+        interpreter = self.interpreters.resolve(request.language)
+        if interpreter is None:
+            missing = getattr(self.interpreters, request.language)
+            raise SandboxError(
+                f"the {request.language} interpreter {missing!r} is not installed or not "
+                f"on PATH; install it to run {request.language} snippets",
+                code="interpreter_missing",
+            )
+        # A long-lived program (a session's kernel) is no snippet: no display shim.
+        workdir, launch = await asyncio.to_thread(self._prepare, request, interpreter, False)
+        result = RunResult(backend=self.name, language=request.language, command=[], exit_code=-1)
+        proc = await self._spawn(request, launch, workdir, result)
+        if proc is None:
+            await asyncio.to_thread(remove_run, launch, workdir)
+            raise SandboxError(result.stderr, code="launch_failed")
+        return LongLived(workdir, launch, proc, BASE_LAYERS + launch.layers)
+
+    def _prepare(
+        self, request: RunRequest, interpreter: str, shim: bool = True
+    ) -> tuple[Path, Launch]:
+        """Make the run's 0700 temp dir, write the snippet into it, wrap the argv (a
+        python run's through the display shim, unless ``shim`` is False)."""
         workdir = Path(make_run_dir())
         try:
-            filename = run_filename(request.language, request.file)
+            filename = run_filename(request.language, request.named_after)
             (workdir / filename).write_text(request.code, encoding="utf-8")
+            command = (
+                run_command(request.language, interpreter, filename)
+                if shim
+                else [interpreter, filename]
+            )
             launch = self.isolator.prepare(
-                run_command(request.language, interpreter, filename),
+                command,
                 workdir=workdir,
                 allow_network=request.allow_network,
                 limits=request.limits,
@@ -425,7 +466,12 @@ class SubprocessSandbox(SandboxBackend):
         return workdir, launch
 
     async def _spawn(
-        self, request: RunRequest, launch: Launch, workdir: Path, result: RunResult, nonce: str
+        self,
+        request: RunRequest,
+        launch: Launch,
+        workdir: Path,
+        result: RunResult,
+        nonce: str = "",
     ) -> asyncio.subprocess.Process | LaunchedRun | None:
         """Start a cold run's chain; None (the reason in ``result.stderr``) if it failed."""
         env = run_env(request.env, workdir, nonce)

@@ -2,7 +2,7 @@
 
 A :class:`LaunchPlan` is built by a pure function of its inputs (the view, the run
 folder, the limits, the engine's tools, and the few host facts they need, looked
-up beforehand): :meth:`.confine.Confinement.plan` for the bubblewrap engine,
+up beforehand): :func:`.bwrapplan.plan` for the bubblewrap engine,
 :func:`walled_plan` for the namespace-free one. :func:`execute` then does what the
 plan needs done on disk (the folders and files it names) and
 :meth:`LaunchPlan.argv` is the command started. :func:`render` prints it for a

@@ -17,26 +17,21 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import pwd
 import sys
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 from ..backend import ResourceLimits
 from ..records import IsolationGap, IsolationReport
-from . import cgroups, confine, landlock, namespaces, nsfree, subids
-from .bundled import is_bundled
+from . import blockednets, cgroups, enginereport, landlock, namespaces, nsfree, subids
 from .chainsteps import launch_tools, stage_steps
 from .confine import View, jupyter_dirs, needed_paths, plan_view
-from .containers import CONTAINER_FIX, container_blockers, in_container
+from .enginereport import LINUX, Engine, cgroup_fix, disabled, own_uids
 from .isolation import (
-    CONTAINED_ENGINES,
     HOST_NETWORK_LAYER,
     ISOLATION_CHOICES,
     ISOLATION_ENV,
-    UNCONTAINED_FIX,
     UNCONTAINED_LAYER,
     Isolator,
     Launch,
@@ -44,11 +39,8 @@ from .isolation import (
 from .launches import LayeredLaunch, WalledLaunch
 from .lookup import Lookup
 from .namespaces import Hidden
-from .rlimits import RlimitPlan, plan_rlimits, unavailable_reasons
+from .rlimits import RlimitPlan, plan_rlimits
 
-LINUX = sys.platform == "linux"
-#: What the engine in force is: bubblewrap's or unshare's namespaces, or the namespace-free one.
-Engine = namespaces.Namespaces | nsfree.Engine
 _CGROUP_CACHE: dict[str | None, tuple[cgroups.CgroupTree | None, list[str]]] = {}
 
 
@@ -75,22 +67,6 @@ def _delegated(environ: Mapping[str, str], value: str | None) -> tuple[str | Non
         ), None
     except ValueError as exc:
         return None, str(exc)
-
-
-def cgroup_fix() -> str:
-    """How to give a server that is not root its run cgroups."""
-    try:
-        user = pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        user = str(os.geteuid())
-    name = f"gitpilot-{user}"
-    return (
-        "run the server in a cgroup delegated to its user (cgroup v2: systemd-run --user "
-        "--scope -p Delegate=yes jupyter lab); on cgroup v1, as root: mkdir "
-        f"/sys/fs/cgroup/memory/{name} /sys/fs/cgroup/pids/{name} and chown {user} both, then "
-        f"start the server with {cgroups.CGROUP_ENV}=/{name} (or c.SandboxApp.cgroup_parent); "
-        "or run the server as root"
-    )
 
 
 def _whole(environ: Mapping[str, str]) -> object:
@@ -167,35 +143,7 @@ class LayeredIsolator(Isolator):
 
     def _engine(self) -> tuple[Engine | None, list[dict[str, str]]]:
         """The engine to use now, strongest first, and why stronger ones are not used."""
-        if not LINUX:
-            return None, [
-                {
-                    "layer": "namespaces",
-                    "reason": f"{sys.platform} has no Linux namespaces",
-                    "fix": "use the matrixlab backend (Docker) for strong isolation",
-                }
-            ]
-        if self.choice == "none":
-            return None, [_disabled("namespaces", "none")]
-        missing: list[dict[str, str]] = []
-        for kind in ("bwrap", "landlock", "unshare"):
-            if self.choice not in ("auto", kind):
-                if kind == "bwrap":
-                    missing.append(_disabled("bwrap", self.choice))
-                continue
-            if kind == "landlock":
-                engine, gap = nsfree.detect()
-                if engine is not None:
-                    return engine, missing
-                assert gap is not None
-                missing.append(_plain(gap))
-                continue
-            tool, why = namespaces.detect(kind)
-            if tool is not None:
-                return tool, missing
-            assert why is not None
-            missing.append(why)
-        return None, missing
+        return enginereport.choose_engine(self.choice)
 
     def _namespaces(self) -> tuple[namespaces.Namespaces | None, list[dict[str, str]]]:
         """The namespace tool in force (None: none, or the namespace-free engine)."""
@@ -215,58 +163,18 @@ class LayeredIsolator(Isolator):
     def refusal(self, *, allow_network: bool = False) -> IsolationGap | None:
         """Why a run (network on: ``allow_network``) cannot be contained here, or None."""
         engine, missing = self._engine()
-        kind = engine.kind if engine is not None else "none"
-        if kind not in CONTAINED_ENGINES:
-            return _uncontained(kind, missing)
-        if allow_network:
-            if isinstance(engine, nsfree.Engine):
-                return {
-                    "layer": "egress-only",
-                    "reason": "the namespace-free engine (this host allows no namespaces) "
-                    "cannot give a network-on run a network of its own: it would share the "
-                    "host's network, its loopback and the Jupyter API",
-                    "fix": "run without network, or use the matrixlab backend",
-                }
-            if isinstance(engine, namespaces.Namespaces) and engine.egress_error is not None:
-                return {
-                    "layer": "egress-only",
-                    "reason": "a network-on run would share the host's network (its loopback, "
-                    f"the Jupyter API, its services): {engine.egress_error}",
-                    "fix": confine.NET_FIX,
-                }
-        return None
+        return enginereport.refusal(engine, missing, allow_network=allow_network)
 
     def gaps(self, *, allow_network: bool = False) -> list[IsolationGap]:
         """What the engine in force cannot keep from a run, and memory left uncapped."""
         engine, _ = self._engine()
-        out: list[IsolationGap] = []
-        if isinstance(engine, nsfree.Engine):
-            out += nsfree.gaps(as_root=os.geteuid() == 0)
-        elif (
-            isinstance(engine, namespaces.Namespaces)
-            and engine.confine is not None
-            and not engine.confine.drops  # runs keep the server's uid
-        ):
-            out.append(cast(IsolationGap, confine.own_uid_gap(engine.confine)))
-        tree, cg_missing = self._cgroups()
-        memory = tree is not None and tree.memory_parent is not None
-        if not memory:
-            why = next((g for g in cg_missing if g["layer"] == "cgroup-memory"), None)
-            out.append(
-                {
-                    "layer": "cgroup-memory",
-                    "reason": "memory is not capped for the run as a whole (no memory cgroup): "
-                    "each process may take up to the limit, so several together exceed it",
-                    "fix": why["fix"] if why is not None else cgroup_fix(),
-                }
-            )
-        return out
+        return enginereport.gaps(engine, self._cgroups)
 
     def _cgroups(self) -> tuple[cgroups.CgroupTree | None, list[dict[str, str]]]:
         if not LINUX:
             return None, []
         if not self.use_cgroups:
-            return None, [_disabled("cgroups", "rlimits only", by="the isolator's configuration")]
+            return None, [disabled("cgroups", "rlimits only", by="the isolator's configuration")]
         tree, reasons = _cgroup_tree(self.cgroup_parent)
         if (
             tree is not None
@@ -556,7 +464,7 @@ class LayeredIsolator(Isolator):
             return None
         if self.refusal() is not None:
             return None  # nothing is started ahead of a run that may be refused
-        nets = confine.blocked_networks() if allow_network and tool.egress_error is None else []
+        nets = blockednets.blocked_networks() if allow_network and tool.egress_error is None else []
         tree, _ = self._cgroups()
         # The view and which folder or file each path is now: one replaced on the host
         # (renamed away and made again, an atomic save) has the same path but is no longer
@@ -578,119 +486,22 @@ class LayeredIsolator(Isolator):
             memory="cgroup-memory" not in covered,
             processes="cgroup-pids" not in covered,
             count_tasks=False,
-            own_uid=_own_uids(engine),
+            own_uid=own_uids(engine),
         )
         return out + covered + rlimits.layers + self._uncontained_layers(allow_network)
 
     def report(self) -> IsolationReport:
         """Layers in force, the mechanism, and each missing layer with its reason and fix."""
         engine, missing = self._engine()
-        tool = engine if isinstance(engine, namespaces.Namespaces) else None
-        tree, cg_missing = self._cgroups()
-        covered = tree.layers() if tree is not None else []
-        missing += cg_missing
-        refused_here = [g for g in missing if "cannot create namespaces" in g["reason"]]
-        if refused_here and in_container():
-            # The user's sysctl fix cannot help inside: name what blocks and what exists.
-            blockers = container_blockers()
-            for gap in refused_here:
-                if blockers:
-                    gap["reason"] += "; in this container: " + "; ".join(blockers)
-                gap["fix"] = f"{CONTAINER_FIX}; or use the matrixlab backend"
-        missing += unavailable_reasons(
-            memory="cgroup-memory" not in covered,
-            processes="cgroup-pids" not in covered and not _own_uids(engine),  # NPROC holds
+        return enginereport.report(
+            engine,
+            missing,
+            self._cgroups,
+            refusal_of=self.refusal,
+            layers=self.layers,
+            choice=self.choice,
+            choice_error=self.choice_error,
         )
-        if tool is not None and tool.kind == "bwrap":
-            missing += confine.unavailable(tool.confine, tool.egress_error)
-            if is_bundled(tool.path):
-                missing.append(
-                    {
-                        "layer": "system-bwrap",
-                        "reason": "no bubblewrap is installed: runs use the bundled build "
-                        f"({tool.path}, pinned by its SHA-256), which gets no security updates "
-                        "from your distribution",
-                        "fix": namespaces.BWRAP_FIX,
-                    }
-                )
-        if isinstance(engine, nsfree.Engine):
-            missing += [_plain(g) for g in nsfree.gaps(as_root=os.geteuid() == 0)]
-        refusal = self.refusal()
-        if refusal is not None:
-            missing.insert(0, _plain(refusal))
-        elif isinstance(engine, nsfree.Engine):
-            network = self.refusal(allow_network=True)
-            if network is not None:
-                missing.append(_plain(network))
-        if (
-            LINUX
-            and os.geteuid() == 0
-            and (tool is None or tool.kind != "bwrap")
-            and not (isinstance(engine, nsfree.Engine))
-        ):
-            missing.append(
-                {
-                    "layer": "root-containment",
-                    "reason": "the server runs as root without bubblewrap: a snippet runs as "
-                    "root with every capability, and could leave its cgroup or change the host",
-                    "fix": namespaces.BWRAP_FIX,
-                }
-            )
-        if self.choice_error:
-            missing.insert(
-                0,
-                {
-                    "layer": "config",
-                    "reason": self.choice_error,
-                    "fix": f"set {ISOLATION_ENV} to auto, bwrap, unshare or none",
-                },
-            )
-        return {
-            "layers": self.layers(),
-            "engine": engine.kind if engine is not None else "none",
-            "namespaces": tool.kind if tool is not None else "none",
-            "cgroups": f"v{tree.version}" if tree is not None else "none",
-            "choice": self.choice,
-            "unavailable": cast(list[IsolationGap], missing),
-        }
-
-
-def _own_uids(engine: Engine | None) -> bool:
-    """True when each run of ``engine`` has a host uid of its own (see ``own-uid``)."""
-    if isinstance(engine, nsfree.Engine):
-        return os.geteuid() == 0
-    return engine is not None and engine.confine is not None and engine.confine.drops
-
-
-def _plain(gap: IsolationGap) -> dict[str, str]:
-    return {"layer": gap["layer"], "reason": gap["reason"], "fix": gap["fix"]}
-
-
-def _uncontained(kind: str, missing: list[dict[str, str]]) -> IsolationGap:
-    """The refusal of a host with no engine that walls a snippet off the user's files."""
-    why = "; ".join(f"{m['layer']}: {m['reason']}" for m in missing) or "none configured"
-    refused = any("cannot create namespaces" in m["reason"] for m in missing)
-    fixes = [CONTAINER_FIX] if refused and LINUX and in_container() else []
-    fixes += [m["fix"] for m in missing if m.get("fix")][:1]
-    fixes.append(UNCONTAINED_FIX)
-    what = (
-        "unshare gives namespaces but no file-system wall"
-        if kind == "unshare"
-        else "no containment engine works here"
-    )
-    return {
-        "layer": "containment",
-        "reason": f"this host cannot keep a snippet away from your files ({what}: {why})",
-        "fix": "; or ".join(dict.fromkeys(fixes)),
-    }
-
-
-def _disabled(layer: str, choice: str, by: str = "") -> dict[str, str]:
-    return {
-        "layer": layer,
-        "reason": f"turned off by {by or f'{ISOLATION_ENV}={choice}'}",
-        "fix": f"unset {ISOLATION_ENV} (or set it to auto)",
-    }
 
 
 #: The layer ``off`` names when its run is in a cgroup of its own (it limits nothing).

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..backend import DEFAULT_DISK_MB
 from ..executables import which
+from . import bwrapplan
 from .bundled import bundled_bwrap
 from .confine import (
     CGROUP_NS,
@@ -148,12 +149,13 @@ class Namespaces:
         ``disk_mb`` caps the run's writable space (bwrap only); ``view`` is the
         :func:`plan_view` of ``argv`` and ``hidden`` when the caller has it already;
         ``first``: shell lines the bwrap chain's staging shell runs before anything
-        else (see :meth:`Confinement.command`; bwrap only); ``own_ids``: the host ids of
-        this run alone (bwrap only, a chain that drops: see :meth:`Confinement.command`).
+        else (see :func:`.bwrapplan.command`; bwrap only); ``own_ids``: the host ids of
+        this run alone (bwrap only, a chain that drops: see :func:`.bwrapplan.command`).
         """
         if self.kind == "bwrap":
             assert self.confine is not None
-            return self.confine.command(
+            return bwrapplan.command(
+                self.confine,
                 argv,
                 workdir=workdir,
                 allow_network=allow_network,

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..backend import ResourceLimits
 from ..languages import snippet_filename
 from ..rich import python_command
-from . import cgroups, launchplan, nsfree, subids
+from . import bwrapplan, cgroups, launchplan, nsfree, subids
 from .chainsteps import exec_prefix, launch_tools, stage_steps
 from .cleanup import RUN_DIR_PREFIX
 from .confine import seccomp_filter
@@ -117,8 +117,12 @@ def launch_plan(
     )
     view = isolator.host_view(argv).view
     egress = engine.egress_error is None
-    facts = chain.facts(
-        argv, workdir=workdir, view=view, blocked=allow_network and egress and bool(chain.net_tools)
+    facts = bwrapplan.host_facts(
+        chain,
+        argv,
+        workdir=workdir,
+        view=view,
+        blocked=allow_network and egress and bool(chain.net_tools),
     )
     facts = dataclasses.replace(facts, snippet=argv[-1], snippet_fifo=False, prestarted=False)
     # Each run that drops has host ids of its own: the first ones here.
@@ -130,7 +134,8 @@ def launch_plan(
     first = (
         stage_steps(chain.shell, rlimits, run, own_uid=chain.drops) if tools is not None else None
     )
-    plan = chain.plan(
+    plan = bwrapplan.plan(
+        chain,
         argv,
         workdir=workdir,
         allow_network=allow_network,

@@ -491,9 +491,10 @@ class MatrixLabSandbox(SandboxBackend):
         characters. What runs is always the approved ``code``.
         """
         language = canonical_language(request.language)
-        filename = SNIPPET_FILES[language] if request.file is None else request.file.name
+        named = request.named_after  # a file run's, or the file the code was read from
+        filename = SNIPPET_FILES[language] if named is None else Path(named).name
         argv = [INTERPRETERS[language], f"$PWD/{filename}"]
-        command = self.display_command(language, None if request.file is None else filename)
+        command = self.display_command(language, None if named is None else filename)
         marker = new_marker()
         stdin = request.stdin
         if request.file is None and (stdin is None or len(stdin) <= MAX_CODE_RUN_CHARS):

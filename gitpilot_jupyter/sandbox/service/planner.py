@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import EmptyCode, InvalidRequest
 from ..files import read_under_root
-from ..languages import Interpreters, canonical_language, language_for_path
+from ..languages import Interpreters, canonical_language, language_for_path, plain_filename
 from ..local.off import OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
 from ..plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id
 from ..policy import SandboxPolicy, destructive_label
@@ -79,6 +79,9 @@ class Planner:
             env=self._policy().caller_env(options.env, agent=agent),
             limits=limits_of(settings),
             file=options.file,
+            # Only a plain name: every backend runs the code under it as it is.
+            filename=None if options.file is not None else plain_filename(options.filename),
+            session=options.session,
         )
 
     def read_file(self, file: str) -> str:
@@ -99,7 +102,7 @@ class Planner:
         own ``env`` allowlist).
         """
         spec = self._requested_spec(options, file_text, agent=agent)
-        lang, code, file, source = spec.language, spec.code, spec.file, options.source
+        lang, code, file, source = spec.language, spec.code, spec.named_after, options.source
         name, names, timeout, network = spec.backend, spec.env, spec.timeout_sec, spec.network
         runner = self.resolver.backend(name)
         refused = runner.refusal(allow_network=network)
@@ -147,7 +150,7 @@ class Planner:
         return ExecutionPlan(
             plan_id=new_plan_id(),
             goal=goal,
-            source="file_run" if file and source == "api" else source,
+            source="file_run" if spec.file and source == "api" else source,
             spec=spec,
             command=command,
             checks=checks,

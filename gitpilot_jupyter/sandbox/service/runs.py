@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from ..backend import OutputCallback, RunRequest, SandboxBackend
@@ -121,6 +121,7 @@ def _request(spec: RunSpec, policy: SandboxPolicy) -> RunRequest:
         env=policy.scrub_env(os.environ, allow_network=spec.network, passthrough=spec.env),
         max_output_bytes=policy.max_output_bytes,
         limits=spec.limits,
+        filename=spec.filename,
     )
 
 
@@ -232,6 +233,14 @@ class RunExecutor:
         backend's name and object and the request it is sent; a refusal raises."""
         if not isinstance(spec.code, str) or not spec.code.strip():
             raise EmptyCode("there is no code to run")
+        if spec.session is not None:
+            # A cell of a session goes to its kernel (sessions.SessionManager.run_cell),
+            # never into a fresh run that would lose the state it was approved for.
+            raise InvalidRequest(
+                f"this plan is a cell of session {spec.session!r}: it runs in that session, "
+                "not as a run of its own",
+                code="session_cell",
+            )
         policy = self._policy()
         command = self.resolver.command(spec.language)
         policy.check_destructive(spec.language, spec.code, command)
@@ -337,7 +346,8 @@ class RunExecutor:
                 grace.withdraw()  # the backend answered through the grace's cancel
             # The backend's own fields, as its envelope would have them (matrixlab's command
             # and notes differ from the local ones).
-            file = request.file.name if request.file is not None else None
+            named = request.named_after
+            file = PurePath(named).name if named is not None else None
             return RunResult(
                 backend=backend.name,
                 language=request.language,

@@ -160,6 +160,7 @@ class SandboxService:
             interpreters=self.interpreters,
             plans=self.plans,
             require_approval=lambda: self.require_approval,
+            max_timeout_sec=lambda: self.policy.max_timeout_sec,
             capacity=self.executor.admission.report,
         )
         #: Test connection and the Runner lifecycle (Docker), kept out of this module.

@@ -30,6 +30,7 @@ class StatusReporter:
         interpreters: Interpreters,
         plans: PlanStore,
         require_approval: Callable[[], bool],
+        max_timeout_sec: Callable[[], int],
         capacity: Callable[[], CapacityReport],
     ) -> None:
         self.settings = settings
@@ -37,6 +38,7 @@ class StatusReporter:
         self.interpreters = interpreters
         self.plans = plans
         self._require_approval = require_approval
+        self._max_timeout_sec = max_timeout_sec
         self._capacity = capacity
 
     async def status(self) -> Status:
@@ -48,6 +50,7 @@ class StatusReporter:
         remote: Any = None
         ok = error is None
         isolation: list[str] = []
+        network_on: str | None = None
         try:
             name, _ = self.resolver.resolve()
         except (UnknownBackend, BackendNotAllowed) as exc:
@@ -62,12 +65,15 @@ class StatusReporter:
             if isinstance(backend, SubprocessSandbox):
                 # The network layer depends on the setting a run would use.
                 isolation = backend.isolation(allow_network=settings.allow_network)
-                # A host that cannot contain a run refuses every run: not a healthy backend.
-                refused = backend.refusal(allow_network=settings.allow_network)
-                if refused is not None:
-                    ok, error = False, error or refused.message
             else:
                 isolation = backend.isolation()
+            # A backend that refuses the runs the settings make is not a healthy one; one
+            # that refuses only network-on runs says so in the words their plans get.
+            refused = backend.refusal(allow_network=settings.allow_network)
+            if refused is not None:
+                ok, error = False, error or refused.message
+            elif (network_refused := backend.refusal(allow_network=True)) is not None:
+                network_on = network_refused.message
         local = self.resolver.subprocess
         return {
             "backend": name,
@@ -79,7 +85,9 @@ class StatusReporter:
             "env_override": effective.env_override,
             "env_error": effective.env_error,
             "require_approval": self._require_approval(),
+            "max_timeout_sec": self._max_timeout_sec(),
             "isolation": isolation,
+            "network_on": network_on,
             "isolation_report": local.isolator.report(),
             "pool": local.pool_report(),
             "settings_error": effective.settings_error,

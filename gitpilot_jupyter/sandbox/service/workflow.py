@@ -13,7 +13,7 @@ from typing import Any
 
 from ..claims import AgentPlan, ClaimAnswer, ClaimStore
 from ..errors import NotPlanOwner, PlanNotFound
-from ..plans import Approval, ExecutionPlan, PlanStore, RunUnderWay
+from ..plans import Approval, ExecutionPlan, PlanStore, RunUnderWay, belongs_to
 
 #: Receives ``(event_name, data)`` for every plan, approval, run, refusal and config change.
 AuditHook = Callable[[str, dict[str, Any]], None]
@@ -31,13 +31,8 @@ def check_owner(owner: str | None, user: str | None) -> None:
 
 
 def visible(plan: ExecutionPlan, user: str | None) -> bool:
-    """Whether ``user`` may see and decide ``plan``.
-
-    A plan belongs to the identity that made it. ``None`` on either side is a
-    shared principal (jupyter_server's token login, an in-process face): no
-    restriction then, as before plans had owners.
-    """
-    return plan.owner is None or user is None or plan.owner == user
+    """Whether ``user`` may see and decide ``plan`` (:func:`~..plans.belongs_to`)."""
+    return belongs_to(plan.owner, user)
 
 
 class PlanWorkflow:

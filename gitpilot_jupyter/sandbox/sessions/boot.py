@@ -1,0 +1,99 @@
+"""What a session's run is: the kernel's connection, its bootstrap, and the refusals.
+
+The kernel listens on ZMQ ``ipc`` sockets (Unix sockets, no network) in its own run
+folder, which exists only in its sandbox's mount namespace (bubblewrap's private,
+size-capped stage): no other run, session or user can name them. The server reaches
+them through ``/proc/PID/root`` of the kernel's process, which only the server (the
+owner of the sandbox's user namespace) may enter. Each session has a key of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ..errors import SessionUnavailable
+
+#: The kernel's sockets are ``<folder>/.kernel-<n>``; its connection file in the folder.
+SOCKET_PREFIX = ".kernel"
+CONNECTION_FILE = ".kernel.json"
+#: The channels' numbers (with ``ipc`` a port is the socket's suffix).
+PORTS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
+#: The engines whose runs have a run folder no other run can see (a mount namespace of
+#: their own): the only ones a session's sockets are kept shut on.
+SESSION_ENGINES = ("bwrap",)
+#: The first words of the line a bootstrap without ipykernel writes.
+NO_KERNEL_MARK = "gitpilot-session: no ipykernel:"
+_BOOT = Path(__file__).with_name("kernel_boot.py")
+
+
+@cache
+def _boot_source() -> str:
+    return _BOOT.read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A session's kernel connection: the key, and where its sockets are."""
+
+    key: str
+
+    def for_kernel(self) -> dict[str, Any]:
+        """The connection file the kernel reads (its sockets relative to its folder)."""
+        return {
+            "transport": "ipc",
+            "ip": SOCKET_PREFIX,
+            "key": self.key,
+            "signature_scheme": "hmac-sha256",
+            "kernel_name": "python3",
+            **PORTS,
+        }
+
+    def for_server(self, pid: int, workdir: Path) -> dict[str, Any]:
+        """The same connection seen from the server: the sockets in the kernel's own
+        file-system view, ``/proc/PID/root`` + its run folder."""
+        info = self.for_kernel()
+        info["ip"] = os.path.join(f"/proc/{pid}/root", str(workdir).lstrip("/"), SOCKET_PREFIX)
+        return info
+
+    def socket(self, pid: int, workdir: Path, channel: str) -> str:
+        """The host path of one channel's socket (``shell_port``, ...)."""
+        return f"{self.for_server(pid, workdir)['ip']}-{PORTS[channel]}"
+
+
+def new_connection() -> Connection:
+    """A fresh connection: a key no other session has (256 bits)."""
+    return Connection(key=secrets.token_hex(32))
+
+
+def boot_code(connection: Connection) -> str:
+    """The session run's code: the connection in front of :mod:`.kernel_boot`."""
+    info = {**connection.for_kernel(), "file": CONNECTION_FILE}
+    # Strings and numbers only: its repr is a Python literal.
+    return f"CONNECTION = {info!r}\nNO_KERNEL_MARK = {NO_KERNEL_MARK!r}\n{_boot_source()}"
+
+
+def engine_refusal(engine: str) -> SessionUnavailable | None:
+    """Why sessions cannot be started on ``engine`` (None: they can)."""
+    if engine in SESSION_ENGINES:
+        return None
+    return SessionUnavailable(
+        f"sessions need the bwrap engine (this host's runs use {engine!r}): a session's "
+        "kernel sockets are kept shut by a mount namespace of its own, which the "
+        "namespace-free engine has not. To fix: install bubblewrap where user namespaces "
+        "are allowed, and leave GITPILOT_SANDBOX_ISOLATION unset (or auto)"
+    )
+
+
+def no_kernel(interpreter: str, detail: str) -> SessionUnavailable:
+    """The refusal of a session whose interpreter's environment has no ipykernel."""
+    return SessionUnavailable(
+        f"the interpreter {interpreter} has no ipykernel ({detail.strip()}): a session "
+        f"runs an IPython kernel from the interpreter's own environment. To fix: "
+        f"{interpreter} -m pip install ipykernel",
+        code="ipykernel_missing",
+    )
