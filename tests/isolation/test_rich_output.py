@@ -109,6 +109,14 @@ def test_matplotlib_figures_from_show_and_left_open(engine: str, mode: str) -> N
     assert result.notes == []
 
 
+def test_a_figure_as_the_last_expression_is_shown_once() -> None:
+    code = "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2])\nfig"
+    result = run("bwrap", code)
+    assert result.exit_code == 0, result.stderr
+    (figure,) = result.outputs  # not again at the end, though still open
+    png(figure["data"]["image/png"])
+
+
 DISPLAYS = """
 from IPython.display import HTML, JSON, SVG, Image, Latex, Markdown, display
 import base64
