@@ -7,6 +7,8 @@ from html.parser import HTMLParser
 
 import nh3
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gitpilot_jupyter.sandbox.rich import (
     DisplayCaps,
@@ -169,3 +171,35 @@ class Tags(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.seen.add(tag)
         self.attributes += [(name, (value or "").lower()) for name, value in attrs]
+
+
+def test_the_envelope_comes_back_from_json_with_its_outputs() -> None:
+    from gitpilot_jupyter.sandbox.results import RunResult
+
+    item = {"output_type": "display_data", "data": {"text/plain": "1"}, "metadata": {}}
+    result = RunResult("subprocess", "python", ["python", "inline.py"], 0, outputs=[item])
+    again = RunResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again == result and again.outputs == [item]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=40).map(lambda b: ("text", b.replace(b"\x1e", b"") + b"\x1e\n")),
+            st.binary(max_size=300).map(lambda b: ("frame", b)),
+        ),
+        max_size=8,
+    ),
+    st.integers(min_value=1, max_value=97),
+)
+def test_the_splitter_keeps_every_byte_of_text_and_every_frame(
+    parts: list[tuple[str, bytes]], chunk: int
+) -> None:
+    stream = b"".join(frame(NONCE, data) if kind == "frame" else data for kind, data in parts)
+    got = split(stream, chunk, cap=200)
+    text = b"".join(p.data for p in got if isinstance(p, Text))
+    assert text == b"".join(data for kind, data in parts if kind == "text")
+    frames = [p for p in got if isinstance(p, Frame)]
+    want = [Frame(len(d), d if len(d) <= 200 else None) for k, d in parts if k == "frame"]
+    assert frames == want
