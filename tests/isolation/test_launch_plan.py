@@ -21,6 +21,7 @@ import pytest
 
 from gitpilot_jupyter.sandbox.inputs import StagedInput
 from gitpilot_jupyter.sandbox.local import bwrapplan, launchplan, nsfree, prestart
+from gitpilot_jupyter.sandbox.local.backends import run_command
 from gitpilot_jupyter.sandbox.local.bwrapplan import HostFacts
 from gitpilot_jupyter.sandbox.local.confine import Confinement, IdMap, View, relocated
 from gitpilot_jupyter.sandbox.local.isolation import ISOLATION_ENV
@@ -102,7 +103,7 @@ def bwrap_plan(
     )
     return bwrapplan.plan(
         _chain(who),
-        [str(python / "bin/python3"), "inline.py"],
+        run_command("python", str(python / "bin/python3"), "inline.py"),
         workdir=RUN,
         allow_network=network == "on",
         view=view or _view(python),
@@ -118,7 +119,7 @@ def bwrap_plan(
 def landlock_plan(who: str, network: str, mode: str = "cold") -> launchplan.LaunchPlan:
     """The namespace-free engine's plan of a python run for these inputs; a warm slot's
     shell is the one the pool starts (:func:`.nsfree.slot_argv`)."""
-    argv = [str(PYTHON / "bin/python3"), "inline.py"]
+    argv = run_command("python", str(PYTHON / "bin/python3"), "inline.py")
     slot = [] if mode == "cold" else nsfree.slot_argv(argv, prestarted=mode == "prestart", env={})
     rules = launchplan.Rules(
         execute=("/usr", str(PYTHON)),

@@ -19,6 +19,7 @@ import pytest
 
 from gitpilot_jupyter.sandbox.errors import BackendFailure
 from gitpilot_jupyter.sandbox.results import RunResult
+from gitpilot_jupyter.sandbox.rich import NOT_ON_MATRIXLAB
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.support.runs import run_here
 from tests.support.standin_fixture import StartStandin
@@ -174,6 +175,7 @@ async def test_limits_the_runner_cannot_honour_are_in_the_plan_and_the_result(
     ]
     assert result.notes == expected and result.stdout == "1\n"
     assert [c["label"] for c in plan.checks if not c["ok"]][-3:] == expected
+    assert {"label": NOT_ON_MATRIXLAB, "ok": False} in plan.checks  # no shim is sent there
     local_plan, local = await run_here(
         parity_service, language="python", code="print(1)", backend="subprocess"
     )
