@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from subprocess import CalledProcessError
 from typing import Any, TextIO
 
-from IPython.display import publish_display_data
+from IPython.display import publish_display_data as _publish
 
 from ..sandbox import rich
 from ..sandbox.errors import RETRYABLE_CODES, SandboxError, ServerUnreachable, UnknownLanguage
@@ -20,6 +21,9 @@ from ..sandbox.languages import canonical_language, snippet_filename
 from ..sandbox.report import blocked_message, failure_message, footer
 from ..sandbox.results import RunResult
 from .overflow import INLINE_CHARS, INLINE_LINES, OverflowBox, split_at_budget
+
+# IPython's function is untyped: a typed alias keeps mypy strict here.
+publish_display_data: Callable[..., None] = _publish
 
 __all__ = [
     "CellEcho",
