@@ -8,7 +8,9 @@ NDJSON). It is saved and read back, as reopening it would.
 from __future__ import annotations
 
 import base64
+import http.server
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,10 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from gitpilot_jupyter.client.rest import RestClient
+from gitpilot_jupyter.sandbox import rich
 from gitpilot_jupyter.sandbox.report import LAUNCHERS
+from gitpilot_jupyter.sandbox.sync import run_sync
 from tests.notebooks.test_notebooks import execute_in_session
 from tests.support.figures import RED_FIGURE, assert_red_figure, require_matplotlib
 from tests.support.live_server import LiveServer, start_live_server
@@ -131,4 +136,53 @@ def test_the_envelope_keeps_the_outputs_in_the_out_variable(tmp_path: Path) -> N
         ["image/png", "text/plain"],
         ["text/html", "text/plain"],
         ["image/png", "text/plain"],
+    ]
+
+
+def test_a_server_answering_the_whole_envelope_is_shown_in_the_same_order() -> None:
+    """A server that does not stream (plain JSON): stdout is cut where each output came."""
+    item = {"output_type": "display_data", "data": {"text/plain": "fig"}, "metadata": {}}
+    envelope = {
+        "backend": "subprocess",
+        "language": "python",
+        "command": ["python", "inline.py"],
+        "exit_code": 0,
+        "stdout": "é1\n2\n",
+        "stderr": "warn\n",
+        "outputs": [{**item, "stdout_at": 3}, {**item, "stdout_at": 5}],
+    }
+    body = json.dumps(envelope).encode()
+
+    class Whole(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Whole)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    seen: list[tuple[str, str]] = []
+
+    async def collect(stream: str, text: str) -> None:
+        seen.append((stream, text if stream != rich.DISPLAY_STREAM else "<display>"))
+
+    try:
+        client = RestClient(f"http://127.0.0.1:{server.server_address[1]}/", "")
+        result = run_sync(client.run("token", on_output=collect))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(result.outputs) == 2
+    assert seen == [
+        ("stdout", "é1\n"),
+        ("display", "<display>"),
+        ("stdout", "2\n"),
+        ("display", "<display>"),
+        ("stderr", "warn\n"),
     ]
