@@ -12,8 +12,10 @@ from typing import Any, ClassVar
 from .errors import SandboxError
 from .output import DEFAULT_OUTPUT_CAP
 from .results import RunResult, new_run_id
+from .rich import DisplayCaps
 
-#: Called with ``("stdout" | "stderr", text)`` as output is produced.
+#: Called with ``("stdout" | "stderr", text)`` as output is produced, and with
+#: ``(rich.DISPLAY_STREAM, json)`` for each display output kept.
 OutputCallback = Callable[[str, str], Awaitable[None]]
 
 
@@ -29,6 +31,8 @@ class ResourceLimits:
     max_processes: int = 256
     max_file_size_mb: int = 128
     disk_mb: int = DEFAULT_DISK_MB
+    #: The caps on the run's display outputs (see :mod:`.rich`).
+    display: DisplayCaps = field(default_factory=DisplayCaps)
 
 
 @dataclass

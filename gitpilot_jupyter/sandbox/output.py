@@ -29,6 +29,8 @@ class CappedText:
     def __init__(self, cap: int = DEFAULT_OUTPUT_CAP) -> None:
         self.cap = cap
         self.kept = 0
+        #: Characters of text kept so far (where a display output sits in it).
+        self.chars = 0
         self.truncated = False
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._parts: list[str] = []
@@ -47,6 +49,7 @@ class CappedText:
         text = self._decoder.decode(data, final=self.truncated)
         if text:
             self._parts.append(text)
+            self.chars += len(text)
         return text
 
     def finish(self) -> str:
@@ -54,6 +57,7 @@ class CappedText:
         text = self._decoder.decode(b"", final=True)
         if text:
             self._parts.append(text)
+            self.chars += len(text)
         return text
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import secrets
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -46,6 +47,10 @@ class RunResult:
     #: raised or could not apply), one sentence each; empty when nothing differs.
     notes: list[str] = field(default_factory=list)
     warm: bool = False
+    #: The run's display outputs, in order (see :mod:`.rich`): each
+    #: ``{"output_type": "display_data", "data": {mime: value}, "metadata": {...},
+    #: "stdout_at": N}``, ``N`` the characters of ``stdout`` before it.
+    outputs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -55,11 +60,14 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         """The JSON envelope: every field, in order, its lists copied (``dataclasses.asdict``
         without its generic deep copy: each field is a string, a number, a bool, None or
-        a list of strings)."""
-        return {
+        a list of strings; the outputs, dicts, are copied whole)."""
+        envelope = {
             name: list(value) if isinstance(value, list) else value
             for name, value in zip(_FIELDS, map(self.__getattribute__, _FIELDS), strict=True)
         }
+        if self.outputs:  # dicts: copied whole (their strings, an image's too, are shared)
+            envelope["outputs"] = copy.deepcopy(self.outputs)
+        return envelope
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:

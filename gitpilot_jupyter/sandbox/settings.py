@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 from .backend import DEFAULT_DISK_MB
 from .display import escape_text, needs_escape
 from .errors import InvalidRequest, InvalidSetting, SettingsNotSaved, UnknownBackend
+from .rich import bundles
 
 BACKENDS = ("matrixlab", "off", "subprocess")
 DEFAULT_BACKEND = "subprocess"
@@ -60,6 +61,9 @@ INT_RANGES = {
     "max_processes": (8, 4096),
     "max_file_size_mb": (1, 65536),
     "disk_limit_mb": (16, 65536),
+    "max_display_item_mb": (1, 64),
+    "max_display_run_mb": (1, 512),
+    "max_display_outputs": (1, 10000),
 }
 
 
@@ -114,6 +118,22 @@ class SandboxSettings:
             "help": "The size cap of a `subprocess` run's writable space (run folder, `/tmp`, "
             "`/dev/shm`), in MiB, with 64 inodes per MiB; shown in every plan."
         },
+    )
+    max_display_item_mb: int = field(
+        default=bundles.DEFAULT_ITEM_MB,
+        metadata={
+            "help": "The largest display output (a figure, an image, HTML) a run may return, "
+            "in MiB as sent (an image's base64 text); a larger one is dropped with a note. "
+            "Shown in every plan."
+        },
+    )
+    max_display_run_mb: int = field(
+        default=bundles.DEFAULT_RUN_MB,
+        metadata={"help": "The display outputs of one run together, in MiB."},
+    )
+    max_display_outputs: int = field(
+        default=bundles.DEFAULT_OUTPUTS,
+        metadata={"help": "How many display outputs one run may return."},
     )
 
     def masked(self) -> dict[str, Any]:

@@ -21,11 +21,20 @@ from tornado import web
 from ..sandbox.errors import InvalidRequest, SandboxError
 from ..sandbox.request import RunOptions
 from ..sandbox.results import new_run_id
+from ..sandbox.rich import DISPLAY_STREAM, parse_display
 from .base import SandboxHandler, authorized_execute, http_error
 from .stream import LineSink, StreamingHandler
 
 #: Fields that only the long form of a run may carry.
 _LONG_FORM = ("language", "code", "timeout_sec", "stdin", "backend", "allow_network", "env")
+
+
+def stream_line(stream: str, text: str) -> dict[str, Any]:
+    """An NDJSON line of a run's output: ``{"type": "stdout", "data": text}``, and for a
+    display output ``{"type": "display", "data": item}`` (the item an object)."""
+    if stream == DISPLAY_STREAM:
+        return {"type": stream, "data": parse_display(text)}
+    return {"type": stream, "data": text}
 
 
 class RunHandler(StreamingHandler):
@@ -54,7 +63,7 @@ class RunHandler(StreamingHandler):
         async def work(sink: LineSink | None) -> dict[str, Any]:
             async def on_output(stream: str, text: str) -> None:
                 assert sink is not None
-                await sink({"type": stream, "data": text})
+                await sink(stream_line(stream, text))
 
             stream = on_output if sink else None
             result = await self.service.run(
@@ -96,7 +105,7 @@ class PlanAndRunHandler(RunHandler):
         async def work(sink: LineSink | None) -> dict[str, Any]:
             async def on_output(stream: str, text: str) -> None:
                 assert sink is not None
-                await sink({"type": stream, "data": text})
+                await sink(stream_line(stream, text))
 
             planned = await self.service.plan_and_run(
                 RunOptions.from_body({"source": "cell", **body}),

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from gitpilot_jupyter.sandbox.local import launchplan, nsfree, prestart
+from gitpilot_jupyter.sandbox.local.backends import run_command
 from gitpilot_jupyter.sandbox.local.confine import Confinement, HostFacts, IdMap, View, relocated
 from gitpilot_jupyter.sandbox.local.isolation import ISOLATION_ENV
 from tests.support.system import require_system
@@ -94,7 +95,7 @@ def bwrap_plan(
         mapped_ids=None if who == "root" else MAPPED_IDS,
     )
     return _chain(who).plan(
-        [str(python / "bin/python3"), "inline.py"],
+        run_command("python", str(python / "bin/python3"), "inline.py"),
         workdir=RUN,
         allow_network=network == "on",
         view=view or _view(python),
@@ -109,7 +110,7 @@ def bwrap_plan(
 def landlock_plan(who: str, network: str, mode: str = "cold") -> launchplan.LaunchPlan:
     """The namespace-free engine's plan of a python run for these inputs; a warm slot's
     shell is the one the pool starts (:func:`.nsfree.slot_argv`)."""
-    argv = [str(PYTHON / "bin/python3"), "inline.py"]
+    argv = run_command("python", str(PYTHON / "bin/python3"), "inline.py")
     slot = [] if mode == "cold" else nsfree.slot_argv(argv, prestarted=mode == "prestart", env={})
     rules = launchplan.Rules(
         execute=("/usr", str(PYTHON)),

@@ -157,6 +157,9 @@ RANGES = {
     "max_processes": (8, 4096),
     "max_file_size_mb": (1, 65536),
     "disk_limit_mb": (16, 65536),
+    "max_display_item_mb": (1, 64),
+    "max_display_run_mb": (1, 512),
+    "max_display_outputs": (1, 10000),
 }
 
 

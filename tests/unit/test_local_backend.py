@@ -243,14 +243,19 @@ def test_the_kernel_client_passes_named_variables_and_the_digest_binds_them(
 def test_the_envelope_is_every_field_in_order_its_lists_copied(service: SandboxService) -> None:
     import typing
 
-    result = run(service, "python", "print(2+2)")
+    result = run(service, "python", "print(2+2)\n{'a': [1]}")
     envelope = result.to_dict()
     assert envelope == dataclasses.asdict(result)
     assert list(envelope) == [f.name for f in dataclasses.fields(RunResult)]
     for name in ("command", "isolation", "notes"):
         envelope[name].append("changed")
         assert "changed" not in getattr(result, name)
-    # to_dict copies lists only: a field of another kind (a dict, a dataclass) needs more.
+    envelope["outputs"][0]["data"]["text/plain"] = "changed"
+    assert result.outputs[0]["data"] == {"text/plain": "{'a': [1]}"}
+    # to_dict copies lists only (and the outputs whole): a field of another kind (a dict,
+    # a dataclass) needs more.
     simple = {str, int, bool, str | None, list[str]}
     hints = typing.get_type_hints(RunResult)
-    assert {name: hint for name, hint in hints.items() if hint not in simple} == {}
+    assert {name: hint for name, hint in hints.items() if hint not in simple} == {
+        "outputs": list[dict[str, typing.Any]]
+    }

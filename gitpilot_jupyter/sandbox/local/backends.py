@@ -27,6 +27,7 @@ from ..errors import ContainmentUnavailable
 from ..languages import Interpreters, canonical_language, run_filename, snippet_filename
 from ..records import PoolReport
 from ..results import RunResult
+from ..rich import NONCE_ENV, new_nonce, python_command
 from . import nsfree, prestart
 from .cleanup import AfterRuns, make_run_dir, remove_orphaned_run_dirs_once, remove_tree
 from .isolation import Isolator, Launch
@@ -40,9 +41,19 @@ log = logging.getLogger(__name__)
 BASE_LAYERS = ["tempdir", "env-scrub"]
 
 
-def run_env(env: dict[str, str], workdir: Path) -> dict[str, str]:
-    """The snippet's environment: ``HOME`` and ``TMPDIR`` point into its own run folder."""
-    return {**env, "HOME": str(workdir), "TMPDIR": str(workdir)}
+def run_env(env: dict[str, str], workdir: Path, nonce: str) -> dict[str, str]:
+    """The snippet's environment: ``HOME`` and ``TMPDIR`` point into its own run folder,
+    and the run's display nonce (see :mod:`..rich.wire`) is in ``GITPILOT_DISPLAY``."""
+    return {**env, "HOME": str(workdir), "TMPDIR": str(workdir), NONCE_ENV: nonce}
+
+
+def run_command(language: str, interpreter: str, filename: str) -> list[str]:
+    """The command a run of ``filename`` starts: a python run's goes through the display
+    shim (``python -c "<shim>" inline.py``, see :mod:`..rich`); plans still show
+    ``python inline.py``."""
+    if canonical_language(language) == "python":
+        return python_command(interpreter, filename)
+    return [interpreter, filename]
 
 
 def _after_answer(callback: Callable[..., None], *args: object) -> None:
@@ -187,7 +198,7 @@ class SubprocessSandbox(SandboxBackend):
         )
 
     def _slot_fingerprint(self, key: PoolKey) -> Hashable:
-        argv = [key.interpreter, snippet_filename(key.language)]
+        argv = run_command(key.language, key.interpreter, snippet_filename(key.language))
         return self.isolator.fingerprint(argv, allow_network=key.allow_network)
 
     def _spawn_slot(self, key: PoolKey) -> Slot:
@@ -196,7 +207,8 @@ class SubprocessSandbox(SandboxBackend):
         fds: list[int] = []
         try:
             filename = snippet_filename(key.language)
-            env = run_env(dict(key.env), workdir)
+            nonce = new_nonce()  # the slot's: one run takes it
+            env = run_env(dict(key.env), workdir, nonce)
             fifo = workdir / filename
             started = self.pool_config.prestart and prestart.applies(key.language)
             walled = self.isolator.engine == nsfree.ENGINE
@@ -221,7 +233,7 @@ class SubprocessSandbox(SandboxBackend):
                 chain = workdir / prestart.CHAIN_FIFO
                 os.mkfifo(chain, 0o600)
                 fds.append(os.open(chain, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
-            argv = [key.interpreter, filename]
+            argv = run_command(key.language, key.interpreter, filename)
             fingerprint = self.isolator.fingerprint(argv, allow_network=key.allow_network)
             launch = self.isolator.prepare(
                 argv, workdir=workdir, allow_network=key.allow_network, limits=key.limits
@@ -252,6 +264,7 @@ class SubprocessSandbox(SandboxBackend):
             raise
         chain_output = fds[2] if started and not walled else -1
         slot = Slot(key, workdir, launch, popen, fds[1], fds[0], fingerprint, started, chain_output)
+        slot.display_nonce = nonce
         if walled:
             slot.waits_at = 0 if started else 1  # no chain: the interpreter (or cat) waits
         return slot
@@ -336,10 +349,11 @@ class SubprocessSandbox(SandboxBackend):
             workdir, launch = await asyncio.to_thread(self._prepare, request, interpreter)
             try:
                 result.isolation = BASE_LAYERS + launch.layers
-                proc = await self._spawn(request, launch, workdir, result)
+                nonce = new_nonce()
+                proc = await self._spawn(request, launch, workdir, result, nonce)
                 if proc is not None:
                     feed = _feed_stdin(proc, request.stdin) if request.stdin is not None else None
-                    await supervise(request, launch, proc, feed, result, on_output)
+                    await supervise(request, launch, proc, feed, result, on_output, nonce)
             finally:
                 self._clean_up_later(launch, workdir)
         finally:
@@ -373,7 +387,8 @@ class SubprocessSandbox(SandboxBackend):
             # end that. (Killed before the FIFO closes, no part of the code runs.)
             feed = _feed_slot(slot, slot.send_now(request.code), request.stdin)
             supervised = True  # from here on supervise kills the tree however it ends
-            await supervise(request, slot.launch, child, feed, result, on_output)
+            nonce = slot.display_nonce
+            await supervise(request, slot.launch, child, feed, result, on_output, nonce)
         finally:
             if not supervised:
                 # Killed before the FIFO closes: a hand-over cut short never runs part of
@@ -399,7 +414,7 @@ class SubprocessSandbox(SandboxBackend):
             filename = run_filename(request.language, request.file)
             (workdir / filename).write_text(request.code, encoding="utf-8")
             launch = self.isolator.prepare(
-                [interpreter, filename],
+                run_command(request.language, interpreter, filename),
                 workdir=workdir,
                 allow_network=request.allow_network,
                 limits=request.limits,
@@ -410,10 +425,10 @@ class SubprocessSandbox(SandboxBackend):
         return workdir, launch
 
     async def _spawn(
-        self, request: RunRequest, launch: Launch, workdir: Path, result: RunResult
+        self, request: RunRequest, launch: Launch, workdir: Path, result: RunResult, nonce: str
     ) -> asyncio.subprocess.Process | LaunchedRun | None:
         """Start a cold run's chain; None (the reason in ``result.stderr``) if it failed."""
-        env = run_env(request.env, workdir)
+        env = run_env(request.env, workdir, nonce)
         try:
             started = await launch.start(cwd=str(workdir), env=env, stdin=request.stdin is not None)
             proc = started or await asyncio.create_subprocess_exec(

@@ -493,7 +493,11 @@ class Confinement:
             if real.is_file() and not inside(real, Path("/etc").resolve()):
                 resolv = str(real)
         shared = _stage_target(view.interpreters) if self.drops else None
-        snippet = next((a for a in argv[1:] if "/" not in a and _snippet(workdir / a)), None)
+        # (Not a word of the display shim's text: "-c" and the code itself.)
+        snippet = next(
+            (a for a in argv[1:] if "/" not in a and "\n" not in a and _snippet(workdir / a)),
+            None,
+        )
         hook, code_fifo = workdir / prestart.HOOK_FILE, workdir / prestart.CODE_FIFO
         return HostFacts(
             system=tuple(system),

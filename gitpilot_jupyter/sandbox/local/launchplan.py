@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..rich.wire import SHIM_SHOWN, shim_source
+
 
 @dataclass(frozen=True)
 class Fd:
@@ -157,6 +159,9 @@ def _joined(argv: Sequence[str], indent: str = "     ") -> list[str]:
         if word == stage_script():
             word = f'"$(cat {STAGE_SCRIPT.parent.name}/{STAGE_SCRIPT.name})"'
             current.append(word)
+            continue
+        if word == shim_source():
+            current.append(SHIM_SHOWN)
             continue
         if "\n" in word:
             lines.append(indent + " ".join([*current, "'"]))

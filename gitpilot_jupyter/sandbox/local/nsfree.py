@@ -231,7 +231,7 @@ PRESTART_DIR = ".gitpilot-prestart"
 def slot_argv(argv: Sequence[str], *, prestarted: bool, env: Mapping[str, str]) -> list[str]:
     """A warm slot's command: a shell that waits for the code, then execs ``argv``.
 
-    ``argv`` is the cold run's (interpreter, snippet file), ``env`` its environment.
+    ``argv`` is the cold run's (its last word the snippet's file), ``env`` its environment.
     Pre-started (:mod:`.prestart`), the shell opens the code FIFO on
     :data:`.launchplan.CODE` (then removes its name) and the run's stdout and stderr
     on :data:`.launchplan.RUN_STDOUT` and ``RUN_STDERR``, and execs the interpreter,
@@ -250,7 +250,8 @@ def slot_argv(argv: Sequence[str], *, prestarted: bool, env: Mapping[str, str]) 
             f"rm -f {prestart.CODE_FIFO}",
         ]
     else:
-        steps += ['cat <"$2" >.code.part', 'mv -f .code.part "$2"']
+        snippet = f'"${{{len(argv)}}}"'  # the last word: the snippet's file
+        steps += [f"cat <{snippet} >.code.part", f"mv -f .code.part {snippet}"]
     return ["/bin/sh", "-c", " && ".join([*steps, 'exec "$@"']), "sh", *argv]
 
 

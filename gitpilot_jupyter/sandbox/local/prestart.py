@@ -35,6 +35,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..scripts import with_names
 from . import launchplan
 
 #: The run's private folder the hook is written to, inside the sandbox (its own /tmp).
@@ -80,13 +81,7 @@ def hook_source(filename: str) -> str:
         "RUN_STDERR_FD": str(launchplan.RUN_STDERR.number),
         "SNIPPET": repr(filename),
     }
-    lines = _hook_text().splitlines(keepends=True)
-    for number, line in enumerate(lines):
-        name, sep, _ = line.partition(" = ")
-        if sep and name in given:
-            lines[number] = f"{name} = {given.pop(name)}\n"
-    assert not given, f"the hook file sets no {sorted(given)}"
-    return "".join(lines)
+    return with_names(_hook_text(), given)
 
 
 def applies(language: str) -> bool:

@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 
 from ..backend import ResourceLimits
+from ..languages import snippet_filename
+from ..rich import python_command
 from . import cgroups, launchplan, nsfree, subids
 from .chainsteps import exec_prefix, launch_tools, stage_steps
 from .cleanup import RUN_DIR_PREFIX
@@ -163,7 +165,8 @@ def show_launch(isolator: LayeredIsolator, python: str, *, allow_network: bool) 
     if refusal is not None:
         accepted = " (accepted by the administrator)" if isolator.allow_uncontained else ""
         lines.append(f"refused here{accepted}: {refusal['reason']}\n\n")
-    plan = launch_plan(isolator, [python, "inline.py"], allow_network=allow_network)
+    command = python_command(python, snippet_filename("python"))
+    plan = launch_plan(isolator, command, allow_network=allow_network)
     if plan is None:
         return "".join(lines) + f"engine: {engine}: no wall to show (a run is not contained)\n"
     return "".join(lines) + launchplan.render(plan)

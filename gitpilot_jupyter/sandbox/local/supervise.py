@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 from collections.abc import Coroutine
@@ -18,6 +19,8 @@ from typing import IO, Any, Protocol
 from ..backend import OutputCallback, RunRequest
 from ..output import CappedText
 from ..results import MEMORY_EXCEEDED, RunResult
+from ..rich import DISPLAY_STREAM, DisplayOutputs
+from ..rich.wire import Frame, FrameSplitter, Text
 from .isolation import Launch
 from .launcherclient import LaunchedRun
 from .pool import Slot, WarmChild, write_all
@@ -44,20 +47,51 @@ async def _drain(
     name: str,
     sink: CappedText,
     on_output: OutputCallback | None,
+    frames: FrameSplitter | None = None,
+    outputs: DisplayOutputs | None = None,
 ) -> None:
-    """Read a pipe to its end; keep up to the cap, discard the rest."""
+    """Read a pipe to its end; keep up to the cap, discard the rest.
+
+    With ``frames`` (stdout), the display frames are taken out first: the cap counts
+    text only, and each output kept goes to ``outputs`` (and ``on_output``) in order.
+    """
     if stream is None:
         return
     while True:
         chunk = await stream.read(_READ_SIZE)
         if not chunk:
             break
-        text = sink.feed(chunk)
-        if text and on_output is not None:
-            await on_output(name, text)
+        if frames is None:
+            text = sink.feed(chunk)
+            if text and on_output is not None:
+                await on_output(name, text)
+            continue
+        for part in frames.feed(chunk):
+            await _take(part, name, sink, on_output, outputs)
+    if frames is not None:
+        for part in frames.finish():
+            await _take(part, name, sink, on_output, outputs)
     tail = sink.finish()
     if tail and on_output is not None:
         await on_output(name, tail)
+
+
+async def _take(
+    part: Text | Frame,
+    name: str,
+    sink: CappedText,
+    on_output: OutputCallback | None,
+    outputs: DisplayOutputs | None,
+) -> None:
+    """One part of stdout: text to the capped sink, a frame checked into ``outputs``."""
+    if isinstance(part, Frame):
+        item = outputs.take(part, sink.chars) if outputs is not None else None
+        if item is not None and on_output is not None:
+            await on_output(DISPLAY_STREAM, json.dumps(item))
+        return
+    text = sink.feed(part.data)
+    if text and on_output is not None:
+        await on_output(name, text)
 
 
 async def end_run(launch: Launch, proc: Child, *, ended: bool) -> None:
@@ -165,12 +199,16 @@ async def supervise(
     feed: Coroutine[Any, Any, None] | None,
     result: RunResult,
     on_output: OutputCallback | None,
+    nonce: str = "",
 ) -> None:
-    """Drain, time, stop and kill a started run (cold or warm) and fill ``result``."""
+    """Drain, time, stop and kill a started run (cold or warm) and fill ``result``
+    (``nonce``: the run's display nonce, whose frames become ``result.outputs``)."""
     out = CappedText(request.max_output_bytes)
     err = CappedText(request.max_output_bytes)
+    outputs = DisplayOutputs(request.limits.display)
+    frames = FrameSplitter(nonce, outputs.max_payload)
     readers = [
-        asyncio.ensure_future(_drain(proc.stdout, "stdout", out, on_output)),
+        asyncio.ensure_future(_drain(proc.stdout, "stdout", out, on_output, frames, outputs)),
         asyncio.ensure_future(_drain(proc.stderr, "stderr", err, on_output)),
     ]
     if feed is not None:
@@ -211,6 +249,8 @@ async def supervise(
         _close_pipes(proc)
     result.stdout = out.text
     result.stderr = err.text
+    result.outputs = outputs.items
+    result.notes += outputs.notes()
     result.truncated = out.truncated or err.truncated
     if result.timed_out or result.cancelled:
         result.exit_code = -1

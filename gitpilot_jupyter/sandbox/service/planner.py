@@ -19,6 +19,7 @@ from ..plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id
 from ..policy import SandboxPolicy, destructive_label
 from ..records import Check, PlanWarning
 from ..request import RunOptions
+from ..rich import NOT_ON_MATRIXLAB
 from ..scan import scan
 from ..settings import SettingsStore
 from ..spec import RunSpec
@@ -126,6 +127,11 @@ class Planner:
         if name in self.resolver.local:
             found = self.interpreters.resolve(lang) is not None
             checks.insert(1, {"label": f"{command[0]} interpreter installed", "ok": found})
+        checks.append(
+            {"label": spec.limits.display.describe(), "ok": True}
+            if name in self.resolver.local
+            else {"label": NOT_ON_MATRIXLAB, "ok": False}
+        )
         checks += [{"label": note, "ok": False} for note in runner.limit_notes(spec.limits)]
         warnings = [OFF_WARNING.copy()] if is_off(name) else []
         if name == "subprocess":

@@ -16,6 +16,7 @@ from ..languages import Interpreters
 from ..local.backends import NullSandbox, SubprocessSandbox
 from ..local.isolation import Isolator
 from ..local.pool import PoolConfig
+from ..rich import DisplayCaps
 from ..settings import (
     EffectiveSettings,
     SandboxSettings,
@@ -36,6 +37,11 @@ def limits_of(settings: SandboxSettings) -> ResourceLimits:
         max_processes=settings.max_processes,
         max_file_size_mb=settings.max_file_size_mb,
         disk_mb=settings.disk_limit_mb,
+        display=DisplayCaps(
+            item_mb=settings.max_display_item_mb,
+            run_mb=settings.max_display_run_mb,
+            outputs=settings.max_display_outputs,
+        ),
     )
 
 

@@ -58,6 +58,8 @@ class Slot:
     #: RCU grace period) then happens when this side lets go, after the answer,
     #: instead of in the run's exit, which the answer waits for.
     mount_ns: tuple[int, ...] = ()
+    #: The display nonce in the slot's environment (see :mod:`...rich.wire`).
+    display_nonce: str = ""
 
     def alive(self) -> bool:
         """True while the chain still runs (it reaps a dead one)."""

@@ -1,0 +1,55 @@
+"""Rich output: a run's display outputs as Jupyter MIME bundles, in order with its text.
+
+In the sandbox a python run starts as ``python -c "<shim>" inline.py`` (the shim:
+``shim.py``, restoring what ``python inline.py`` gives); it provides ``display()``, a
+matplotlib backend and a notebook cell's last-expression rule, and writes each output
+as a frame in its stdout (:mod:`.wire`; any language may). The server takes the frames
+out before the output cap and checks each (:mod:`.bundles`); a kept output is::
+
+    {"output_type": "display_data", "data": {...}, "metadata": {...}, "stdout_at": N}
+
+``stdout_at``: the characters of the run's kept stdout before it. Outputs stream as
+``on_output(DISPLAY_STREAM, json.dumps(item))`` (:func:`parse_display` reads one back)
+and end in the envelope's ``outputs``. A view that trusts what it shows takes
+:func:`for_trusted_view` of each.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .bundles import ALLOWED_TYPES, OUTPUT_TYPE, DisplayCaps, DisplayOutputs
+from .trusted import for_trusted_view
+from .wire import NONCE_ENV, new_nonce, python_command, shim_source
+
+#: The stream name of a display output (``on_output``'s first argument).
+DISPLAY_STREAM = "display"
+#: What a plan says where no shim is sent (the ``matrixlab`` backend).
+NOT_ON_MATRIXLAB = "rich output: not on matrixlab (only stdout and stderr come back)"
+
+__all__ = [
+    "ALLOWED_TYPES",
+    "DISPLAY_STREAM",
+    "NONCE_ENV",
+    "NOT_ON_MATRIXLAB",
+    "OUTPUT_TYPE",
+    "DisplayCaps",
+    "DisplayOutputs",
+    "for_trusted_view",
+    "new_nonce",
+    "parse_display",
+    "python_command",
+    "shim_source",
+]
+
+
+def parse_display(text: str) -> dict[str, Any]:
+    """The output a :data:`DISPLAY_STREAM` chunk carries (raises ``ValueError`` on any
+    other text)."""
+    item = json.loads(text)
+    if not isinstance(item, dict) or item.get("output_type") != OUTPUT_TYPE:
+        raise ValueError("not a display output")
+    if not isinstance(item.get("data"), dict):
+        raise ValueError("a display output without data")
+    return item

@@ -1,0 +1,187 @@
+"""The server's check of each display frame: the MIME allowlist, base64, the caps.
+
+Untrusted data stays data: a frame is parsed as JSON and checked, never interpreted
+(HTML is not parsed here; :func:`.trusted.for_trusted_view` cleans it for a view that
+would). A frame that breaks a rule is dropped, and the run's notes say so once per
+reason, with how many (10,000 display calls give one sentence, not 10,000).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .wire import Frame
+
+#: A kept output's ``output_type`` (Jupyter's, for outputs of ``display()``).
+OUTPUT_TYPE = "display_data"
+#: The MIME types kept: never ``application/javascript`` nor a widget view.
+TEXT_TYPES = ("text/plain", "text/html", "text/markdown", "text/latex", "image/svg+xml")
+BINARY_TYPES = ("image/png", "image/jpeg", "image/gif")
+JSON_TYPE = "application/json"
+ALLOWED_TYPES = (*TEXT_TYPES, *BINARY_TYPES, JSON_TYPE)
+#: What an output's metadata keeps: an image's size, per MIME type.
+_METADATA_KEYS = ("width", "height")
+
+MIB = 1024 * 1024
+#: The caps' defaults (the settings ``max_display_item_mb``, ``max_display_run_mb``,
+#: ``max_display_outputs`` start here).
+DEFAULT_ITEM_MB = 8
+DEFAULT_RUN_MB = 32
+DEFAULT_OUTPUTS = 500
+
+
+@dataclass(frozen=True)
+class DisplayCaps:
+    """A run's caps on display outputs: bytes of one (its frame's payload, as sent: an
+    image's base64), bytes of all, and how many."""
+
+    item_mb: int = DEFAULT_ITEM_MB
+    run_mb: int = DEFAULT_RUN_MB
+    outputs: int = DEFAULT_OUTPUTS
+
+    def describe(self) -> str:
+        """The plan's line on them."""
+        return (
+            f"display outputs capped at {self.item_mb} MB each, {self.run_mb} MB and "
+            f"{self.outputs} outputs per run"
+        )
+
+
+class Dropped(Exception):
+    """A frame that breaks a rule: the reason, said in the run's notes."""
+
+
+def _base64(mime: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise Dropped(f"{mime} is not base64 text")
+    text = "".join(value.split())  # base64 text may be wrapped (IPython ends it with \n)
+    try:
+        base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise Dropped(f"{mime} is not valid base64") from None
+    return text
+
+
+def _utf8(mime: str, value: object) -> None:
+    """Refuse a string that is no UTF-8 text (a lone surrogate from a ``\\ud800`` escape)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Dropped(f"{mime} is not valid UTF-8 text") from None
+    elif isinstance(value, list):
+        for part in value:
+            _utf8(mime, part)
+    elif isinstance(value, dict):
+        for key, part in value.items():
+            _utf8(mime, key)
+            _utf8(mime, part)
+
+
+def check_payload(payload: bytes) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """A frame's ``(data, metadata, left out)``: what is kept of it, and the MIME types
+    left out (not allowed). Raises :class:`Dropped` when nothing can be kept."""
+    try:
+        bundle = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        raise Dropped("not a JSON object") from None
+    raw = bundle.get("data") if isinstance(bundle, dict) else None
+    if not isinstance(raw, dict):
+        raise Dropped('no "data" object')
+    left_out = sorted(mime for mime in raw if mime not in ALLOWED_TYPES)
+    data: dict[str, Any] = {}
+    for mime in ALLOWED_TYPES:
+        if mime not in raw:
+            continue
+        value = raw[mime]
+        if mime in BINARY_TYPES:
+            data[mime] = _base64(mime, value)
+        elif mime == JSON_TYPE:
+            _utf8(mime, value)
+            data[mime] = value
+        else:
+            if not isinstance(value, str):
+                raise Dropped(f"{mime} is not text")
+            _utf8(mime, value)
+            data[mime] = value
+    if not data:
+        shown = ", ".join(left_out) or "none"
+        raise Dropped(f"no allowed MIME type (it had: {shown})")
+    given = bundle.get("metadata")
+    metadata: dict[str, Any] = {}
+    if isinstance(given, dict):
+        for mime in data:
+            sizes = given.get(mime)
+            if isinstance(sizes, dict):
+                kept = {
+                    k: v
+                    for k, v in sizes.items()
+                    if k in _METADATA_KEYS and isinstance(v, int) and not isinstance(v, bool)
+                }
+                if kept:
+                    metadata[mime] = kept
+    return data, metadata, left_out
+
+
+@dataclass
+class DisplayOutputs:
+    """A run's kept display outputs, in order, and what was dropped (for its notes)."""
+
+    caps: DisplayCaps = field(default_factory=DisplayCaps)
+    items: list[dict[str, Any]] = field(default_factory=list)
+    kept_bytes: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+    left_out: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def max_payload(self) -> int:
+        """The longest payload held in memory (longer ones are dropped unread)."""
+        return self.caps.item_mb * MIB
+
+    def take(self, frame: Frame, stdout_at: int) -> dict[str, Any] | None:
+        """The output ``frame`` gives (``stdout_at``: characters of stdout before it), or
+        None when it is dropped (counted for :meth:`notes`)."""
+        try:
+            item = self._check(frame, stdout_at)
+        except Dropped as reason:
+            self.dropped[str(reason)] += 1
+            return None
+        self.items.append(item)
+        return item
+
+    def _check(self, frame: Frame, stdout_at: int) -> dict[str, Any]:
+        caps = self.caps
+        if frame.size < 0:
+            raise Dropped("cut short (the run ended inside it)")
+        if frame.payload is None:
+            raise Dropped(f"larger than {caps.item_mb} MB (max_display_item_mb)")
+        if len(self.items) >= caps.outputs:
+            raise Dropped(f"a run keeps at most {caps.outputs} (max_display_outputs)")
+        if self.kept_bytes + frame.size > caps.run_mb * MIB:
+            raise Dropped(f"past {caps.run_mb} MB for the run (max_display_run_mb)")
+        data, metadata, left_out = check_payload(frame.payload)
+        for mime in left_out:
+            self.left_out[mime] += 1
+        self.kept_bytes += frame.size
+        return {
+            "output_type": OUTPUT_TYPE,
+            "data": data,
+            "metadata": metadata,
+            "stdout_at": stdout_at,
+        }
+
+    def notes(self) -> list[str]:
+        """One sentence per reason a frame was dropped or a MIME type left out."""
+        notes = []
+        for reason, count in self.dropped.items():
+            what = "display output" if count == 1 else "display outputs"
+            notes.append(f"{count} {what} dropped: {reason}")
+        for mime, count in self.left_out.items():
+            what = "a display output" if count == 1 else f"{count} display outputs"
+            notes.append(f"{mime} left out of {what}: not an allowed type")
+        return notes
