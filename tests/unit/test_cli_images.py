@@ -64,3 +64,19 @@ def test_json_prints_the_outputs_and_saves_nothing(tmp_path: Path) -> None:
     ]
     assert envelope["stdout"] == "before\nafter\n"
     assert not (tmp_path / "sandbox-out").exists()
+
+
+def test_a_link_planted_in_output_dir_is_never_written_through(tmp_path: Path) -> None:
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    target = tmp_path / "figures"
+    target.mkdir()
+    (target / "display-1.png").symlink_to(precious)
+    for force in ((), ("--force",)):
+        done = cli(
+            "run", "python", "-c", PLOT, "--yes", "--output-dir", str(target), *force, cwd=tmp_path
+        )
+        assert done.returncode == 1, done.stderr
+        assert "not saved:" in done.stderr and "display-1.png" in done.stderr
+    assert precious.read_text() == "keep me"
+    assert (target / "display-1.png").is_symlink()
