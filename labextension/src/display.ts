@@ -20,23 +20,6 @@ import type { IDisplayOutput } from './types';
 const SVG = 'image/svg+xml';
 
 /**
- * A copy of the lab's registry for display outputs: the same renderers, except that
- * Markdown gets the lab's own renderer again, without ▶ Run buttons (markdown.ts adds
- * them to cells and files): code a snippet printed must never be offered to run.
- */
-export function displayRegistry(
-  rendermime: IRenderMimeRegistry
-): IRenderMimeRegistry {
-  const registry = rendermime.clone();
-  registry.removeMimeType('text/markdown');
-  registry.addFactory(
-    markdownRendererFactory,
-    markdownRendererFactory.defaultRank
-  );
-  return registry;
-}
-
-/**
  * An SVG as an `<img>` (a data URI): an image element never runs the SVG's scripts nor
  * loads what it links, so the drawing is shown where the lab's SVG renderer would not be.
  */
@@ -47,7 +30,29 @@ export function svgImage(svg: string): HTMLImageElement {
   return image;
 }
 
-/** Render display outputs with `registry`, untrusted (`trusted: false`). */
+/**
+ * A renderer of `mimeType` from the lab's registry, except Markdown: the lab's own
+ * Markdown renderer, without the ▶ Run buttons markdown.ts adds to cells and files
+ * (code a snippet printed must never be offered to run).
+ */
+function createRenderer(registry: IRenderMimeRegistry, mimeType: string) {
+  if (mimeType !== 'text/markdown') {
+    return registry.createRenderer(mimeType);
+  }
+  return markdownRendererFactory.createRenderer({
+    mimeType,
+    sanitizer: registry.sanitizer,
+    resolver: registry.resolver,
+    linkHandler: registry.linkHandler,
+    latexTypesetter: registry.latexTypesetter,
+    markdownParser: registry.markdownParser
+  });
+}
+
+/**
+ * Render display outputs with the lab's `registry` (its renderers as they are when an
+ * output comes, those of other extensions too), untrusted (`trusted: false`).
+ */
 export function rendermimeDisplay(
   registry: IRenderMimeRegistry
 ): DisplayRenderer {
@@ -63,7 +68,7 @@ export function rendermimeDisplay(
     if (!mimeType) {
       return plainDisplay(item);
     }
-    const renderer = registry.createRenderer(mimeType);
+    const renderer = createRenderer(registry, mimeType);
     const model = new MimeModel({
       data,
       metadata: item.metadata as ReadonlyPartialJSONObject,

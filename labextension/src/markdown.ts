@@ -10,7 +10,7 @@ import {
 } from '@jupyterlab/rendermime';
 
 import { blockAround, decorateCodeBlocks, ICodeBlock } from './codeblocks';
-import { displayRegistry, rendermimeDisplay } from './display';
+import { rendermimeDisplay } from './display';
 import { planAndRun } from './flow';
 import { RunHistory } from './history';
 import { type DisplayRenderer, OutputView, plainDisplay } from './render';
@@ -79,8 +79,7 @@ export function addRunButtons(
   client: SandboxClient,
   history: RunHistory = new RunHistory()
 ): DisplayRenderer {
-  // Its Markdown renderer is the lab's own, without the buttons added below.
-  const renderDisplay = rendermimeDisplay(displayRegistry(rendermime));
+  const renderDisplay = rendermimeDisplay(rendermime);
   class RunnableMarkdown extends RenderedMarkdown {
     async render(
       model: Parameters<RenderedMarkdown['render']>[0]

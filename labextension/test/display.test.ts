@@ -2,6 +2,7 @@
 // envelope, rendered by a real rendermime registry as untrusted output.
 
 import {
+  MimeModel,
   RenderMimeRegistry,
   standardRendererFactories
 } from '@jupyterlab/rendermime';
@@ -176,12 +177,15 @@ describe('rendermimeDisplay (untrusted)', () => {
       'text/markdown': '# Title\n\n```python\nprint(1)\n```\n'
     };
     // The lab's own Markdown (a cell) has the button; a run's Markdown output has not.
-    const cell = rendermimeDisplay(lab)(item(markdown));
+    const cell = lab.createRenderer('text/markdown');
+    await cell.renderModel(new MimeModel({ data: markdown, trusted: false }));
     const output = render(item(markdown));
     for (let i = 0; i < 5; i++) {
       await settled();
     }
-    expect(cell.querySelector('button.jp-gitpilot-run-button')).not.toBeNull();
+    expect(
+      cell.node.querySelector('button.jp-gitpilot-run-button')
+    ).not.toBeNull();
     expect(output.dataset.mimeType).toBe('text/markdown');
     expect(output.querySelector('pre > code')?.textContent).toBe('print(1)\n');
     expect(output.querySelector('button')).toBeNull();
