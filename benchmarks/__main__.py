@@ -32,6 +32,7 @@ BENCHMARKS = (
     "core_overhead",
     "engines",
     "lab_flood",
+    "display",
 )
 
 

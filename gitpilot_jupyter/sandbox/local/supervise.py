@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 from collections.abc import Coroutine
@@ -19,7 +18,7 @@ from typing import IO, Any, Protocol
 from ..backend import OutputCallback, RunRequest
 from ..output import CappedText
 from ..results import MEMORY_EXCEEDED, RunResult
-from ..rich import DISPLAY_STREAM, DisplayOutputs
+from ..rich import DISPLAY_STREAM, DisplayOutputs, encode_display
 from ..rich.wire import Frame, FrameSplitter, Text
 from .isolation import Launch
 from .launcherclient import LaunchedRun
@@ -87,7 +86,7 @@ async def _take(
     if isinstance(part, Frame):
         item = outputs.take(part, sink.chars) if outputs is not None else None
         if item is not None and on_output is not None:
-            await on_output(DISPLAY_STREAM, json.dumps(item))
+            await on_output(DISPLAY_STREAM, encode_display(item))
         return
     text = sink.feed(part.data)
     if text and on_output is not None:

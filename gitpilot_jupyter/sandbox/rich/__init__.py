@@ -36,6 +36,7 @@ __all__ = [
     "OUTPUT_TYPE",
     "DisplayCaps",
     "DisplayOutputs",
+    "encode_display",
     "for_trusted_view",
     "new_nonce",
     "parse_display",
@@ -44,9 +45,25 @@ __all__ = [
 ]
 
 
+#: The last output :func:`encode_display` wrote, and its text: a consumer in the same
+#: process (the server's stream) reads it back without parsing a 1 MB image again.
+_last_encoded: tuple[str, dict[str, Any]] | None = None
+
+
+def encode_display(item: dict[str, Any]) -> str:
+    """``item`` as a :data:`DISPLAY_STREAM` chunk (JSON)."""
+    global _last_encoded
+    text = json.dumps(item)
+    _last_encoded = (text, item)
+    return text
+
+
 def parse_display(text: str) -> dict[str, Any]:
     """The output a :data:`DISPLAY_STREAM` chunk carries (raises ``ValueError`` on any
-    other text)."""
+    other text). The chunk :func:`encode_display` just wrote gives its very item (which
+    no one changes: a kept output is read-only)."""
+    if _last_encoded is not None and text is _last_encoded[0]:
+        return _last_encoded[1]
     item = json.loads(text)
     if not isinstance(item, dict) or item.get("output_type") != OUTPUT_TYPE:
         raise ValueError("not a display output")

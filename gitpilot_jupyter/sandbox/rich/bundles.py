@@ -59,12 +59,13 @@ class Dropped(Exception):
 def _base64(mime: str, value: object) -> str:
     if not isinstance(value, str):
         raise Dropped(f"{mime} is not base64 text")
-    text = "".join(value.split())  # base64 text may be wrapped (IPython ends it with \n)
-    try:
-        base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
-        raise Dropped(f"{mime} is not valid base64") from None
-    return text
+    for text in (value, "".join(value.split())):  # it may be wrapped (IPython ends it with \n)
+        try:
+            base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        return text
+    raise Dropped(f"{mime} is not valid base64")
 
 
 def _utf8(mime: str, value: object) -> None:

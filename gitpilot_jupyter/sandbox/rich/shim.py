@@ -15,6 +15,8 @@ FRAME_MARK = b"\x1egitpilot-display "
 NONCE_ENV = "GITPILOT_DISPLAY"
 BACKEND_MODULE = "gitpilot_display_matplotlib"
 SHOW_LAST = "inline.py"
+#: The display runtime's text (shim_display.py), compiled in the run when first needed.
+DISPLAY_RUNTIME = ""
 
 
 def _gitpilot_shim() -> None:  # noqa: C901 - one function: its frame is the only one
@@ -30,6 +32,7 @@ def _gitpilot_shim() -> None:  # noqa: C901 - one function: its frame is the onl
     nonce = os.environ.get(NONCE_ENV, "")
     backend_module = BACKEND_MODULE
     show_last = SHOW_LAST
+    runtime_text = DISPLAY_RUNTIME
     main_dict = sys.modules["__main__"].__dict__
     shim_file = sys._getframe().f_code.co_filename
 
@@ -56,180 +59,30 @@ def _gitpilot_shim() -> None:  # noqa: C901 - one function: its frame is the onl
         __cached__=None,
     )
 
-    # -- display --------------------------------------------------------------------------
-    binary = ("image/png", "image/jpeg", "image/gif")
-    reprs = (
-        ("text/html", "_repr_html_"),
-        ("text/markdown", "_repr_markdown_"),
-        ("image/svg+xml", "_repr_svg_"),
-        ("image/png", "_repr_png_"),
-        ("image/jpeg", "_repr_jpeg_"),
-        ("text/latex", "_repr_latex_"),
-        ("application/json", "_repr_json_"),
-        ("application/javascript", "_repr_javascript_"),
-    )
-    shown_figures: set[int] = set()
+    # -- display (its runtime compiled when first needed) -----------------------------------
+    made: dict[str, object] = {}
 
-    def write_out(data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(1, view) :]
+    def runtime(name: str) -> object:
+        if not made:
+            namespace: dict[str, object] = {"__name__": "gitpilot_display"}
+            exec(compile(runtime_text, "<gitpilot display>", "exec"), namespace)
+            made.update(namespace["make"](nonce, mark))  # type: ignore[operator]
+        return made[name]
 
-    def flush_stdout() -> None:
-        for stream in (sys.stdout, sys.__stdout__):
-            try:
-                if stream is not None:
-                    stream.flush()
-            except (OSError, ValueError):
-                pass
-
-    def figure_png(figure: object) -> str:
-        import base64
-        import io
-
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", bbox_inches="tight")  # type: ignore[attr-defined]
-        return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-    def is_figure(obj: object) -> bool:
-        figure_module = sys.modules.get("matplotlib.figure")
-        return figure_module is not None and isinstance(obj, figure_module.Figure)
-
-    def bundle(
-        obj: object, include: object, exclude: object
-    ) -> tuple[dict[str, object], dict[str, object]]:
-        data: dict[str, object] = {}
-        metadata: dict[str, object] = {}
-        if isinstance(obj, type):  # a class: its methods are unbound (as IPython does)
-            return {"text/plain": repr(obj)}, metadata
-        if is_figure(obj):
-            shown_figures.add(id(obj))
-            data["image/png"] = figure_png(obj)
-        method = getattr(obj, "_repr_mimebundle_", None)
-        if callable(method):
-            try:
-                answer = method(include=include, exclude=exclude)
-            except Exception:
-                answer = None
-            if isinstance(answer, tuple) and len(answer) == 2:
-                answer, more = answer
-                if isinstance(more, dict):
-                    metadata.update(more)
-            if isinstance(answer, dict):
-                data.update(answer)
-        for mime, name in reprs:
-            if mime in data:
-                continue
-            method = getattr(obj, name, None)
-            if not callable(method):
-                continue
-            try:
-                value = method()
-            except Exception:
-                continue
-            if isinstance(value, tuple) and len(value) == 2:
-                value, more = value
-                metadata[mime] = more
-            if value is None:
-                continue
-            if mime in binary and isinstance(value, bytes):
-                import base64
-
-                value = base64.b64encode(value).decode("ascii")
-            elif isinstance(value, bytes):
-                value = value.decode("utf-8", "replace")
-            data[mime] = value
-        if "text/plain" not in data:
-            try:
-                data["text/plain"] = repr(obj)
-            except Exception:
-                data["text/plain"] = f"<{type(obj).__name__} object>"
-        return data, metadata
-
-    def emit(data: dict[str, object], metadata: dict[str, object]) -> None:
-        flush_stdout()
-        if not nonce:  # nothing is a frame: the text, as IPython's display does unconnected
-            text = data.get("text/plain")
-            if text is not None:
-                print(text)
-            return
-        import json
-
-        def encoded(value: object) -> bytes | None:
-            try:
-                return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
-            except (TypeError, ValueError):
-                return None
-
-        payload = encoded({"data": data, "metadata": metadata})
-        if payload is None:  # leave out what is no JSON
-            data = {k: v for k, v in data.items() if encoded(v) is not None}
-            metadata = {k: v for k, v in metadata.items() if encoded(v) is not None}
-            payload = encoded({"data": data, "metadata": metadata}) or b"{}"
-        header = mark + nonce.encode("ascii") + b" " + str(len(payload)).encode("ascii") + b"\n"
-        try:  # noqa: SIM105 - contextlib is not imported in a run that needs it not
-            write_out(header + payload)
-        except OSError:
-            pass
-
-    def display(
-        *objs: object,
-        include: object = None,
-        exclude: object = None,
-        metadata: object = None,
-        transient: object = None,
-        display_id: object = None,
-        raw: bool = False,
-        clear: bool = False,
-        **kwargs: object,
-    ) -> None:
+    def display(*objs: object, **options: object) -> None:
         """Show each of ``objs`` as a notebook cell's output (its richest forms)."""
-        for obj in objs:
-            more: dict[str, object] = {}
-            if raw and isinstance(obj, dict):
-                data = dict(obj)
-            else:
-                data, more = bundle(obj, include, exclude)
-            if isinstance(metadata, dict):
-                more.update(metadata)
-            emit(data, more)
-
-    def show_figures(close: bool) -> None:
-        """Show the open figures (``plt.show()``: and close them; at the end: those not
-        shown yet)."""
-        helpers = sys.modules.get("matplotlib._pylab_helpers")
-        if helpers is None:
-            return
-        for manager in helpers.Gcf.get_all_fig_managers():
-            figure = manager.canvas.figure
-            if close or id(figure) not in shown_figures:
-                display(figure)
-        if close:
-            helpers.Gcf.destroy_all()
-
-    def show_figures_at_end() -> None:
-        try:  # noqa: SIM105 - (no contextlib, as above)
-            show_figures(close=False)
-        except Exception:  # a figure that cannot be drawn: the run's own outcome stands
-            pass
+        runtime("display")(*objs, **options)  # type: ignore[operator]
 
     def make_backend(module: object) -> None:
-        from matplotlib.backend_bases import FigureManagerBase
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        runtime("make_backend")(module)  # type: ignore[operator]
 
-        class FigureManager(FigureManagerBase):
-            def show(self) -> None:
-                display(self.canvas.figure)
-
-        class FigureCanvas(FigureCanvasAgg):
-            manager_class = FigureManager
-
-        def show(*args: object, **kwargs: object) -> None:
-            show_figures(close=True)
-
-        module.FigureCanvas = FigureCanvas  # type: ignore[attr-defined]
-        module.FigureManager = FigureManager  # type: ignore[attr-defined]
-        module.show = show  # type: ignore[attr-defined]
+    def show_figures_at_end() -> None:
+        if "matplotlib._pylab_helpers" not in sys.modules:
+            return
+        try:  # noqa: SIM105 - contextlib is not imported in a run that needs it not
+            runtime("show_figures")(close=False)  # type: ignore[operator]
+        except Exception:  # a figure that cannot be drawn: the run's own outcome stands
+            pass
 
     class Loader:
         """Makes the matplotlib backend module (``MPLBACKEND=module://...``)."""

@@ -39,6 +39,8 @@ SHOW_LAST = "inline.py"
 
 #: The shim, a file of its own (checked by ruff and mypy like the package).
 SHIM_FILE = Path(__file__).parent / "shim.py"
+#: The display runtime the shim carries (compiled in the run only when needed).
+DISPLAY_RUNTIME_FILE = Path(__file__).parent / "shim_display.py"
 #: How a launch plan shows the shim's text (``debug --show-launch``, the goldens).
 SHIM_SHOWN = f'"$(cat {SHIM_FILE.parent.name}/{SHIM_FILE.name})"'
 
@@ -60,6 +62,7 @@ def shim_source() -> str:
         "NONCE_ENV": repr(NONCE_ENV),
         "BACKEND_MODULE": repr(BACKEND_MODULE),
         "SHOW_LAST": repr(SHOW_LAST),
+        "DISPLAY_RUNTIME": repr(DISPLAY_RUNTIME_FILE.read_text()),
     }
     return with_names(SHIM_FILE.read_text(), given)
 
