@@ -1,8 +1,9 @@
 """The sandbox as an MCP server (stdio): ``jupyter sandbox mcp``.
 
 Tools: ``run_in_sandbox``, ``run_command``, ``sandbox_status`` and
-``wait_for_approval``. Each answers the text rendering a model reads plus the
-structured reply (status, plan id, result envelope); refusals, denials and
+``wait_for_approval``. Each answers the text rendering a model reads, the run's
+images (a matplotlib figure...) as image content, plus the structured reply
+(status, plan id, result envelope); refusals, denials and
 invalid requests are marked ``isError`` so the model sees it must change course.
 Settings, policy and the approval mode are the same as for every other face.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from .._version import __version__
@@ -27,16 +28,19 @@ _ERROR_STATUSES = ("refused", "denied", "not_approved", "error")
 INSTRUCTIONS = """\
 Run Python, JavaScript or bash in the gitpilot-jupyter sandbox (an isolated, short-lived
 process or container) instead of on the user's machine. Read the exit code, stdout and
-stderr of each result to fix failures and run again. Depending on the approval mode a
-person may have to approve each run first: then the reply says "Approval needed" with a
-plan_id, and wait_for_approval(plan_id) runs it once approved. Commands refused by policy
-(e.g. rm -rf /) can never be approved: change them instead of retrying.
+stderr of each result to fix failures and run again. A python snippet's figures
+(matplotlib's plt.show(), display() of an image) come back as images. Depending on the
+approval mode a person may have to approve each run first: then the reply says "Approval
+needed" with a plan_id, and wait_for_approval(plan_id) runs it once approved. Commands
+refused by policy (e.g. rm -rf /) can never be approved: change them instead of retrying.
 """
 
 
 def _tool_result(reply: AgentReply, limit: int) -> CallToolResult:
+    # A figure the snippet drew reaches the model as an image, after the text naming it.
+    images = [ImageContent(type="image", data=data, mime_type=mime) for mime, data in reply.images]
     return CallToolResult(
-        content=[TextContent(type="text", text=reply.text)],
+        content=[TextContent(type="text", text=reply.text), *images],
         # Shortened like the text: clients may hand structured content to the model too.
         structured_content=reply.to_dict(limit),
         is_error=reply.status in _ERROR_STATUSES,

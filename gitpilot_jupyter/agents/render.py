@@ -9,6 +9,10 @@ head and its tail (where tracebacks end) and says how many bytes were left out.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from typing import Any
+
 from ..sandbox.output import utf8_boundary
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.records import Status
@@ -18,6 +22,10 @@ from ..sandbox.results import RunResult
 MODEL_OUTPUT_BYTES = 8_000
 #: Share of the budget given to the head; the rest goes to the tail, where errors are.
 _HEAD_SHARE = 0.3
+#: Images of one run a model gets as image content (MCP ``ImageContent``); the rest are named.
+MODEL_IMAGES = 8
+#: The image types models read; an SVG is described by its text instead.
+MODEL_IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif")
 
 _BACKEND_NAMES = {
     "subprocess": "subprocess (local process)",
@@ -92,10 +100,73 @@ def render_result(
         lines += _section("stdout", result.stdout, limit)
     if result.stderr:
         lines += _section("stderr", result.stderr, limit)
-    if not result.stdout and not result.stderr:
+    if result.outputs:
+        lines += _outputs_section(result.outputs, limit)
+    if not result.stdout and not result.stderr and not result.outputs:
         lines.append("(no output)")
     lines.append(f"sandbox_id: {result.sandbox_id or 'none (local run ' + result.run_id + ')'}")
     return "\n".join(lines) + "\n"
+
+
+def model_images(outputs: Sequence[dict[str, Any]]) -> list[tuple[int, str, str]]:
+    """The images a model gets, as ``(output number, MIME type, base64 data)``: the first
+    :data:`MODEL_IMAGES` outputs with an image a model reads (one image per output)."""
+    images: list[tuple[int, str, str]] = []
+    for number, item in enumerate(outputs, 1):
+        data = item.get("data") or {}
+        mime = next((m for m in MODEL_IMAGE_TYPES if isinstance(data.get(m), str)), None)
+        if mime is not None and len(images) < MODEL_IMAGES:
+            images.append((number, mime, data[mime]))
+    return images
+
+
+def _image_bytes(encoded: str) -> int:
+    """The size of base64 data once decoded (without decoding it)."""
+    return len(encoded) * 3 // 4 - encoded[-2:].count("=")
+
+
+def _outputs_section(outputs: Sequence[dict[str, Any]], limit: int) -> list[str]:
+    """One entry per display output: an image says it comes as image content (or why
+    not); any other output gives its ``text/plain`` (else its JSON, else its types)."""
+    returned = {number for number, _, _ in model_images(outputs)}
+    lines = ["--- display outputs ---"]
+    for number, item in enumerate(outputs, 1):
+        data = item.get("data") or {}
+        image = next((m for m in MODEL_IMAGE_TYPES if isinstance(data.get(m), str)), None)
+        if image is not None:
+            size = _image_bytes(data[image])
+            how = (
+                "returned as image content"
+                if number in returned
+                else f"not returned (only the first {MODEL_IMAGES} images are)"
+            )
+            lines.append(f"[{number}] {image}, {size} bytes: {how}")
+            continue
+        if isinstance(data.get("text/plain"), str):
+            text = data["text/plain"]
+        elif "application/json" in data:
+            text = json.dumps(data["application/json"])
+        else:
+            text = "(" + ", ".join(sorted(data)) + ": no text form)"
+        lines.append(f"[{number}] " + shorten(text, limit).rstrip("\n"))
+    return lines
+
+
+def outputs_for_model(outputs: Sequence[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The outputs as structured content: text shortened like the streams, each binary
+    value replaced by a note of its size (the images go as image content)."""
+    shown: list[dict[str, Any]] = []
+    for item in outputs:
+        data: dict[str, Any] = {}
+        for mime, value in (item.get("data") or {}).items():
+            if not isinstance(value, str):
+                data[mime] = value
+            elif mime.startswith("image/") and mime != "image/svg+xml":
+                data[mime] = f"[{_image_bytes(value)} bytes]"
+            else:
+                data[mime] = shorten(value, limit)
+        shown.append({**item, "data": data})
+    return shown
 
 
 def describe_plan(plan: ExecutionPlan) -> list[str]:

@@ -57,6 +57,14 @@ class AgentReply:
         return self.result is not None and self.result.ok
 
     @property
+    def images(self) -> list[tuple[str, str]]:
+        """The run's images a model gets, as ``(MIME type, base64 data)`` (the text says
+        which output each one is)."""
+        if self.result is None:
+            return []
+        return [(mime, data) for _, mime, data in render.model_images(self.result.outputs)]
+
+    @property
     def plan_id(self) -> str | None:
         """The plan's id, when one was made."""
         return None if self.plan is None else str(self.plan["plan_id"])
@@ -67,12 +75,14 @@ class AgentReply:
     def to_dict(self, limit: int | None = None) -> dict[str, Any]:
         """Structured content (MCP, JSON logs): status, plan id, result envelope, error code.
 
-        With ``limit``, stdout and stderr are shortened (head and tail) as in ``text``.
+        With ``limit``, stdout and stderr are shortened (head and tail) as in ``text``, and
+        so are the display outputs' texts; their images are sizes (see :attr:`images`).
         """
         envelope = None if self.result is None else self.result.to_dict()
         if envelope is not None and limit is not None:
             for stream in ("stdout", "stderr"):
                 envelope[stream] = render.shorten(envelope[stream], limit)
+            envelope["outputs"] = render.outputs_for_model(envelope["outputs"], limit)
         return {
             "status": self.status,
             "ok": self.ok,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..client.local import LocalClient
+from ..sandbox import rich
 from ..sandbox.errors import InvalidRequest
 from ..sandbox.inputs import absolute_paths
 from ..sandbox.languages import language_for_path
@@ -26,8 +27,10 @@ from ..sandbox.plans import ExecutionPlan
 from ..sandbox.report import stopped_message
 from ..sandbox.request import RunOptions
 from ..sandbox.results import RunResult, new_run_id
+from ..sandbox.rich.saving import default_output_dir
 from ..sandbox.settings import FIELD_NAMES, parse_assignments
 from ..sandbox.sync import run_sync
+from .outputs import TerminalDisplays
 from .render import print_plan, print_plan_code, print_result_footer, print_status
 
 #: Exit status of a snippet that timed out, as ``timeout(1)`` reports it.
@@ -143,6 +146,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                 "--yes",
                 action="store_true",
                 help="approve without asking (needed when stdin is not a terminal)",
+            )
+            p.add_argument(
+                "--output-dir",
+                metavar="DIR",
+                help="save the run's images here (default: sandbox-out/RUN_ID/ in this folder)",
+            )
+            p.add_argument(
+                "--force", action="store_true", help="replace files already in --output-dir"
             )
             p.set_defaults(handler=cmd_run)
         else:
@@ -297,6 +308,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     pipe_closed = False
     run_id = new_run_id()
+    displays = TerminalDisplays(args.output_dir or default_output_dir(run_id), force=args.force)
 
     async def stop() -> None:
         await client.cancel(run_id)
@@ -307,6 +319,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         async def echo(stream: str, text: str) -> None:
             nonlocal pipe_closed
+            if stream == rich.DISPLAY_STREAM:  # a figure is saved, its path printed
+                stream, text = "stdout", displays.text(rich.parse_display(text))
             out = sys.stdout if stream == "stdout" else sys.stderr
             if pipe_closed:
                 return
@@ -342,4 +356,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"\n{stopped_message(result.duration_ms / 1000)}", file=sys.stderr)
     else:
         print_result_footer(result, stream=sys.stderr)
-    return exit_status(result)
+    for refused in displays.refused:
+        print(f"error: {refused}", file=sys.stderr)
+    status = exit_status(result)
+    # An image that could not be saved fails the command, as a copy that fails would.
+    return 1 if displays.refused and status == 0 else status

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import httpx
 
+from ..sandbox import rich
 from ..sandbox.backend import OutputCallback
 from ..sandbox.batch import BatchItem, BatchPlan, BatchProgress, ClusterAccess, ResultLog
 from ..sandbox.batch.runner import BatchWatch, cancelled_report
@@ -127,10 +128,16 @@ class RestClient(SandboxClient):
 
         async def line(event: dict[str, Any]) -> None:
             nonlocal streamed
-            if event.get("type") in ("stdout", "stderr"):
+            kind = event.get("type")
+            if kind in ("stdout", "stderr"):
                 streamed = True
                 if on_output is not None:
-                    await on_output(event["type"], str(event.get("data", "")))
+                    await on_output(kind, str(event.get("data", "")))
+            elif kind == rich.DISPLAY_STREAM and isinstance(event.get("data"), dict):
+                # The line carries the output as an object; on_output takes its JSON text.
+                streamed = True
+                if on_output is not None:
+                    await on_output(rich.DISPLAY_STREAM, json.dumps(event["data"]))
 
         # The longest snippet may print nothing until it ends.
         answer = await self._stream(route, body, line, read_timeout=MAX_TIMEOUT_SEC + self.timeout)
@@ -325,9 +332,18 @@ def _with_skipped(progress: BatchProgress, skipped: int) -> BatchProgress:
 
 
 async def _replay(result: RunResult, on_output: OutputCallback | None) -> None:
+    """Give a whole envelope to ``on_output`` as its stream would have: stdout cut where
+    each display output came (``stdout_at``), then stderr."""
     if on_output is None:
         return
-    for stream in ("stdout", "stderr"):
-        text = getattr(result, stream)
-        if text:
-            await on_output(stream, text)
+    shown = 0
+    for item in result.outputs:
+        cut = min(max(shown, int(item.get("stdout_at") or 0)), len(result.stdout))
+        if cut > shown:
+            await on_output("stdout", result.stdout[shown:cut])
+        shown = cut
+        await on_output(rich.DISPLAY_STREAM, json.dumps(item))
+    if result.stdout[shown:]:
+        await on_output("stdout", result.stdout[shown:])
+    if result.stderr:
+        await on_output("stderr", result.stderr)

@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from subprocess import CalledProcessError
-from typing import TextIO
+from typing import Any, TextIO
 
+from IPython.display import publish_display_data as _publish
+
+from ..sandbox import rich
 from ..sandbox.errors import RETRYABLE_CODES, SandboxError, ServerUnreachable, UnknownLanguage
 from ..sandbox.languages import canonical_language, snippet_filename
 from ..sandbox.report import blocked_message, failure_message, footer
 from ..sandbox.results import RunResult
 from .overflow import INLINE_CHARS, INLINE_LINES, OverflowBox, split_at_budget
+
+# IPython's function is untyped: a typed alias keeps mypy strict here.
+publish_display_data: Callable[..., None] = _publish
 
 __all__ = [
     "CellEcho",
@@ -68,6 +75,11 @@ class CellEcho:
 
     Past the inline budget (:mod:`.overflow`) the output goes into a bounded scroll
     box instead, shown by :meth:`finish` (or :meth:`flush`) when the run ends.
+
+    A display output (a figure, a DataFrame...) becomes a real cell output, after the
+    text written before it: saved in the notebook, there after reopening. It is
+    published as :func:`~gitpilot_jupyter.sandbox.rich.for_trusted_view` makes it (a
+    cell executed in the session is trusted, so its HTML is cleaned first).
     """
 
     def __init__(self, language: str | None = None) -> None:
@@ -78,12 +90,17 @@ class CellEcho:
         self.overflow = OverflowBox()
         #: The snippet's language: its stderr's line numbers are shown as the cell's.
         self.language = language
+        #: How many display outputs were published.
+        self.displays = 0
 
     @staticmethod
     def _stream(name: str) -> TextIO:
         return sys.stdout if name == "stdout" else sys.stderr
 
     async def __call__(self, stream: str, text: str) -> None:
+        if stream == rich.DISPLAY_STREAM:
+            self.show(rich.parse_display(text))
+            return
         inline, rest = split_at_budget(text, self._lines_left, self._chars_left)
         self._lines_left -= inline.count("\n")
         self._chars_left -= len(inline)
@@ -93,6 +110,15 @@ class CellEcho:
             if not self.overflow:
                 self.flush()  # the inline part first, then the box below it
             self.overflow.add(stream, rest)
+
+    def show(self, item: dict[str, Any]) -> None:
+        """Publish a display output as a cell output, after the text that came before it."""
+        for name in sorted(self._written):
+            self._stream(name).flush()
+        self._last = None
+        safe = rich.for_trusted_view(item)
+        publish_display_data(data=safe["data"], metadata=safe.get("metadata") or {})
+        self.displays += 1
 
     def finish(self) -> None:
         """Show the scroll box of the output past the budget, if there was any; what is

@@ -23,6 +23,7 @@ import ipywidgets as ipw
 from traitlets import Enum
 
 from ..client.local import SandboxClient
+from ..sandbox import rich
 from ..sandbox.display import (
     OUTPUT_BOX_MAX_HEIGHT,
     SCROLLING_PREVIEW_LINE_CHARS,
@@ -297,7 +298,14 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
         await self.client.approve(plan_id, for_planner=True)
 
     async def _append(self, stream: str, text: str) -> None:
-        if stream == "stdout":
+        if stream == rich.DISPLAY_STREAM:
+            # A figure or a table: an output of the card's output area, cleaned as a cell's.
+            safe = rich.for_trusted_view(rich.parse_display(text))
+            metadata = safe.get("metadata") or {}
+            self.output.outputs += (
+                {"output_type": "display_data", "data": safe["data"], "metadata": metadata},
+            )
+        elif stream == "stdout":
             self.output.append_stdout(text)
         else:
             self.output.append_stderr(text)

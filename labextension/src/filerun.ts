@@ -14,7 +14,13 @@ import { Widget } from '@lumino/widgets';
 import { planAndRun } from './flow';
 import { trans } from './i18n';
 import { fileLanguage } from './labels';
-import { formatDuration, OutputView, RERUN_EVENT } from './render';
+import {
+  type DisplayRenderer,
+  formatDuration,
+  OutputView,
+  plainDisplay,
+  RERUN_EVENT
+} from './render';
 import type { SandboxClient } from './request';
 import type { IRunResult } from './types';
 
@@ -84,7 +90,8 @@ function resultPane(app: JupyterFrontEnd): MainAreaWidget {
 export async function runFile(
   app: JupyterFrontEnd,
   client: SandboxClient,
-  path: string
+  path: string,
+  renderDisplay: DisplayRenderer = plainDisplay
 ): Promise<void> {
   const name = path.split('/').pop() ?? path;
   const show = () => {
@@ -103,10 +110,10 @@ export async function runFile(
     client,
     { file: path, source: 'file_run' },
     () => {
-      const view = new OutputView(path);
+      const view = new OutputView(path, renderDisplay);
       view.node.addEventListener(
         RERUN_EVENT,
-        () => void runFile(app, client, path)
+        () => void runFile(app, client, path, renderDisplay)
       );
       const widget = resultPane(app);
       widget.title.label = trans.__('▶ %1', name);

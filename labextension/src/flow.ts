@@ -98,7 +98,8 @@ export async function planAndRun(
     const result = await client.run(
       { approval_token: approval.approval_token, run_id: stopper.runId },
       (stream, text) => view.append(stream, text),
-      stopper.controller.signal
+      stopper.controller.signal,
+      item => view.display(item)
     );
     view.finish(result);
     return result;

@@ -78,7 +78,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       ServerConnection.makeRequest(url, init, serverSettings)
     );
     const model = new SandboxModel(client);
-    addRunButtons(rendermime, client);
+    const renderDisplay = addRunButtons(rendermime, client);
     const blockFocus = new CodeBlockFocus();
     blockFocus.track();
 
@@ -171,7 +171,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       execute: () => {
         const path = selectedRunnableFile(browsers);
         if (path) {
-          return runFile(app, client, path);
+          return runFile(app, client, path, renderDisplay);
         }
       }
     });

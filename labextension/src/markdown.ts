@@ -10,16 +10,21 @@ import {
 } from '@jupyterlab/rendermime';
 
 import { blockAround, decorateCodeBlocks, ICodeBlock } from './codeblocks';
+import { rendermimeDisplay } from './display';
 import { planAndRun } from './flow';
 import { RunHistory } from './history';
-import { CLEAR_EVENT, OutputView } from './render';
+import { CLEAR_EVENT, type DisplayRenderer, OutputView, plainDisplay } from './render';
 import type { SandboxClient } from './request';
 
-/** Plan a code block (`source: code_block`) and stream its run under the block. */
+/**
+ * Plan a code block (`source: code_block`) and stream its run under the block, its
+ * display outputs shown by `renderDisplay` among the text.
+ */
 export async function runCodeBlock(
   client: SandboxClient,
   block: ICodeBlock,
-  history: RunHistory | null = null
+  history: RunHistory | null = null,
+  renderDisplay: DisplayRenderer = plainDisplay
 ): Promise<void> {
   // One run per block at a time: the button is off from the click until the run ends.
   block.button.disabled = true;
@@ -30,7 +35,7 @@ export async function runCodeBlock(
       client,
       { language: block.language, code: block.code, source: 'code_block' },
       () => {
-        view = new OutputView();
+        view = new OutputView('', renderDisplay);
         block.outputHost.replaceChildren(view.node);
         return view;
       }
@@ -72,12 +77,16 @@ export function forgetOnClear(block: ICodeBlock, history: RunHistory): void {
   );
 }
 
-/** Replace the Markdown renderer (cells and Markdown files) by one that adds ▶ Run buttons. */
+/**
+ * Replace the Markdown renderer (cells and Markdown files) by one that adds ▶ Run buttons;
+ * answers how their runs' display outputs are rendered (untrusted, see display.ts).
+ */
 export function addRunButtons(
   rendermime: IRenderMimeRegistry,
   client: SandboxClient,
   history: RunHistory = new RunHistory()
-): void {
+): DisplayRenderer {
+  const renderDisplay = rendermimeDisplay(rendermime);
   class RunnableMarkdown extends RenderedMarkdown {
     async render(
       model: Parameters<RenderedMarkdown['render']>[0]
@@ -85,7 +94,7 @@ export function addRunButtons(
       await super.render(model);
       decorateCodeBlocks(
         this.node,
-        block => void runCodeBlock(client, block, history),
+        block => void runCodeBlock(client, block, history, renderDisplay),
         block => {
           restoreCodeBlock(block, history);
           forgetOnClear(block, history);
@@ -100,6 +109,7 @@ export function addRunButtons(
     },
     markdownRendererFactory.defaultRank
   );
+  return renderDisplay;
 }
 
 /**

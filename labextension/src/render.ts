@@ -10,7 +10,13 @@ import { codeLines, codePreview, escapeSegments, escapeText } from './escape';
 import type { IStoredRun, Segment } from './history';
 import { trans } from './i18n';
 import { backendLabel } from './labels';
-import type { IPlan, IRunResult } from './types';
+import type { IDisplayOutput, IPlan, IRunResult } from './types';
+
+/**
+ * Turns one display output into the node shown in the output box (in the lab: the
+ * rendermime registry's renderer, untrusted; see display.ts).
+ */
+export type DisplayRenderer = (item: IDisplayOutput) => HTMLElement;
 
 /** Lines of code the approval views (dialog, Pending Plans) show; the rest is counted. */
 export const PLAN_CODE_LINES = 500; // display.SCROLLING_PREVIEW_LINES
@@ -37,6 +43,16 @@ export function el<K extends keyof HTMLElementTagNameMap>(
 export function badge(text: string, kind: string): HTMLElement {
   return el('span', `jp-gitpilot-badge jp-gitpilot-badge-${kind}`, text);
 }
+
+/** A display output's `text/plain`, shown as text (where no registry renders it). */
+export const plainDisplay: DisplayRenderer = item => {
+  const text = item.data['text/plain'];
+  return el(
+    'div',
+    'jp-gitpilot-display jp-gitpilot-display-text',
+    typeof text === 'string' ? text : trans.__('[display output]')
+  );
+};
 
 function row(list: HTMLElement, term: string, value: string): void {
   list.appendChild(el('dt', '', term));
@@ -222,8 +238,16 @@ export class OutputView {
   private readonly chunks: Segment[] = [];
   private readonly appender: FrameAppender;
   private clock: ReturnType<typeof setInterval> | null = null;
+  private shownDisplays = 0;
 
-  constructor(title = '') {
+  /**
+   * @param title a heading above the output (a file run names its file)
+   * @param renderDisplay how display outputs (figures, HTML...) are shown among the text
+   */
+  constructor(
+    title = '',
+    private readonly renderDisplay: DisplayRenderer = plainDisplay
+  ) {
     this.node = el('div', 'jp-gitpilot-output');
     if (title) {
       this.node.appendChild(el('div', 'jp-gitpilot-output-title', title));
@@ -291,6 +315,24 @@ export class OutputView {
     this.appender.push(stream, text);
   }
 
+  /**
+   * Show a display output (a figure, a table...) after the text streamed before it.
+   * The text written so far goes first, so the order is the run's.
+   */
+  display(item: IDisplayOutput): void {
+    this.appender.flush();
+    const node = this.renderDisplay(item);
+    node.classList.add('jp-gitpilot-display');
+    this.output.appendChild(node);
+    this.output.classList.add('jp-mod-rich');
+    this.shownDisplays += 1;
+  }
+
+  /** How many display outputs are shown. */
+  get displayCount(): number {
+    return this.shownDisplays;
+  }
+
   /** Write the queued output now (the run ended, or someone reads the page). */
   flush(): void {
     this.appender.flush();
@@ -331,6 +373,15 @@ export class OutputView {
     );
     this.node.classList.toggle('jp-mod-stopped', !!result.cancelled);
     this.state.replaceChildren(renderSummary(result), this.actions());
+    if (result.notes?.length) {
+      // What differed from what was asked: a display output dropped, a limit not applied.
+      const notes = el('ul', 'jp-gitpilot-result-notes jp-gitpilot-muted');
+      notes.setAttribute('aria-label', trans.__('Notes'));
+      for (const note of result.notes) {
+        notes.appendChild(el('li', '', note));
+      }
+      this.state.appendChild(notes);
+    }
   }
 
   /** Say the run was stopped when no envelope came back (its stream was closed). */
@@ -357,7 +408,9 @@ export class OutputView {
   /** Remove the output shown (the summary stays). */
   clear(): void {
     this.chunks.length = 0;
+    this.shownDisplays = 0;
     this.appender.clear();
+    this.output.classList.remove('jp-mod-rich');
   }
 
   private settle(): void {

@@ -9,6 +9,7 @@
 import type {
   IApproval,
   IConnectionReport,
+  IDisplayOutput,
   ILifecycleResult,
   ILifecycleStatus,
   IMaskedSettings,
@@ -110,6 +111,9 @@ export type OutputCallback = (
   text: string
 ) => void;
 
+/** Receives a run's display outputs (figures, HTML...) in order with its text. */
+export type DisplayCallback = (item: IDisplayOutput) => void;
+
 /** A typed client of the sandbox REST API. */
 export class SandboxClient {
   /**
@@ -204,13 +208,14 @@ export class SandboxClient {
 
   /**
    * `POST run` with `Accept: application/x-ndjson`: output goes to `onOutput` as it is
-   * produced; answers the result envelope. Aborting `signal` closes the stream, which
-   * stops the run on the server too.
+   * produced, display outputs to `onDisplay` between it; answers the result envelope.
+   * Aborting `signal` closes the stream, which stops the run on the server too.
    */
   async run(
     request: IRunRequest,
     onOutput: OutputCallback,
-    signal?: AbortSignal
+    signal?: AbortSignal,
+    onDisplay?: DisplayCallback
   ): Promise<IRunResult> {
     const response = await this.send(this.url('run'), {
       method: 'POST',
@@ -229,13 +234,15 @@ export class SandboxClient {
     if (!type.includes(NDJSON) || !response.body) {
       // A server that does not stream answers one envelope: show its output all at once.
       const result = JSON.parse(await response.text()) as IRunResult;
-      emitAll(result, onOutput);
+      emitAll(result, onOutput, onDisplay);
       return result;
     }
     for await (const item of readNdjson(response.body)) {
       const line = item as StreamLine;
       if (line.type === 'stdout' || line.type === 'stderr') {
         onOutput(line.type, line.data);
+      } else if (line.type === 'display') {
+        onDisplay?.(line.data);
       } else if (line.type === 'error') {
         throw new ResponseError(line.message, 200, line.code, line.reason);
       } else if (line.type === 'result') {
@@ -287,9 +294,32 @@ export function newRunId(): string {
   );
 }
 
-function emitAll(result: IRunResult, onOutput: OutputCallback): void {
-  if (result.stdout) {
-    onOutput('stdout', result.stdout);
+/**
+ * Show a whole envelope as a stream would have: stdout cut where each display output
+ * came (`stdout_at` counts code points, as the server does), then stderr.
+ */
+export function emitAll(
+  result: IRunResult,
+  onOutput: OutputCallback,
+  onDisplay?: DisplayCallback
+): void {
+  const outputs = onDisplay ? (result.outputs ?? []) : [];
+  let stdout = result.stdout;
+  if (outputs.length) {
+    const chars = Array.from(stdout);
+    let at = 0;
+    for (const item of outputs) {
+      const cut = Math.min(Math.max(at, item.stdout_at || 0), chars.length);
+      if (cut > at) {
+        onOutput('stdout', chars.slice(at, cut).join(''));
+      }
+      at = cut;
+      onDisplay?.(item);
+    }
+    stdout = chars.slice(at).join('');
+  }
+  if (stdout) {
+    onOutput('stdout', stdout);
   }
   if (result.stderr) {
     onOutput('stderr', result.stderr);

@@ -82,6 +82,19 @@ export interface IRunRequest {
   run_id?: string;
 }
 
+/**
+ * One display output of a run: a Jupyter MIME bundle (`display_data`) the server
+ * checked against its allowlist and caps. Untrusted: it is rendered as untrusted output.
+ */
+export interface IDisplayOutput {
+  output_type: 'display_data';
+  /** MIME type to value: base64 text for images, any JSON for `application/json`. */
+  data: Record<string, unknown>;
+  metadata: Record<string, unknown>;
+  /** Characters (code points) of the run's stdout written before this output. */
+  stdout_at: number;
+}
+
 /** The result envelope every backend answers. */
 export interface IRunResult {
   backend: string;
@@ -101,6 +114,10 @@ export interface IRunResult {
   isolation: string[];
   /** The run used a sandbox of the warm pool (same isolation as a cold start). */
   warm?: boolean;
+  /** Its display outputs (figures, HTML, images...), in order; absent on older servers. */
+  outputs?: IDisplayOutput[];
+  /** What differed from what was asked (a dropped display output...), one sentence each. */
+  notes?: string[];
 }
 
 /** The persisted settings, masked: the token is never sent back, only `has_token`. */
@@ -185,5 +202,6 @@ export type LifecycleAction = 'install' | 'start' | 'stop';
 /** One line of a streamed run. */
 export type StreamLine =
   | { type: 'stdout' | 'stderr'; data: string }
+  | { type: 'display'; data: IDisplayOutput }
   | ({ type: 'result' } & IRunResult)
   | { type: 'error'; message: string; reason?: string; code?: string };

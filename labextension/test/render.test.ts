@@ -10,7 +10,8 @@ import {
   stepFailure
 } from '../src/lifecycle';
 import { OutputView, renderPlan } from '../src/render';
-import type { IPlan, IRunResult, IStatus } from '../src/types';
+import type { IPlan, IStatus } from '../src/types';
+import { result } from './fixtures';
 
 function plan(overrides: Partial<IPlan> = {}): IPlan {
   return {
@@ -33,25 +34,6 @@ function plan(overrides: Partial<IPlan> = {}): IPlan {
     digest: 'd',
     created_at: 0,
     code: 'print(2+2)',
-    ...overrides
-  };
-}
-
-function result(overrides: Partial<IRunResult> = {}): IRunResult {
-  return {
-    backend: 'subprocess',
-    language: 'python',
-    command: ['python', 'inline.py'],
-    exit_code: 0,
-    stdout: '4\n',
-    stderr: '',
-    duration_ms: 15,
-    truncated: false,
-    timed_out: false,
-    sandbox_id: null,
-    run_id: 'run_1',
-    plan_id: null,
-    isolation: [],
     ...overrides
   };
 }

@@ -11,23 +11,14 @@ import {
   ResponseError,
   SandboxClient
 } from '../src/request';
-import type { IRunResult } from '../src/types';
+import type { IDisplayOutput, IRunResult } from '../src/types';
+import { result } from './fixtures';
 
-const RESULT: IRunResult = {
-  backend: 'subprocess',
-  language: 'python',
-  command: ['python', 'inline.py'],
-  exit_code: 0,
-  stdout: '4\n',
-  stderr: '',
+const RESULT: IRunResult = result({
   duration_ms: 12,
-  truncated: false,
-  timed_out: false,
-  sandbox_id: null,
-  run_id: 'run_1',
   plan_id: 'plan_1',
   isolation: ['tempdir']
-};
+});
 
 /** A client whose `send` records requests and answers the given responses in order. */
 function clientAnswering(...responses: Response[]) {
@@ -337,5 +328,58 @@ describe('readNdjson', () => {
       items.push(item);
     }
     expect(items).toEqual([{ type: 'stdout', data: 'é✓' }]);
+  });
+});
+
+/** A display output the server kept, after `stdout_at` characters of stdout. */
+function display(
+  data: Record<string, unknown>,
+  stdout_at: number
+): IDisplayOutput {
+  return { output_type: 'display_data', data, metadata: {}, stdout_at };
+}
+
+describe('SandboxClient.run with display outputs', () => {
+  it('hands each display line to onDisplay, in order with the text', async () => {
+    const figure = display({ 'image/png': 'iVBORw0KGgo=' }, 2);
+    const lines = [
+      { type: 'stdout', data: 'a\n' },
+      { type: 'display', data: figure },
+      { type: 'stdout', data: 'b\n' },
+      { type: 'result', ...RESULT, stdout: 'a\nb\n', outputs: [figure] }
+    ];
+    const { client } = clientAnswering(
+      new Response(
+        chunked([lines.map(line => JSON.stringify(line)).join('\n') + '\n']),
+        { headers: { 'Content-Type': NDJSON } }
+      )
+    );
+    const events: string[] = [];
+    const answer = await client.run(
+      { approval_token: 't' },
+      (stream, text) => events.push(`${stream}:${text}`),
+      undefined,
+      item => events.push(`display:${Object.keys(item.data).join()}`)
+    );
+    expect(events).toEqual(['stdout:a\n', 'display:image/png', 'stdout:b\n']);
+    expect(answer.outputs).toEqual([figure]);
+  });
+
+  it('shows a plain JSON envelope with its outputs where they came', async () => {
+    const { client } = clientAnswering(
+      json({
+        ...RESULT,
+        stdout: 'a\nb\n',
+        outputs: [display({ 'text/plain': 'fig' }, 2)]
+      })
+    );
+    const events: string[] = [];
+    await client.run(
+      { approval_token: 't' },
+      (stream, text) => events.push(`${stream}:${text}`),
+      undefined,
+      item => events.push(`display:${item.data['text/plain']}`)
+    );
+    expect(events).toEqual(['stdout:a\n', 'display:fig', 'stdout:b\n']);
   });
 });

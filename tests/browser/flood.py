@@ -55,12 +55,12 @@ def write_file(lab: Lab, path: str, text: str) -> None:
 
 def flood_notebook() -> str:
     """A notebook whose one Markdown cell holds the flood as a ▶ Run block."""
-    cell = {
-        "cell_type": "markdown",
-        "id": "flood",
-        "metadata": {},
-        "source": f"# Flood\n\n```python\n{FLOOD_CODE}```\n",
-    }
+    return markdown_notebook("flood", f"# Flood\n\n```python\n{FLOOD_CODE}```\n")
+
+
+def markdown_notebook(cell_id: str, source: str) -> str:
+    """A notebook of one Markdown cell (its ▶ Run blocks are the fences in ``source``)."""
+    cell = {"cell_type": "markdown", "id": cell_id, "metadata": {}, "source": source}
     return json.dumps(
         {
             "cells": [cell],

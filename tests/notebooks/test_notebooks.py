@@ -15,6 +15,7 @@ a copy inside a temp folder, with a private settings folder, and with only what
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -94,6 +95,12 @@ def execute_on_server(name: str, server: LiveServer) -> dict[str, Any]:
     """Open ``notebooks/<name>`` on ``server`` as JupyterLab does and run every cell."""
     shutil.copy(NOTEBOOKS / name, server.root_dir / name)
     nb = nbformat.read(server.root_dir / name, as_version=4)
+    execute_in_session(nb, name, server)
+    return {cell.id: cell for cell in nb.cells}
+
+
+def execute_in_session(nb: nbformat.NotebookNode, name: str, server: LiveServer) -> None:
+    """Run every cell of ``nb`` in the kernel of a session ``server`` opens for ``name``."""
     body = {"path": name, "name": name, "type": "notebook", "kernel": {"name": "python3"}}
     with server.client() as http:
         session = http.post("/api/sessions", json=body)
@@ -109,7 +116,6 @@ def execute_on_server(name: str, server: LiveServer) -> dict[str, Any]:
             client.kc.stop_channels()
         with server.client() as http:
             http.delete(f"/api/sessions/{session.json()['id']}")
-    return {cell.id: cell for cell in nb.cells}
 
 
 #: Each notebook runs twice in the same folder, as a user's second Run All does.
@@ -299,6 +305,12 @@ def test_02_teaching_safely(opener: Any, mode: str) -> None:
     assert "destructive pattern 'rm -rf /'" in text(cells["destructive"], "error")
     assert "cleaning up" not in text(cells["destructive"])
     assert "removed my own scratch folder" in text(cells["harmless"])
+    chart = cells["chart"].outputs
+    figures = [o for o in chart if o.output_type == "display_data" and "image/png" in o.data]
+    assert len(figures) == 1, [o.output_type for o in chart]  # saved in the notebook
+    assert base64.b64decode(figures[0].data["image/png"]).startswith(b"\x89PNG\r\n\x1a\n")
+    assert chart.index(figures[0]) == 0  # drawn before the line printed after it
+    assert text(cells["chart"]).startswith("best week: 6\n")
     grading = text(cells["grading"]).splitlines()
     assert grading == [
         "alice  output: 55",

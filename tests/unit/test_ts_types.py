@@ -28,6 +28,7 @@ PAIRS = {
     "IApproval": "Approval",
     "IRunRequest": "RunRequest",
     "IRunResult": "RunResult",
+    "IDisplayOutput": "DisplayOutput",
     "IMaskedSettings": "Settings",
     "IStatus": "Status",
     "IConnectionReport": "MatrixlabTest",

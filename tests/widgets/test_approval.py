@@ -143,3 +143,19 @@ def test_approve_only_of_a_gone_plan_says_why(client: LocalClient) -> None:
     card = ApprovalCard(plan, client, runs=False)
     approve(card)
     assert card.state == "failed" and "Not approved" in card.status.value
+
+
+def test_an_approved_runs_html_output_shows_in_the_card_in_order(client: LocalClient) -> None:
+    code = (
+        "import subprocess\nprint('first')\n"
+        "from IPython.display import HTML\n"
+        "display(HTML('<b>bold</b><script>alert(1)</script>'))\nprint('last')\n"
+    )
+    card = ApprovalCard(make_plan(client, code=code), client)
+    approve(card)
+    assert card.state == "done"
+    kinds = [o.get("name") or o["output_type"] for o in card.output.outputs]
+    assert kinds[:3] == ["stdout", "display_data", "stdout"], kinds
+    shown = card.output.outputs[1]["data"]["text/html"]
+    # The card is trusted as the cell is: the HTML was cleaned before it was shown.
+    assert "<b>bold</b>" in shown and "script" not in shown and "alert" not in shown
