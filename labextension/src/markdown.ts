@@ -13,7 +13,12 @@ import { blockAround, decorateCodeBlocks, ICodeBlock } from './codeblocks';
 import { rendermimeDisplay } from './display';
 import { planAndRun } from './flow';
 import { RunHistory } from './history';
-import { CLEAR_EVENT, type DisplayRenderer, OutputView, plainDisplay } from './render';
+import {
+  CLEAR_EVENT,
+  type DisplayRenderer,
+  OutputView,
+  plainDisplay
+} from './render';
 import type { SandboxClient } from './request';
 
 /**

@@ -187,7 +187,7 @@ describe('SandboxPanel', () => {
       })
     });
     const timeout = q<HTMLInputElement>('input[name="timeout_sec"]');
-    const save = buttonNamed(panel.node, 'Save');
+    const save = buttonNamed(panel.node, 'Save')!;
     const error = document.getElementById(
       timeout.getAttribute('aria-describedby')!
     )!;
