@@ -250,6 +250,9 @@ class SubprocessSandbox(SandboxBackend):
                 os.close(fd)
             remove_tree(workdir)
             raise
+        # It took the spare its wall is built from (a cold run's, see .nsfree.SPARES):
+        # the next is built now, in this worker, rather than on that run's path.
+        launch.make_ahead()
         chain_output = fds[2] if started and not walled else -1
         slot = Slot(key, workdir, launch, popen, fds[1], fds[0], fingerprint, started, chain_output)
         if walled:

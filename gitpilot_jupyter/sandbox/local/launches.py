@@ -136,7 +136,8 @@ class WalledLaunch(LayeredLaunch):
         with contextlib.suppress(OSError):  # else the start says why
             launcherclient.LAUNCHER.ensure()  # (in the worker thread that prepares)
         self._run_uid = run_uid
-        #: Builds the next run's ruleset once this run is over (:data:`.nsfree.SPARES`).
+        #: Builds the next run's ruleset once this run is over, or a slot of it started
+        #: (:data:`.nsfree.SPARES`).
         self._ahead = ahead
 
     def _preexec(self) -> None:
@@ -186,6 +187,10 @@ class WalledLaunch(LayeredLaunch):
             if self._run_uid is not None:
                 nsfree.RUN_IDS.give_back(self._run_uid)
                 self._run_uid = None
-            ahead, self._ahead = self._ahead, None
-            if ahead is not None:
-                ahead()
+            self.make_ahead()
+
+    def make_ahead(self) -> None:
+        """Build the next run's spare ruleset (:data:`.nsfree.SPARES`), once."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead()

@@ -273,7 +273,9 @@ class _Spares:
     ~2-3 ms of Python per run). A run takes the spare of its wall, adds its own
     folder (one rule) and uses it once; its cleanup, after its answer (in the
     backend's worker thread), builds the next (:meth:`make_ahead`): nothing of it
-    competes with a run's start for the GIL or a core. A spare is used only while
+    competes with a run's start for the GIL or a core. A warm slot's start takes one
+    too and builds the next at once (in its worker): else a cold run beside a pool
+    found none. A spare is used only while
     every path of it is still the folder or file it opened (one ``stat`` each), as a
     ruleset built now would be; otherwise the run builds its own.
     """
