@@ -170,10 +170,14 @@ class WalledLaunch(LayeredLaunch):
         self._wall.close()
 
     def kill_all(self) -> None:
-        """Kill the run's cgroup and every process of its session."""
+        """Kill every process of the run: by its cgroup where it has one, which holds
+        them all (each process joined it before its wall went up, and none can leave
+        it: the cgroup files are out of its reach), else by its session, which none
+        can leave either. (The session scan reads all of ``/proc``, ~0.35 ms of the
+        answer's path; the cleanup, after the answer, runs it all the same.)"""
         if self._cgroup is not None:
             self._cgroup.kill_all()
-        if self._pid is not None:
+        elif self._pid is not None:
             nsfree.kill_session(self._pid)
 
     def cleanup(self) -> None:
