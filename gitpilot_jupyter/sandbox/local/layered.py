@@ -491,7 +491,7 @@ class LayeredIsolator(Isolator):
             if tree is not None:
                 cgroups.remove_stale()
                 with contextlib.suppress(OSError):
-                    run = tree.create(limits)
+                    run = cgroups.SPARES.take(tree, limits)
             covered = tree.layers() if run is not None and tree is not None else []
             rlimits = plan_rlimits(
                 limits,
@@ -518,9 +518,7 @@ class LayeredIsolator(Isolator):
             layers += covered + rlimits.layers
             if open_network:
                 layers.append(HOST_NETWORK_LAYER)
-            ahead = functools.partial(
-                nsfree.SPARES.make_ahead, rules, deny_tcp=not allow_network, scoped=True
-            )
+            ahead = functools.partial(_make_ahead, rules, allow_network, tree, limits)
             return WalledLaunch(list(argv), layers, rlimits, run, wall, run_uid, ahead)
         except BaseException:
             if wall is not None:
@@ -653,6 +651,19 @@ class LayeredIsolator(Isolator):
             "choice": self.choice,
             "unavailable": cast(list[IsolationGap], missing),
         }
+
+
+def _make_ahead(
+    rules: landlock.FsRules,
+    allow_network: bool,
+    tree: cgroups.CgroupTree | None,
+    limits: ResourceLimits,
+) -> None:
+    """What the next namespace-free run like this one takes ready-made: its ruleset but
+    its folder (:data:`.nsfree.SPARES`) and its cgroup (:data:`.cgroups.SPARES`)."""
+    nsfree.SPARES.make_ahead(rules, deny_tcp=not allow_network, scoped=True)
+    if tree is not None:
+        cgroups.SPARES.make_ahead(tree, limits)
 
 
 def _own_uids(engine: Engine | None) -> bool:
