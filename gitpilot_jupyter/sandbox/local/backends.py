@@ -28,7 +28,13 @@ from ..languages import Interpreters, canonical_language, run_filename, snippet_
 from ..records import PoolReport
 from ..results import RunResult
 from . import nsfree, prestart
-from .cleanup import AfterRuns, make_run_dir, remove_orphaned_run_dirs_once, remove_tree
+from .cleanup import (
+    SPARE_DIRS,
+    AfterRuns,
+    make_run_dir,
+    remove_orphaned_run_dirs_once,
+    remove_tree,
+)
 from .isolation import Isolator, Launch
 from .launcherclient import LaunchedRun
 from .layered import cgroup_fix, default_isolator
@@ -396,8 +402,9 @@ class SubprocessSandbox(SandboxBackend):
         return True
 
     def _prepare(self, request: RunRequest, interpreter: str) -> tuple[Path, Launch]:
-        """Make the run's 0700 temp dir, write the snippet into it, wrap the argv."""
-        workdir = Path(make_run_dir())
+        """Make the run's 0700 temp dir (or take the one made ahead), write the snippet
+        into it, wrap the argv."""
+        workdir = Path(SPARE_DIRS.take())
         try:
             filename = run_filename(request.language, request.file)
             (workdir / filename).write_text(request.code, encoding="utf-8")

@@ -29,6 +29,7 @@ from ..records import IsolationGap, IsolationReport
 from . import cgroups, confine, landlock, namespaces, nsfree, subids
 from .bundled import is_bundled
 from .chainsteps import launch_tools, stage_steps
+from .cleanup import SPARE_DIRS
 from .confine import View, jupyter_dirs, needed_paths, plan_view
 from .containers import CONTAINER_FIX, container_blockers, in_container
 from .isolation import (
@@ -660,10 +661,12 @@ def _make_ahead(
     limits: ResourceLimits,
 ) -> None:
     """What the next namespace-free run like this one takes ready-made: its ruleset but
-    its folder (:data:`.nsfree.SPARES`) and its cgroup (:data:`.cgroups.SPARES`)."""
+    its folder (:data:`.nsfree.SPARES`), its cgroup (:data:`.cgroups.SPARES`) and its
+    folder (:data:`.cleanup.SPARE_DIRS`)."""
     nsfree.SPARES.make_ahead(rules, deny_tcp=not allow_network, scoped=True)
     if tree is not None:
         cgroups.SPARES.make_ahead(tree, limits)
+    SPARE_DIRS.make_ahead()
 
 
 def _own_uids(engine: Engine | None) -> bool:
