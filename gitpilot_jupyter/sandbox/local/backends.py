@@ -402,9 +402,10 @@ class SubprocessSandbox(SandboxBackend):
         return True
 
     def _prepare(self, request: RunRequest, interpreter: str) -> tuple[Path, Launch]:
-        """Make the run's 0700 temp dir (or take the one made ahead), write the snippet
-        into it, wrap the argv."""
-        workdir = Path(SPARE_DIRS.take())
+        """Make the run's 0700 temp dir (the namespace-free engine's: take the one made
+        ahead), write the snippet into it, wrap the argv."""
+        walled = self.isolator.engine == nsfree.ENGINE
+        workdir = Path(SPARE_DIRS.take() if walled else make_run_dir())
         try:
             filename = run_filename(request.language, request.file)
             (workdir / filename).write_text(request.code, encoding="utf-8")
