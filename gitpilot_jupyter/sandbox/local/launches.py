@@ -136,8 +136,8 @@ class WalledLaunch(LayeredLaunch):
         with contextlib.suppress(OSError):  # else the start says why
             launcherclient.LAUNCHER.ensure()  # (in the worker thread that prepares)
         self._run_uid = run_uid
-        #: Builds the next run's ruleset once this run is over, or a slot of it started
-        #: (:data:`.nsfree.SPARES`).
+        #: Makes the next run's ruleset, cgroup and folder once this run is over, or a
+        #: slot of it started (:func:`.layered._make_ahead`).
         self._ahead = ahead
 
     def _preexec(self) -> None:
@@ -194,7 +194,7 @@ class WalledLaunch(LayeredLaunch):
             self.make_ahead()
 
     def make_ahead(self) -> None:
-        """Build the next run's spare ruleset (:data:`.nsfree.SPARES`), once."""
+        """Make the next run's spare ruleset, cgroup and folder, once."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             ahead()

@@ -660,9 +660,9 @@ def _make_ahead(
     tree: cgroups.CgroupTree | None,
     limits: ResourceLimits,
 ) -> None:
-    """What the next namespace-free run like this one takes ready-made: its ruleset but
-    its folder (:data:`.nsfree.SPARES`), its cgroup (:data:`.cgroups.SPARES`) and its
-    folder (:data:`.cleanup.SPARE_DIRS`)."""
+    """Make what the next namespace-free run like this one takes ready-made: its ruleset
+    with every rule but its folder's (:data:`.nsfree.SPARES`), its cgroup
+    (:data:`.cgroups.SPARES`) and its folder (:data:`.cleanup.SPARE_DIRS`)."""
     nsfree.SPARES.make_ahead(rules, deny_tcp=not allow_network, scoped=True)
     if tree is not None:
         cgroups.SPARES.make_ahead(tree, limits)
