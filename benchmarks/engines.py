@@ -7,7 +7,10 @@ engine (``bwrap``, ``landlock``) a cold run (pool off) and a warm run (pool
 ``always``, the next slot ready before it: 30 ms apart). An engine this host or
 user cannot use is a row saying why. The namespace-free engine needs a user its runs
 can start the interpreter as: run this as the docker-group user (or ``--stay-root``),
-see docs/dev/benchmarks.md. Then the cold landlock run's own work, phase by phase:
+see docs/dev/benchmarks.md. Then a cold landlock run and a bare spawn, in turn, split
+at the snippet's first instruction (before it: the spawn, the wall and the interpreter's
+start; after it: its end, the exit's report and the answer). Then the cold landlock
+run's own work, phase by phase:
 the wall's rules worked out, the ruleset built, the whole ``prepare``, and the
 spawn of ``/bin/true`` behind the wall three ways: the server's own fork with the
 wall's ``preexec_fn`` (a warm slot's), through the launcher (a cold run's, to its
@@ -35,22 +38,25 @@ from gitpilot_jupyter.sandbox.local.isolation import Launch
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 from gitpilot_jupyter.sandbox.local.pool import PoolConfig
 
-from .common import Context, Measure, median, rss_kb
+from .common import Context, Measure, median, percentile, rss_kb
 
 BENCH = "engines"
 CODE = "print(2+2)"
 ENGINES = ("bwrap", "landlock")
 #: The issue's target for a cold run of the namespace-free engine.
 LANDLOCK_COLD_TARGET = 1.3
+#: A snippet that prints when its first instruction ran.
+STAMP = "import time; print(time.perf_counter())"
 #: The pause before each path (a warm slot's replacement is ready by then).
 PAUSE_SEC = 0.03
 
 
-def _bare(interpreter: str) -> float:
-    """Seconds to run ``interpreter inline.py`` in a fresh folder (what a run does, bare)."""
+def _bare(interpreter: str, code: str = CODE) -> tuple[float, bytes]:
+    """Seconds to run ``interpreter inline.py`` in a fresh folder (what a run does, bare),
+    and its output."""
     folder = Path(tempfile.mkdtemp(prefix="gitpilot-bench-bare-"))
     try:
-        (folder / "inline.py").write_text(CODE)
+        (folder / "inline.py").write_text(code)
         started = time.perf_counter()
         done = subprocess.run(
             [interpreter, "inline.py"], cwd=folder, capture_output=True, check=True
@@ -58,8 +64,9 @@ def _bare(interpreter: str) -> float:
         elapsed = time.perf_counter() - started
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    assert done.stdout == b"4\n", done
-    return elapsed
+    if code == CODE:
+        assert done.stdout == b"4\n", done
+    return elapsed, done.stdout
 
 
 def _backend(engine: str, pool: str) -> tuple[SubprocessSandbox | None, str]:
@@ -100,7 +107,7 @@ async def _compare(runs: int) -> tuple[dict[str, list[float]], dict[str, str]]:
     try:
         for i in range(runs + 3):  # three to warm up: imports, probes, the first slots
             await asyncio.sleep(PAUSE_SEC)
-            bare = _bare(interpreter)
+            bare, _ = _bare(interpreter)
             if i >= 3:
                 samples["bare"].append(bare)
             for name, backend in paths.items():
@@ -112,6 +119,44 @@ async def _compare(runs: int) -> tuple[dict[str, list[float]], dict[str, str]]:
         for backend in paths.values():
             await backend.aclose()
     return samples, missing
+
+
+async def _split(runs: int) -> dict[str, list[float]]:
+    """Where a cold landlock run's time goes against a bare spawn's, split at the
+    snippet's first instruction (it prints ``time.perf_counter()``, the clock every
+    process shares): before it (spawn, wall, the interpreter's start) and after it (the
+    interpreter's end, the exit's report, the kill, the answer). Empty: no landlock."""
+    backend, _ = _backend("landlock", "off")
+    if backend is None:
+        return {}
+    names = (
+        "bare spawn: to the snippet's first instruction",
+        "bare spawn: from it to the exit",
+        "landlock cold: to the snippet's first instruction",
+        "landlock cold: from it to the answer",
+    )
+    split: dict[str, list[float]] = {name: [] for name in names}
+    request = RunRequest(language="python", code=STAMP, timeout_sec=30, limits=ResourceLimits())
+    try:
+        for i in range(runs + 3):
+            await asyncio.sleep(PAUSE_SEC)
+            started = time.perf_counter()
+            elapsed, out = _bare(sys.executable, STAMP)
+            first = float(out) - started
+            await asyncio.sleep(PAUSE_SEC)
+            started = time.perf_counter()
+            result = await backend.run(request)
+            answered = time.perf_counter() - started
+            assert result.exit_code == 0, result.stderr
+            walled = float(result.stdout) - started
+            if i >= 3:
+                for name, seconds in zip(
+                    names, (first, elapsed - first, walled, answered - walled), strict=True
+                ):
+                    split[name].append(seconds)
+    finally:
+        await backend.aclose()
+    return split
 
 
 async def _through_launcher(launch: Launch, folder: Path) -> float:
@@ -133,7 +178,7 @@ def _wall_phases(runs: int) -> dict[str, list[float]]:
     phases: dict[str, list[float]] = {
         "rules worked out (kept scan)": [],
         "ruleset built in full (now after the run before)": [],
-        "prepare (spare ruleset, cgroup, rlimits)": [],
+        "prepare (spare ruleset and cgroup, rlimits)": [],
         "spawn of /bin/true with the wall's preexec_fn (fork)": [],
         "spawn of /bin/true through the launcher (a cold run's)": [],
         "spawn of /bin/true, no preexec_fn (vfork)": [],
@@ -200,6 +245,21 @@ def measure(runs: int) -> list[Measure]:
                     note=f"{seconds * 1000:.1f} ms vs {bare * 1000:.1f} ms",
                 )
             )
+            if limit:
+                # The runs least disturbed by other work on a shared machine (the verdict
+                # stays the median's).
+                quiet, quiet_bare = percentile(samples[path], 10), percentile(samples["bare"], 10)
+                out.append(
+                    Measure(
+                        BENCH,
+                        f"{path} / bare spawn, quietest tenth (10th percentiles)",
+                        round(quiet / quiet_bare, 2),
+                        "x",
+                        note=f"{quiet * 1000:.1f} ms vs {quiet_bare * 1000:.1f} ms",
+                    )
+                )
+    for phase, values in asyncio.run(_split(runs)).items():
+        out.append(Measure(BENCH, phase, round(median(values) * 1000, 2), "ms", note="median"))
     for phase, values in _wall_phases(max(10, runs // 2)).items():
         if values:
             out.append(

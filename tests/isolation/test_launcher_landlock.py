@@ -55,6 +55,28 @@ def test_a_cold_run_is_the_launchers_child_behind_the_wall(
     assert "landlock" in result.isolation
 
 
+def test_cold_runs_one_after_another_each_start_in_a_new_empty_folder(
+    backend: SubprocessSandbox,
+) -> None:
+    # Each run's folder is made ahead, after the run before (cleanup.SPARE_DIRS): a new
+    # one each time, holding nothing but the run's own file and the server's mark.
+    code = textwrap.dedent("""
+        import os
+        print(os.getcwd(), sorted(os.listdir(".")))
+        open("left-behind", "w").write("x")
+        os.mkdir("a-folder")
+    """)
+    seen = []
+    for _ in range(3):
+        result = run(backend, code)
+        assert result.exit_code == 0, result.stderr
+        folder, listing = result.stdout.split(" ", 1)
+        assert listing.strip() == "['.owner', 'inline.py']", listing
+        assert not Path(folder).exists() or folder not in seen
+        seen.append(folder)
+    assert len(set(seen)) == 3
+
+
 def test_the_snippet_holds_no_fd_of_the_launcher_or_the_server(backend: SubprocessSandbox) -> None:
     code = textwrap.dedent("""
         import os

@@ -49,6 +49,19 @@ def test_memory_hog_is_killed_and_reported_with_a_cgroup(mechanism: str) -> None
     assert "memory limit" not in fine.stderr
 
 
+def test_landlock_runs_one_after_another_get_cgroups_of_their_own_limits() -> None:
+    # A namespace-free run's cgroup is made ahead, after the run before (cgroups.SPARES):
+    # by its own limits, never the last run's.
+    backend = make_backend("landlock")
+    if "cgroup-memory" not in backend.isolation():
+        pytest.skip(f"no writable memory cgroup here: {backend.isolator.report()['unavailable']}")
+    roomy = ResourceLimits(memory_mb=1024, max_processes=32, max_file_size_mb=8)
+    for limits in (SMALL, roomy, roomy, SMALL, roomy):
+        result = run(backend, HOG, limits=limits)
+        survived = (result.exit_code, result.stdout) == (0, "survived 480 MiB\n")
+        assert survived is (limits is roomy), (limits, result.stdout, result.stderr)
+
+
 def test_without_a_cgroup_the_memory_rlimit_gives_memory_error() -> None:
     backend = make_backend("none", cgroups=False)
     result = run(backend, HOG)

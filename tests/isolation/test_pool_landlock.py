@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gitpilot_jupyter.sandbox.backend import RunRequest
+from gitpilot_jupyter.sandbox.local import nsfree
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
+from gitpilot_jupyter.sandbox.local.isolation import Launch
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 from gitpilot_jupyter.sandbox.local.nsfree import RUN_UID_BASE
 from gitpilot_jupyter.sandbox.local.pool import PoolConfig, Slot
@@ -179,3 +182,44 @@ def test_a_slot_made_before_the_wall_changed_is_not_handed_out(tmp_path: Path) -
         assert warm[-1] is True, (warm, str(pool.stats))
 
     scenario(body, backend)
+
+
+def test_a_cold_run_beside_a_pool_finds_its_ruleset_built_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A slot's start takes the spare ruleset of its wall (nsfree.SPARES, shared by every
+    # backend of the process); it builds the next one, so a cold run of the same wall
+    # that follows does not build its ~150 rules on its own path.
+    warm, cold = walled_pool(), walled_pool("off")
+    found: list[bool] = []  # per cold run: was a spare ready when it took its ruleset
+    take, prepare = nsfree._Spares.ruleset, cold.isolator.prepare
+    preparing = threading.local()
+
+    def taken(self: nsfree._Spares, *args: Any, **kwargs: Any) -> int:
+        if getattr(preparing, "cold", False):
+            found.append(bool(self._ready))
+        return take(self, *args, **kwargs)
+
+    def prepared(*args: Any, **kwargs: Any) -> Launch:
+        preparing.cold = True
+        try:
+            return prepare(*args, **kwargs)
+        finally:
+            preparing.cold = False
+
+    monkeypatch.setattr(nsfree._Spares, "ruleset", taken)
+    monkeypatch.setattr(cold.isolator, "prepare", prepared)
+
+    async def body(backend: SubprocessSandbox) -> None:
+        pool = the_pool(backend)
+        for _ in range(3):
+            await until(lambda: not backend.after_runs._pending and not cold.after_runs._pending)
+            done = await cold.run(request("print(2+2)"))
+            assert (done.exit_code, done.stdout, done.warm) == (0, "4\n", False), done.stderr
+            await backend.run(request("print(2+2)"))
+            await until(lambda: pool.idle() >= 1 and pool.starting() == 0)
+        await cold.aclose()
+        # The first cold run had no run of its wall before it.
+        assert found[1:] == [True, True]
+
+    scenario(body, warm)

@@ -29,7 +29,13 @@ from ..records import PoolReport
 from ..results import RunResult
 from ..rich import NONCE_ENV, new_nonce, python_command
 from . import nsfree, prestart
-from .cleanup import AfterRuns, make_run_dir, remove_orphaned_run_dirs_once, remove_tree
+from .cleanup import (
+    SPARE_DIRS,
+    AfterRuns,
+    make_run_dir,
+    remove_orphaned_run_dirs_once,
+    remove_tree,
+)
 from .enginereport import cgroup_fix
 from .isolation import Isolator, Launch
 from .launcherclient import LaunchedRun
@@ -266,6 +272,9 @@ class SubprocessSandbox(SandboxBackend):
                 os.close(fd)
             remove_tree(workdir)
             raise
+        # It took the spare its wall is built from (a cold run's, see .nsfree.SPARES):
+        # the next is built now, in this worker, rather than on that run's path.
+        launch.make_ahead()
         chain_output = fds[2] if started and not walled else -1
         slot = Slot(key, workdir, launch, popen, fds[1], fds[0], fingerprint, started, chain_output)
         slot.display_nonce = nonce
@@ -445,8 +454,10 @@ class SubprocessSandbox(SandboxBackend):
         self, request: RunRequest, interpreter: str, shim: bool = True
     ) -> tuple[Path, Launch]:
         """Make the run's 0700 temp dir, write the snippet into it, wrap the argv (a
-        python run's through the display shim, unless ``shim`` is False)."""
-        workdir = Path(make_run_dir())
+        python run's through the display shim, unless ``shim`` is False; the
+        namespace-free engine's folder is the one made ahead)."""
+        walled = self.isolator.engine == nsfree.ENGINE
+        workdir = Path(SPARE_DIRS.take() if walled else make_run_dir())
         try:
             filename = run_filename(request.language, request.named_after)
             (workdir / filename).write_text(request.code, encoding="utf-8")

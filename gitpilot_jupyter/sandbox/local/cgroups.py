@@ -19,6 +19,7 @@ so there the server must be inside the delegated cgroup.)
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import secrets
@@ -26,6 +27,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -359,6 +361,74 @@ class CgroupRun:
         for folder in self.dirs:
             _remove(folder)
         self.dirs.clear()
+
+
+class SpareRuns:
+    """Run cgroups made ahead: at most one per (parents, limits), made off every run's
+    path (a run's cleanup after its answer, or a warm slot's start) and taken by the
+    next run of those limits, whose ``prepare`` then skips the ``mkdir`` and the limit
+    writes of each hierarchy (~0.4 ms). A cgroup made ahead is empty until its run's
+    first process joins it, and its OOM record counts from its making: nothing of
+    another run is in it. The spares left at exit are removed then.
+    """
+
+    #: Limits a spare is kept for; more: the oldest goes.
+    KEPT = 4
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ready: dict[object, CgroupRun] = {}
+        self._at_exit = False
+
+    @staticmethod
+    def _key(tree: CgroupTree, limits: ResourceLimits) -> object:
+        return (tree.version, tree.memory_parent, tree.pids_parent, limits)
+
+    def take(self, tree: CgroupTree, limits: ResourceLimits) -> CgroupRun:
+        """A fresh run cgroup of ``limits`` (as :meth:`CgroupTree.create`): the spare
+        when one is ready and still there. Raises OSError."""
+        with self._lock:
+            run = self._ready.pop(self._key(tree, limits), None)
+        if run is not None and all(folder.is_dir() for folder in run.dirs):
+            return run
+        if run is not None:
+            run.cleanup()
+        return tree.create(limits)
+
+    def make_ahead(self, tree: CgroupTree, limits: ResourceLimits) -> None:
+        """Make the spare of ``limits`` unless one is ready (blocking: a worker's)."""
+        key = self._key(tree, limits)
+        with self._lock:
+            if key in self._ready:
+                return
+        try:
+            run = tree.create(limits)
+        except OSError:
+            return  # the run that needs one makes its own (and says why)
+        extra: list[CgroupRun] = [run]
+        with self._lock:
+            if key not in self._ready:
+                if len(self._ready) >= self.KEPT:
+                    extra[0] = self._ready.pop(next(iter(self._ready)))
+                else:
+                    extra.clear()
+                self._ready[key] = run
+            if not self._at_exit:
+                atexit.register(self.close)
+                self._at_exit = True
+        for left in extra:
+            left.cleanup()
+
+    def close(self) -> None:
+        """Remove every spare (at exit; tests)."""
+        with self._lock:
+            ready, self._ready = self._ready, {}
+        for run in ready.values():
+            run.cleanup()
+
+
+#: The spare run cgroups of this process's runs.
+SPARES = SpareRuns()
 
 
 _STALE: set[Path] = set()

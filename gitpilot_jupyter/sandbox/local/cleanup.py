@@ -215,6 +215,61 @@ def make_run_dir() -> str:
     return path
 
 
+class SpareRunDirs:
+    """Run folders made ahead (:func:`make_run_dir`), at most one per temp dir: made off
+    every run's path (by the namespace-free engine's ``make_ahead``, after a run's
+    answer or a warm slot's start) and taken by the next cold run, which then skips
+    the ``mkdir`` and the owner mark (0.3-0.6 ms). A spare is an empty 0700 folder of
+    this server's, as a new one is; spares left at exit are removed then (a killed
+    server's go with its other folders, :func:`remove_orphaned_run_dirs`).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ready: dict[str, str] = {}
+        self._at_exit = False
+
+    def take(self) -> str:
+        """A fresh run folder: the spare of the temp dir when one is there, else new."""
+        base = tempfile.gettempdir()
+        with self._lock:
+            path = self._ready.pop(base, None)
+        if path is not None and os.path.isdir(path):
+            return path
+        return make_run_dir()
+
+    def make_ahead(self) -> None:
+        """Make the temp dir's spare unless one is ready (blocking: a worker's)."""
+        base = tempfile.gettempdir()
+        with self._lock:
+            if base in self._ready:
+                return
+        try:
+            path = make_run_dir()
+        except OSError:
+            return  # the run makes its own (and says why)
+        with self._lock:
+            made = base not in self._ready
+            if made:
+                self._ready[base] = path
+            if not self._at_exit:
+                atexit.register(self.close)
+                self._at_exit = True
+        if not made:
+            remove_tree(path)
+
+    def close(self) -> None:
+        """Remove every spare (at exit; tests)."""
+        with self._lock:
+            ready, self._ready = self._ready, {}
+        for path in ready.values():
+            remove_tree(path)
+
+
+#: The spare run folders of this process's runs.
+SPARE_DIRS = SpareRunDirs()
+
+
 def _pid_namespace() -> str:
     try:
         return os.readlink("/proc/self/ns/pid")

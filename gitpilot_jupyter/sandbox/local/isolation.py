@@ -68,6 +68,10 @@ class Launch:
     def cleanup(self) -> None:
         """Release what the launch set up (cgroups, ...). Safe to call twice."""
 
+    def make_ahead(self) -> None:
+        """Make now what the next launch like this one takes ready-made (off every
+        run's path: after a run's answer, or once a warm slot started). Once; no-op here."""
+
     def memory_exceeded(self) -> bool:
         """True when the run was killed for going over its memory limit."""
         return False

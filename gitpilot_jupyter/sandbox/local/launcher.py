@@ -10,7 +10,8 @@ rlimits, the uid, the seccomp filter) and, by ``SCM_RIGHTS``, its fds: the run's
 reply socket, stdin, stdout, stderr, its Landlock ruleset and its cgroup join files.
 
 The child of this process, in this order: its stdio, its folder, a session of its
-own (``setsid``), the run cgroup (a write of ``0`` to each join file), then
+own (``setsid``: a ready child, below, makes it while it waits), the run cgroup (a
+write of ``0`` to each join file), then
 :meth:`.wall.Wall.apply` (rlimits, the id drop, no_new_privs, Landlock, seccomp),
 every other fd closed, ``execve``. Any step that fails ends the child before exec and
 the run is refused with that step's error, as the ``preexec_fn`` path does. On the
@@ -98,14 +99,22 @@ def _close(fds: Sequence[int]) -> None:
 
 
 def _child(
-    request: dict[str, Any], fds: Sequence[int], wall: Any, report: int, max_fd: int
+    request: dict[str, Any],
+    fds: Sequence[int],
+    wall: Any,
+    report: int,
+    max_fd: int,
+    *,
+    in_session: bool = False,
 ) -> None:
-    """The run's process from fork to exec (never returns)."""
+    """The run's process from fork to exec (never returns); ``in_session``: it made its
+    session already (a ready child, while it waited)."""
     _, stdin, stdout, stderr, _ = fds[:REQUEST_FDS]
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
     os.chdir(request["cwd"])
-    os.setsid()
+    if not in_session:
+        os.setsid()
     # What CPython's subprocess restores: Python ignores these, an exec keeps that.
     for number in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(number, signal.SIG_DFL)
@@ -189,6 +198,10 @@ class Launcher:
         libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != launcher:
             return  # the launcher is gone already
+        # The run's session, made now: with autogroup scheduling a new session is a new
+        # task group (0.02 ms at the median, 1.3 ms at the 90th percentile here), which
+        # a run would otherwise wait for.
+        os.setsid()
         _rehearse()
         low, high = sorted((sock, taken))
         os.closerange(3, low)  # nothing of the launcher's (nor of other runs) is kept
@@ -202,7 +215,7 @@ class Launcher:
         report = fds[0]  # the server's: a failure's reason, else its end at exec
         try:
             wall = Wall(fds[4], bpf=request["bpf"], rlimits=request["rlimits"], ids=request["ids"])
-            _child(request, fds, wall, report, self.max_fd)
+            _child(request, fds, wall, report, self.max_fd, in_session=True)
         except BaseException as exc:  # every failure refuses the run
             with contextlib.suppress(BaseException):
                 os.write(report, str(exc).encode(errors="replace")[:4096])

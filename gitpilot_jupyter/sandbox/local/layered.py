@@ -27,6 +27,7 @@ from ..inputs import StagedInput
 from ..records import IsolationGap, IsolationReport
 from . import blockednets, cgroups, enginereport, landlock, namespaces, nsfree, subids
 from .chainsteps import launch_tools, stage_steps
+from .cleanup import SPARE_DIRS
 from .confine import View, jupyter_dirs, needed_paths, plan_view
 from .enginereport import LINUX, Engine, cgroup_fix, disabled, own_uids
 from .inputs import move_inputs
@@ -407,7 +408,7 @@ class LayeredIsolator(Isolator):
             if tree is not None:
                 cgroups.remove_stale()
                 with contextlib.suppress(OSError):
-                    run = tree.create(limits)
+                    run = cgroups.SPARES.take(tree, limits)
             covered = tree.layers() if run is not None and tree is not None else []
             rlimits = plan_rlimits(
                 limits,
@@ -434,9 +435,7 @@ class LayeredIsolator(Isolator):
             layers += covered + rlimits.layers
             if open_network:
                 layers.append(HOST_NETWORK_LAYER)
-            ahead = functools.partial(
-                nsfree.SPARES.make_ahead, rules, deny_tcp=not allow_network, scoped=True
-            )
+            ahead = functools.partial(_make_ahead, rules, allow_network, tree, limits)
             return WalledLaunch(list(argv), layers, rlimits, run, wall, run_uid, ahead)
         except BaseException:
             if wall is not None:
@@ -510,6 +509,21 @@ class LayeredIsolator(Isolator):
             choice=self.choice,
             choice_error=self.choice_error,
         )
+
+
+def _make_ahead(
+    rules: landlock.FsRules,
+    allow_network: bool,
+    tree: cgroups.CgroupTree | None,
+    limits: ResourceLimits,
+) -> None:
+    """Make what the next namespace-free run like this one takes ready-made: its ruleset
+    with every rule but its folder's (:data:`.nsfree.SPARES`), its cgroup
+    (:data:`.cgroups.SPARES`) and its folder (:data:`.cleanup.SPARE_DIRS`)."""
+    nsfree.SPARES.make_ahead(rules, deny_tcp=not allow_network, scoped=True)
+    if tree is not None:
+        cgroups.SPARES.make_ahead(tree, limits)
+    SPARE_DIRS.make_ahead()
 
 
 #: The layer ``off`` names when its run is in a cgroup of its own (it limits nothing).

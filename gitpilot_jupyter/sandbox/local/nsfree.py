@@ -181,24 +181,42 @@ def _rules_now(
     )
 
 
+#: What :func:`_identity` looks at for a set of rules, by (rules, how many folders were
+#: split then): the split folders holding some of its paths, and its other paths.
+_PROBES: dict[tuple[landlock.FsRules, int], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _probes(rules: landlock.FsRules) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    key = (rules, len(_SPLIT))  # (_SPLIT only grows)
+    found = _PROBES.get(key)  # one read: worker threads call this too
+    if found is None:
+        folders: dict[str, None] = {}
+        paths: list[str] = []
+        for path in (*rules.execute, *rules.read, *rules.devices):
+            parent = os.path.dirname(path)
+            if parent in _SPLIT:
+                folders[parent] = None
+            else:
+                paths.append(path)
+        if len(_PROBES) >= _ALLOWED_KEPT:
+            _PROBES.clear()
+        found = _PROBES[key] = (tuple(folders), tuple(paths))
+    return found
+
+
 def _identity(rules: landlock.FsRules) -> tuple[object, ...]:
     """Which folder or file each path of ``rules`` is now (device, inode; None: gone).
 
     An entry of a folder :func:`allowed_under` split (~140 of ``/etc``) is named by
     that folder's state instead (device, inode, mtime: an entry made, removed,
     renamed or replaced in it, an atomic save, changes the folder's mtime): one
-    ``stat`` for all of them, where one each took most of a run's ``prepare``.
+    ``stat`` for all of them, where one each took most of a run's ``prepare``. Which
+    paths are such entries is worked out once per set of rules (:func:`_probes`: the
+    ~170 ``dirname`` calls were most of the 0.15 ms this took on a run's path).
     """
-    seen: list[object] = []
-    folders: dict[str, object] = {}
-    for path in (*rules.execute, *rules.read, *rules.devices):
-        parent = os.path.dirname(path)
-        if parent in _SPLIT:
-            state = folders.get(parent)
-            if state is None:
-                state = folders[parent] = ("in", parent, _folder_state(parent))
-            seen.append(state)
-            continue
+    folders, paths = _probes(rules)
+    seen: list[object] = [("in", folder, _folder_state(folder)) for folder in folders]
+    for path in paths:
         try:
             info = os.stat(path)
         except OSError:
@@ -274,7 +292,9 @@ class _Spares:
     ~2-3 ms of Python per run). A run takes the spare of its wall, adds its own
     folder (one rule) and uses it once; its cleanup, after its answer (in the
     backend's worker thread), builds the next (:meth:`make_ahead`): nothing of it
-    competes with a run's start for the GIL or a core. A spare is used only while
+    competes with a run's start for the GIL or a core. A warm slot's start takes one
+    too and builds the next at once (in its worker): else a cold run beside a pool
+    found none. A spare is used only while
     every path of it is still the folder or file it opened (one ``stat`` each), as a
     ruleset built now would be; otherwise the run builds its own.
     """

@@ -118,9 +118,11 @@ async def _exited(proc: Child) -> None:
 
     ``proc.wait()`` also waits for the pipes to close, which a background process
     that kept them open may never do; its exit status is polled beside it. (A warm
-    slot's chain is watched through a pidfd, which the pipes do not hold up.)
+    slot's chain is watched through a pidfd, and a launcher's run by the launcher's
+    report, which the pipes do not hold up: awaited directly, a few turns of the loop
+    sooner.)
     """
-    if isinstance(proc, WarmChild):
+    if isinstance(proc, WarmChild | LaunchedRun):
         await proc.wait()
         return
     waiter = asyncio.ensure_future(proc.wait())
