@@ -173,8 +173,10 @@ def describe_plan(plan: ExecutionPlan) -> list[str]:
     """The lines that tell a model (and the human it relays to) what the plan would run."""
     network = "on" if plan.spec.network else "off"
     lines = [
-        f"Plan: {plan.goal} · backend {plan.spec.backend} · "
-        f"timeout {plan.spec.timeout_sec} s · network {network}",
+        (
+            f"Plan: {plan.goal} · backend {plan.spec.backend} · "
+            f"timeout {plan.spec.timeout_sec} s · network {network}"
+        ),
     ]
     for warning in plan.warnings:
         lines.append(f"Warning ({warning['severity']}): {warning['label']}: {warning['detail']}")
@@ -250,16 +252,20 @@ def render_status(status: Status, *, mode: str, where: str) -> str:
     settings = status.get("settings") or {}
     languages = status.get("languages") or {}
     lines = [
-        f"Sandbox: {backend_label(str(status.get('backend')))} "
-        f"({'ok' if status.get('ok') else 'NOT OK'})",
+        (
+            f"Sandbox: {backend_label(str(status.get('backend')))} "
+            f"({'ok' if status.get('ok') else 'NOT OK'})"
+        ),
         f"Agent approval mode: {mode}",
         f"Connected to: {where}",
         f"Server requires approval tokens: {str(bool(status.get('require_approval'))).lower()}",
         f"Isolation: {', '.join(status.get('isolation') or []) or 'none'}",
         "Interpreters: "
         + ", ".join(f"{k} {'yes' if v else 'missing'}" for k, v in languages.items()),
-        f"Network: {'allowed' if settings.get('allow_network') else 'off'} · "
-        f"default timeout {settings.get('timeout_sec')} s",
+        (
+            f"Network: {'allowed' if settings.get('allow_network') else 'off'} · "
+            f"default timeout {settings.get('timeout_sec')} s"
+        ),
     ]
     if status.get("env_override"):
         lines.append(f"Env override: {status['env_override']}")

@@ -100,9 +100,12 @@ def plan_html(plan: ExecutionPlan) -> str:
     spec = plan.spec
     rows = [
         f"<b>{e(plan.goal)}</b> <code>{e(plan.plan_id)}</code>",
-        f"source <b>{e(plan.source)}</b> · "
-        f"language <b>{e(spec.language)}</b> · backend <b>{e(spec.backend)}</b> · "
-        f"timeout <b>{spec.timeout_sec} s</b> · network <b>{'on' if spec.network else 'off'}</b>",
+        (
+            f"source <b>{e(plan.source)}</b> · "
+            f"language <b>{e(spec.language)}</b> · backend <b>{e(spec.backend)}</b> · "
+            f"timeout <b>{spec.timeout_sec} s</b> · "
+            f"network <b>{'on' if spec.network else 'off'}</b>"
+        ),
     ]
     # A failed check is bold as well as crossed: neither relies on colour alone.
     rows.append(

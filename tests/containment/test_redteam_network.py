@@ -110,9 +110,9 @@ def test_1_an_address_the_host_gains_after_the_slot_started_is_blocked(world: Wo
         )
         subprocess.run(
             ["ip", "netns", "exec", world.host_ns, sys.executable, "-c",
-             f"import socket, time\nfor _ in range(100):\n    try:\n"
+             (f"import socket, time\nfor _ in range(100):\n    try:\n"
              f"        socket.create_connection(({new_addr!r}, 5433)).close(); break\n"
-             f"    except OSError: time.sleep(0.05)"],
+             f"    except OSError: time.sleep(0.05)")],
             check=True,
         )  # fmt: skip
         server.stdin.write("go\n")

@@ -50,12 +50,14 @@ CASES: dict[str, tuple[str, str | None]] = {
     "SystemExit(None)": ("import sys\nprint('x')\nsys.exit()", None),
     "KeyboardInterrupt": ("print('going')\nraise KeyboardInterrupt", None),
     "argv, file, name, path": (
-        "import sys, os\n"
-        "print(sys.argv, sys.orig_argv[1:], __file__, __name__, sys.path)\n"
-        "print(__doc__, __package__, __spec__, type(__loader__).__name__, __cached__)\n"
-        "print(type(__builtins__), __builtins__ is __import__('builtins'))\n"
-        "print(sorted(globals()), sys.flags)\n"
-        "print(oct(os.stat(__file__).st_mode), os.stat(__file__).st_uid)",
+        (
+            "import sys, os\n"
+            "print(sys.argv, sys.orig_argv[1:], __file__, __name__, sys.path)\n"
+            "print(__doc__, __package__, __spec__, type(__loader__).__name__, __cached__)\n"
+            "print(type(__builtins__), __builtins__ is __import__('builtins'))\n"
+            "print(sorted(globals()), sys.flags)\n"
+            "print(oct(os.stat(__file__).st_mode), os.stat(__file__).st_uid)"
+        ),
         None,
     ),
     "coding latin-1": ("# -*- coding: latin-1 -*-\ns = 'caf\u00e9'\nprint(len(s), ascii(s))", None),
@@ -71,38 +73,46 @@ CASES: dict[str, tuple[str, str | None]] = {
         None,
     ),
     "finalizers at exit": (
-        "class Bye:\n"
-        "    def __init__(self, name):\n        self.name = name\n"
-        "    def __del__(self):\n        print('bye', self.name)\n"
-        "held = Bye('global')\n"
-        "cycle = Bye('cycle')\ncycle.me = cycle\ndel cycle\n"
-        "print('main')",
+        (
+            "class Bye:\n"
+            "    def __init__(self, name):\n        self.name = name\n"
+            "    def __del__(self):\n        print('bye', self.name)\n"
+            "held = Bye('global')\n"
+            "cycle = Bye('cycle')\ncycle.me = cycle\ndel cycle\n"
+            "print('main')"
+        ),
         None,
     ),
     "syntax error": ("print('never')\nx = (1,\nprint(x", None),
     "indentation error": ("if True:\nprint('x')", None),
     "what it sees": (
-        "import os, sys\n"
-        "print(sorted(os.listdir('.')), os.listdir('/tmp'))\n"
-        "print(sorted(os.listdir('/proc/self/fd')), os.readlink('/proc/self/fd/0'))\n"
-        "print(sorted(k for k in os.environ), os.environ.get('PYTHONPATH'))\n"
-        "print(sorted(sys.modules))\n"
-        "print(sorted(sys.path_importer_cache))",
+        (
+            "import os, sys\n"
+            "print(sorted(os.listdir('.')), os.listdir('/tmp'))\n"
+            "print(sorted(os.listdir('/proc/self/fd')), os.readlink('/proc/self/fd/0'))\n"
+            "print(sorted(k for k in os.environ), os.environ.get('PYTHONPATH'))\n"
+            "print(sorted(sys.modules))\n"
+            "print(sorted(sys.path_importer_cache))"
+        ),
         None,
     ),
     "stack and warnings": (
-        "import traceback, warnings, sys\n"
-        "traceback.print_stack()\n"
-        "warnings.warn('past the top', stacklevel=2)\n"
-        "print(sys._getframe().f_back)",
+        (
+            "import traceback, warnings, sys\n"
+            "traceback.print_stack()\n"
+            "warnings.warn('past the top', stacklevel=2)\n"
+            "print(sys._getframe().f_back)"
+        ),
         None,
     ),
     "recursion depth": (
-        "import sys\n"
-        "def down(n):\n"
-        "    try:\n        return down(n + 1)\n"
-        "    except RecursionError:\n        return n\n"
-        "print(down(1))",
+        (
+            "import sys\n"
+            "def down(n):\n"
+            "    try:\n        return down(n + 1)\n"
+            "    except RecursionError:\n        return n\n"
+            "print(down(1))"
+        ),
         None,
     ),
 }

@@ -267,8 +267,10 @@ def test_hostile_outputs_are_dropped_with_a_note_and_stdout_stays(engine: str) -
         "1 display output dropped: larger than 8 MB (max_display_item_mb)",
         "1 display output dropped: image/png is not valid base64",
         "1 display output dropped: no allowed MIME type (it had: application/javascript)",
-        "1 display output dropped: no allowed MIME type "
-        "(it had: application/vnd.jupyter.widget-view+json)",
+        (
+            "1 display output dropped: no allowed MIME type "
+            "(it had: application/vnd.jupyter.widget-view+json)"
+        ),
         "9501 display outputs dropped: a run keeps at most 500 (max_display_outputs)",
         "application/javascript left out of a display output: not an allowed type",
     ]

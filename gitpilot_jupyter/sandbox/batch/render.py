@@ -51,8 +51,10 @@ def item_text(batch: BatchPlan, item_id: str) -> str:
     """One item opened: its plan and its code."""
     plan = batch.item(item_id)
     lines = [
-        f"Item {item_id}: {plan.spec.language} · timeout {plan.spec.timeout_sec} s · "
-        f"network {'on' if plan.spec.network else 'off'} · digest {plan.digest}",
+        (
+            f"Item {item_id}: {plan.spec.language} · timeout {plan.spec.timeout_sec} s · "
+            f"network {'on' if plan.spec.network else 'off'} · digest {plan.digest}"
+        ),
     ]
     if plan.file:
         lines.append(f"  file {plan.file}")

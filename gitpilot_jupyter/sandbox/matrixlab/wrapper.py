@@ -74,16 +74,22 @@ def wrapped_command(argv: list[str], timeout_sec: int, marker: str, *, stdin: st
     interpreter = shlex.quote(argv[0])
     return "\n".join(
         [
-            "command -v timeout >/dev/null || "
-            "{ echo 'gitpilot: this image has no timeout command (coreutils)' >&2; exit 126; }",
-            f"command -v {interpreter} >/dev/null || "
-            f"{{ echo {shlex.quote(f'{MISSING_MARK} {argv[0]}')} >&2; exit 127; }}",
+            (
+                "command -v timeout >/dev/null || "
+                "{ echo 'gitpilot: this image has no timeout command (coreutils)' >&2; exit 126; }"
+            ),
+            (
+                f"command -v {interpreter} >/dev/null || "
+                f"{{ echo {shlex.quote(f'{MISSING_MARK} {argv[0]}')} >&2; exit 127; }}"
+            ),
             OOM_COUNTER,
             f"__gp_oom; __gp_o0=$__gp_n; __gp_t0={now}; __gp_rc=0",
             f"{{ {run} || __gp_rc=$?; }}{redirect} 4>&2 2>/dev/null",
             f"__gp_t1={now}; __gp_oom",
-            f'printf \'\\n%s %d %d %d\\n\' {marker} "$__gp_rc" "$((__gp_t1 - __gp_t0))" '
-            '"$((__gp_n - __gp_o0))" >&2',
+            (
+                f'printf \'\\n%s %d %d %d\\n\' {marker} "$__gp_rc" "$((__gp_t1 - __gp_t0))" '
+                '"$((__gp_n - __gp_o0))" >&2'
+            ),
             'exit "$__gp_rc"',
         ]
     )
