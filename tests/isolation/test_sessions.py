@@ -667,3 +667,28 @@ def test_a_cells_displays_are_checked_as_a_runs_and_come_back_in_its_outputs(
         ]
 
     with_sessions(bwrap, body)
+
+
+def test_a_cells_display_past_its_cap_is_dropped_with_the_note(bwrap: SubprocessSandbox) -> None:
+    big = dataclasses.replace(LIMITS, memory_mb=768, display=DisplayCaps(item_mb=8))
+
+    async def body(manager: SessionManager) -> None:
+        await manager.start("nb", owner=None, request=start_request(limits=big))
+        # 100 MB of (valid) base64 PNG text, then a small display the cell still shows.
+        over = await manager.run_cell(
+            cell(
+                "nb",
+                "from IPython.display import display\n"
+                "display({'image/png': 'A' * (100 * 2**20)}, raw=True)\n"
+                "display({'text/plain': 'small'}, raw=True)",
+                timeout_sec=60,
+            ),
+            user=None,
+        )
+        assert over.result.exit_code == 0 and not over.lost, over.result.stderr
+        assert [item["data"] for item in over.result.outputs] == [{"text/plain": "small"}]
+        assert over.result.notes == [
+            "1 display output dropped: larger than 8 MB (max_display_item_mb)"
+        ]
+
+    with_sessions(bwrap, body)

@@ -33,6 +33,7 @@ from ..errors import SandboxError
 from ..output import CappedText
 from ..results import MEMORY_EXCEEDED, RunResult, new_run_id
 from ..rich import DISPLAY_STREAM, DisplayOutputs, encode_display
+from ..rich.bundles import MIB
 from .boot import NO_KERNEL_MARK, Connection, boot_code, new_connection, no_kernel
 from .outputs import frame_of
 
@@ -48,7 +49,8 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_SEC = 60.0
 #: How long an interrupted cell may take to stop before its session is ended.
 INTERRUPT_GRACE_SEC = 5.0
-#: The largest message the server takes from a kernel (a longer one drops its connection).
+#: The largest message the server takes from a kernel (a longer one drops its connection),
+#: at least twice the session's display cap.
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 #: The run's file name (the kernel's process is the one whose last argument it is).
 BOOT_FILE = "inline.py"
@@ -132,7 +134,7 @@ class KernelSession:
         boot = dataclasses.replace(
             request,
             language="python",
-            code=boot_code(connection),
+            code=boot_code(connection, request.limits.display.item_mb * MIB),
             stdin=None,
             file=None,
             filename=None,
@@ -150,7 +152,8 @@ class KernelSession:
                     f"the session's kernel did not start: {tail.strip()[-2000:] or 'no output'}",
                     code="session_failed",
                 )
-            client = _client(connection.for_server(pid, process.workdir))
+            max_message = max(MAX_MESSAGE_BYTES, 2 * request.limits.display.item_mb * MIB)
+            client = _client(connection.for_server(pid, process.workdir), max_message)
             try:
                 await asyncio.wait_for(client.wait_for_ready(), START_TIMEOUT_SEC)
             except BaseException:
@@ -367,13 +370,13 @@ async def _kernel_pid(process: LongLived, connection: Connection, interpreter: s
     return None
 
 
-def _client(info: dict[str, Any]) -> AsyncKernelClient:
+def _client(info: dict[str, Any], max_message: int) -> AsyncKernelClient:
     import zmq
     import zmq.asyncio
     from jupyter_client.asynchronous.client import AsyncKernelClient
 
     context = zmq.asyncio.Context()
-    context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+    context.setsockopt(zmq.MAXMSGSIZE, max_message)
     client = AsyncKernelClient(context=context)
     client.load_connection_info(info)  # type: ignore[arg-type]
     client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=True)

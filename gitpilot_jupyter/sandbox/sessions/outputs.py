@@ -13,11 +13,16 @@ import json
 from typing import Any
 
 from ..rich.wire import Frame
+from .boot import TOO_BIG_KEY
 
 
 def frame_of(content: dict[str, Any], max_payload: int) -> Frame:
     """The frame of a ``display_data`` / ``execute_result`` content: its bundle
-    (``data`` and ``metadata``) as JSON; past ``max_payload`` bytes, only its size."""
+    (``data`` and ``metadata``) as JSON; past ``max_payload`` bytes (or sent as its size
+    only by the kernel's bootstrap), only its size."""
+    size = content.get(TOO_BIG_KEY)
+    if isinstance(size, int):
+        return Frame(max(size, max_payload + 1), None)
     bundle = {"data": content.get("data"), "metadata": content.get("metadata")}
     try:
         payload = json.dumps(bundle).encode("ascii")  # (a lone surrogate: an escape)
