@@ -692,3 +692,21 @@ def test_a_cells_display_past_its_cap_is_dropped_with_the_note(bwrap: Subprocess
         ]
 
     with_sessions(bwrap, body)
+
+
+def test_a_sessions_display_count_cap_holds_per_cell(bwrap: SubprocessSandbox) -> None:
+    few = dataclasses.replace(LIMITS, display=DisplayCaps(outputs=3))
+
+    async def body(manager: SessionManager) -> None:
+        await manager.start("nb", owner=None, request=start_request(limits=few))
+        code = "for n in range(5):\n    display(n)"
+        for _ in range(2):  # the next cell has its own count
+            shown = await manager.run_cell(cell("nb", code), user=None)
+            assert [item["data"] for item in shown.result.outputs] == [
+                {"text/plain": str(n)} for n in range(3)
+            ]
+            assert shown.result.notes == [
+                "2 display outputs dropped: a run keeps at most 3 (max_display_outputs)"
+            ]
+
+    with_sessions(bwrap, body)
