@@ -28,6 +28,8 @@ PORTS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "
 SESSION_ENGINES = ("bwrap",)
 #: The first words of the line a bootstrap without ipykernel writes.
 NO_KERNEL_MARK = "gitpilot-session: no ipykernel:"
+#: The content key of a display the kernel did not send, past the cap: its size only.
+TOO_BIG_KEY = "gitpilot_display_size"
 _BOOT = Path(__file__).with_name("kernel_boot.py")
 
 
@@ -70,11 +72,16 @@ def new_connection() -> Connection:
     return Connection(key=secrets.token_hex(32))
 
 
-def boot_code(connection: Connection) -> str:
-    """The session run's code: the connection in front of :mod:`.kernel_boot`."""
+def boot_code(connection: Connection, max_display_bytes: int) -> str:
+    """The session run's code: the connection and the display cap (one display's bytes)
+    in front of :mod:`.kernel_boot`."""
     info = {**connection.for_kernel(), "file": CONNECTION_FILE}
-    # Strings and numbers only: its repr is a Python literal.
-    return f"CONNECTION = {info!r}\nNO_KERNEL_MARK = {NO_KERNEL_MARK!r}\n{_boot_source()}"
+    # Strings and numbers only: their repr is a Python literal.
+    return (
+        f"CONNECTION = {info!r}\nNO_KERNEL_MARK = {NO_KERNEL_MARK!r}\n"
+        f"MAX_DISPLAY_BYTES = {max_display_bytes!r}\nTOO_BIG_KEY = {TOO_BIG_KEY!r}\n"
+        f"{_boot_source()}"
+    )
 
 
 def engine_refusal(engine: str) -> SessionUnavailable | None:

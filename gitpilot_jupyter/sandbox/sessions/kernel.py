@@ -5,11 +5,13 @@ long-lived launch (:meth:`.local.backends.SubprocessSandbox.start_long_lived`: t
 run's engine, launch plan, cgroup and rlimits, which hold for the whole session),
 finds the kernel's process, and connects a ``jupyter_client`` to its ``ipc``
 sockets (:mod:`.boot`). :meth:`KernelSession.run_cell` sends one cell and answers
-the run envelope: stream output as ``on_output("stdout"/"stderr", text)``, rich
-outputs as ``on_output("display", json)``. A cell over its timeout (or stopped) is
-interrupted; one that does not stop within :data:`INTERRUPT_GRACE_SEC` ends the
-session, which the result then reports lost. Everything the kernel sends is its
-code's: checked and capped, never trusted.
+the run envelope: stream output as ``on_output("stdout"/"stderr", text)``; rich
+outputs (``display_data``, ``execute_result``) checked as a run's display frames are
+(:class:`..rich.DisplayOutputs`, the session's caps per cell), streamed as
+``on_output(DISPLAY_STREAM, encode_display(item))`` and kept in ``result.outputs``.
+A cell over its timeout (or stopped) is interrupted; one that does not stop within
+:data:`INTERRUPT_GRACE_SEC` ends the session, which the result then reports lost.
+Everything the kernel sends is its code's: checked and capped, never trusted.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import re
@@ -31,8 +32,10 @@ from ..backend import OutputCallback, RunRequest
 from ..errors import SandboxError
 from ..output import CappedText
 from ..results import MEMORY_EXCEEDED, RunResult, new_run_id
+from ..rich import DISPLAY_STREAM, DisplayOutputs, encode_display
+from ..rich.bundles import MIB
 from .boot import NO_KERNEL_MARK, Connection, boot_code, new_connection, no_kernel
-from .outputs import DISPLAY_STREAM, CellOutputs
+from .outputs import frame_of
 
 if TYPE_CHECKING:
     from jupyter_client.asynchronous.client import AsyncKernelClient
@@ -46,7 +49,8 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_SEC = 60.0
 #: How long an interrupted cell may take to stop before its session is ended.
 INTERRUPT_GRACE_SEC = 5.0
-#: The largest message the server takes from a kernel (a longer one drops its connection).
+#: The largest message the server takes from a kernel (a longer one drops its connection),
+#: at least twice the session's display cap.
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 #: The run's file name (the kernel's process is the one whose last argument it is).
 BOOT_FILE = "inline.py"
@@ -63,21 +67,26 @@ def session_command(name: str) -> list[str]:
 
 @dataclass
 class CellOutcome:
-    """What one cell gave: its run envelope, its rich outputs (the contract's items;
-    ``RunResult.outputs`` once the rich core is on main), and whether the session was lost."""
+    """What one cell gave: its run envelope (its rich outputs in ``result.outputs``), and
+    whether the session was lost."""
 
     result: RunResult
-    outputs: list[dict[str, Any]] = field(default_factory=list)
     lost: bool = False
+
+    @property
+    def outputs(self) -> list[dict[str, Any]]:
+        """The cell's rich outputs, in order (``result.outputs``)."""
+        return self.result.outputs
 
 
 @dataclass
 class _Cell:
     out: CappedText
     err: CappedText
-    outputs: CellOutputs
+    outputs: DisplayOutputs
     on_output: OutputCallback | None
     failed: bool = False
+    notes: list[str] = field(default_factory=list)
 
     async def write(self, sink: CappedText, name: str, text: str) -> None:
         kept = sink.feed(text.encode("utf-8", errors="replace"))
@@ -125,7 +134,7 @@ class KernelSession:
         boot = dataclasses.replace(
             request,
             language="python",
-            code=boot_code(connection),
+            code=boot_code(connection, request.limits.display.item_mb * MIB),
             stdin=None,
             file=None,
             filename=None,
@@ -143,7 +152,8 @@ class KernelSession:
                     f"the session's kernel did not start: {tail.strip()[-2000:] or 'no output'}",
                     code="session_failed",
                 )
-            client = _client(connection.for_server(pid, process.workdir))
+            max_message = max(MAX_MESSAGE_BYTES, 2 * request.limits.display.item_mb * MIB)
+            client = _client(connection.for_server(pid, process.workdir), max_message)
             try:
                 await asyncio.wait_for(client.wait_for_ready(), START_TIMEOUT_SEC)
             except BaseException:
@@ -201,7 +211,10 @@ class KernelSession:
             isolation=list(self.process.layers),
         )
         cell = _Cell(
-            CappedText(max_output_bytes), CappedText(max_output_bytes), CellOutputs(), on_output
+            CappedText(max_output_bytes),
+            CappedText(max_output_bytes),
+            DisplayOutputs(self.request.limits.display),  # a run's caps, per cell
+            on_output,
         )
         outcome = CellOutcome(result)
         # One cell at a time: nothing is queued behind it for an error to abort.
@@ -254,8 +267,8 @@ class KernelSession:
                 await on_output(name, tail)
         result.stdout, result.stderr = cell.out.text, cell.err.text
         result.truncated = cell.out.truncated or cell.err.truncated
-        result.notes += cell.outputs.notes
-        outcome.outputs = cell.outputs.items
+        result.notes += cell.notes + cell.outputs.notes()
+        result.outputs = cell.outputs.items
         result.duration_ms = int((time.monotonic() - started) * 1000)
         return outcome
 
@@ -289,7 +302,7 @@ class KernelSession:
                     content = msg.get("content")
                     if isinstance(content, dict) and content.get("status") == "aborted":
                         cell.failed = True
-                        cell.outputs.notes.append("the kernel aborted this cell: it did not run")
+                        cell.notes.append("the kernel aborted this cell: it did not run")
                     return
 
     async def _handle(self, msg: dict[str, Any], cell: _Cell) -> bool:
@@ -303,9 +316,10 @@ class KernelSession:
                 sink = cell.err if name == "stderr" else cell.out
                 await cell.write(sink, "stderr" if name == "stderr" else "stdout", text)
         elif kind in ("display_data", "execute_result"):
-            item = cell.outputs.add(content, stdout_at=len(cell.out.text))
+            frame = frame_of(content, cell.outputs.max_payload)
+            item = cell.outputs.take(frame, stdout_at=len(cell.out.text))
             if item is not None and cell.on_output is not None:
-                await cell.on_output(DISPLAY_STREAM, json.dumps(item))
+                await cell.on_output(DISPLAY_STREAM, encode_display(item))
         elif kind == "error":
             cell.failed = True
             lines = content.get("traceback")
@@ -356,13 +370,13 @@ async def _kernel_pid(process: LongLived, connection: Connection, interpreter: s
     return None
 
 
-def _client(info: dict[str, Any]) -> AsyncKernelClient:
+def _client(info: dict[str, Any], max_message: int) -> AsyncKernelClient:
     import zmq
     import zmq.asyncio
     from jupyter_client.asynchronous.client import AsyncKernelClient
 
     context = zmq.asyncio.Context()
-    context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+    context.setsockopt(zmq.MAXMSGSIZE, max_message)
     client = AsyncKernelClient(context=context)
     client.load_connection_info(info)  # type: ignore[arg-type]
     client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=True)
