@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from .errors import SandboxError
 from .inputs import StagedInput
+from .outfiles import OutCaps
 from .output import DEFAULT_OUTPUT_CAP
 from .results import RunResult, new_run_id
 from .rich import DisplayCaps
@@ -62,6 +63,10 @@ class RunRequest:
     #: Set when someone stops the run: the backend kills it and answers ``cancelled=True``
     #: with the output so far. A backend that ignores it is cancelled by the service.
     stop: asyncio.Event | None = field(default=None, repr=False, compare=False)
+    #: Where the backend copies what the run leaves under ``out/`` (an empty 0700 folder
+    #: of the service's; None: nothing is collected), within ``out_caps``.
+    out_dir: Path | None = None
+    out_caps: OutCaps = field(default_factory=OutCaps)
 
     @property
     def named_after(self) -> str | Path | None:
@@ -88,6 +93,11 @@ class SandboxBackend(abc.ABC):
         Plans ask before anyone approves, and runs again before they start.
         """
         return None
+
+    def hands_back_files(self) -> bool:
+        """True when a run's ``out/`` files come back (copied into ``RunRequest.out_dir``,
+        listed in ``RunResult.files``); plans say whether they do."""
+        return False
 
     def display_command(self, language: str, file: str | None = None) -> list[str] | None:
         """The command plans and results show when the backend names it (None: the default).

@@ -93,6 +93,13 @@ class RunNotFound(SandboxError):
     status = 404
 
 
+class RunFileNotFound(SandboxError):
+    """No such file of that run's ``out/`` (unknown run or name, expired, or someone else's)."""
+
+    code = "run_file_not_found"
+    status = 404
+
+
 class PlanBlocked(SandboxError):
     """A blocked plan can never be approved."""
 

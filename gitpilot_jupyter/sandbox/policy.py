@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from .errors import InvalidRequest, InvalidSetting, PolicyViolation
 from .inputs import MAX_INPUT_BYTES, MAX_INPUT_FILES, InputCaps
 from .matrixlab.config import TOKEN_ENV as RUNNER_TOKEN_ENV
+from .outfiles import OutCaps
 from .output import DEFAULT_OUTPUT_CAP
 from .settings import ENV_VARS as SETTINGS_ENV_VARS
 from .settings import FIELD_NAMES, MAX_TIMEOUT_SEC, SandboxSettings
@@ -202,6 +203,8 @@ class SandboxPolicy:
     #: The caps on a run's inputs together (trait ``max_input_bytes``, ``max_input_files``).
     max_input_bytes: int = MAX_INPUT_BYTES
     max_input_files: int = MAX_INPUT_FILES
+    #: What a run may hand back from ``out/`` (traits ``max_out_files``, ``max_out_bytes``).
+    out_caps: OutCaps = field(default_factory=OutCaps)
 
     def __post_init__(self) -> None:
         for setting, names in (

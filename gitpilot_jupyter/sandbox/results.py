@@ -7,6 +7,8 @@ import secrets
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .outfiles import OutFile
+
 #: What a run's stderr ends with when the memory limit killed it, on every backend.
 MEMORY_EXCEEDED = "\n[sandbox] killed: memory limit exceeded\n"
 
@@ -51,6 +53,10 @@ class RunResult:
     #: ``{"output_type": "display_data", "data": {mime: value}, "metadata": {...},
     #: "stdout_at": N}``, ``N`` the characters of ``stdout`` before it.
     outputs: list[dict[str, Any]] = field(default_factory=list)
+    #: The files the run left under ``out/`` and handed back (name relative to ``out/``,
+    #: size, ``sha256:`` hex), in the order collected; what was left out is in ``notes``.
+    #: Their bytes: ``GET /api/sandbox/runs/{run_id}/files/{name}``, for the run's owner.
+    files: list[OutFile] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -60,7 +66,7 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         """The JSON envelope: every field, in order, its lists copied (``dataclasses.asdict``
         without its generic deep copy: each field is a string, a number, a bool, None or
-        a list of strings; the outputs, dicts, are copied whole)."""
+        a list of strings or of flat records; the outputs, dicts, are copied whole)."""
         envelope = {
             name: list(value) if isinstance(value, list) else value
             for name, value in zip(_FIELDS, map(self.__getattribute__, _FIELDS), strict=True)

@@ -22,6 +22,7 @@ from ..sandbox.local.isolation import ISOLATION_CHOICES, Isolator
 from ..sandbox.local.layered import default_isolator
 from ..sandbox.local.pool import POOL_ENV, POOL_MAX_ENV, PRESTART_ENV, PoolConfig
 from ..sandbox.matrixlab.config import RUNNER_MAX_WORKSPACE_MB, LifecycleConfig, check_workspace_mb
+from ..sandbox.outfiles import DEFAULT_MAX_OUT_BYTES, DEFAULT_MAX_OUT_FILES, OutCaps
 from ..sandbox.plans import APPROVAL_TTL_SEC, PlanStore
 from ..sandbox.policy import ENV_LISTS, SandboxPolicy, admin_names, env_list
 from ..sandbox.service import SandboxService
@@ -42,7 +43,7 @@ from ..sandbox.settings import (
     SettingsStore,
     allowed_backends_from_env,
 )
-from . import batch, handlers, matrixlab, run, schemas
+from . import batch, files, handlers, matrixlab, run, schemas
 from .agents import agent_handlers
 from .audit import make_audit_hook
 from .base import SERVICE_KEY
@@ -114,6 +115,16 @@ class SandboxApp(ExtensionApp):
         MAX_INPUT_FILES,
         help="The regular files a run's inputs may hold together, folders' files counted "
         f"(default {MAX_INPUT_FILES}); 0: no inputs. Plans show the cap.",
+    ).tag(config=True)
+    max_out_files = Int(
+        DEFAULT_MAX_OUT_FILES,
+        help="How many files of a run's out/ folder come back with its result (the rest "
+        "is left out, and the result says so). Each plan shows the caps.",
+    ).tag(config=True)
+    max_out_bytes = Int(
+        DEFAULT_MAX_OUT_BYTES,
+        help="How many bytes of a run's out/ folder come back, all files together; a file "
+        "past the cap is left out, and the result says so.",
     ).tag(config=True)
 
     # The server variables a run receives: the administrator's lists (policy.ENV_LISTS).
@@ -502,6 +513,7 @@ class SandboxApp(ExtensionApp):
                 allowed_vars=env_lists["env_passthrough"],
                 caller_vars=env_lists["env_allowlist"],
                 agent_vars=env_lists["agent_env_allowlist"],
+                out_caps=OutCaps(max(0, self.max_out_files), max(0, self.max_out_bytes)),
             ),
             plans=PlanStore(ttl_sec=self.plan_ttl_sec),
             require_approval=self.require_approval,
@@ -541,6 +553,7 @@ class SandboxApp(ExtensionApp):
                 (f"{API}/batch/plan", batch.BatchPlanHandler),
                 (f"{API}/batch/approve", batch.BatchApproveHandler),
                 (f"{API}/batch", batch.BatchRunHandler),
+                (f"{API}/runs/(?P<run_id>[^/]+)/files/(?P<name>.+)", files.RunFileHandler),
                 (f"{API}/runs/(?P<run_id>[^/]+)", run.RunCancelHandler),
                 (f"{API}/matrixlab/test", matrixlab.ConnectionTestHandler),
                 (f"{API}/matrixlab/lifecycle", matrixlab.LifecycleStatusHandler),

@@ -28,7 +28,7 @@ from ..languages import Interpreters, canonical_language, run_filename, snippet_
 from ..records import PoolReport
 from ..results import RunResult
 from ..rich import NONCE_ENV, new_nonce, python_command
-from . import nsfree, prestart
+from . import nsfree, outfiles, prestart
 from .cleanup import (
     SPARE_DIRS,
     AfterRuns,
@@ -248,6 +248,7 @@ class SubprocessSandbox(SandboxBackend):
             launch = self.isolator.prepare(
                 argv, workdir=workdir, allow_network=key.allow_network, limits=key.limits
             )
+            outfiles.make_out_dir(workdir)  # after prepare: owned as the run folder is
             if walled:
                 # The wall is up before the slot waits (it is the launch's preexec_fn).
                 nsfree.own_slot_files(workdir)
@@ -285,6 +286,11 @@ class SubprocessSandbox(SandboxBackend):
     @staticmethod
     def _default_isolator() -> Isolator:
         return default_isolator()
+
+    def hands_back_files(self) -> bool:
+        """True: every engine's run folder has an ``out/`` collected after the run
+        (:mod:`.outfiles`)."""
+        return True
 
     def display_command(self, language: str, file: str | None = None) -> list[str]:
         """The command plans and results show: a file run's file by its own name."""
@@ -368,6 +374,7 @@ class SubprocessSandbox(SandboxBackend):
                 if proc is not None:
                     feed = _feed_stdin(proc, request.stdin) if request.stdin is not None else None
                     await supervise(request, launch, proc, feed, result, on_output, nonce)
+                    await outfiles.hand_back(request, result, workdir)
             finally:
                 self._clean_up_later(launch, workdir)
         finally:
@@ -403,6 +410,7 @@ class SubprocessSandbox(SandboxBackend):
             supervised = True  # from here on supervise kills the tree however it ends
             nonce = slot.display_nonce
             await supervise(request, slot.launch, child, feed, result, on_output, nonce)
+            await outfiles.hand_back(request, result, slot.workdir)
         finally:
             if not supervised:
                 # Killed before the FIFO closes: a hand-over cut short never runs part of
@@ -473,6 +481,7 @@ class SubprocessSandbox(SandboxBackend):
                 limits=request.limits,
                 inputs=request.inputs,
             )
+            outfiles.make_out_dir(workdir)  # after prepare: owned as the run folder is
         except BaseException:
             remove_tree(workdir)
             raise

@@ -23,6 +23,7 @@ from ..languages import (
 )
 from ..local.namespaces import credential_paths
 from ..local.off import OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
+from ..outfiles import plan_check as out_check
 from ..plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id
 from ..policy import SandboxPolicy, destructive_label
 from ..records import Check, PlanWarning
@@ -193,6 +194,7 @@ class Planner:
         # bubblewrap binds the copies read-only; elsewhere the run could change its copy.
         bound = name == "subprocess" and self.resolver.subprocess.isolator.engine == "bwrap"
         checks += input_checks(spec.inputs, self._policy().input_caps, read_only=bound)
+        checks.append(out_check(name, self._policy().out_caps, collected=runner.hands_back_files()))
         lines = code.count("\n") + (0 if code.endswith("\n") else 1)
         goal = f"Run {file}" if file else f"Run a {lang} snippet ({lines} line{'s' * (lines != 1)})"
         return ExecutionPlan(

@@ -11,6 +11,7 @@ way it is linked to that plan in the plan store (:meth:`.plans.PlanStore.running
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import threading
@@ -31,8 +32,11 @@ from ..results import RunResult
 from ..settings import SettingsStore
 from ..spec import RunSpec
 from .capacity import Admission
+from .outstore import OutStore
 from .resolver import BackendResolver
 from .workflow import AuditHook
+
+log = logging.getLogger(__name__)
 
 #: A run id a caller may choose (so it can stop the run before the answer comes back).
 RUN_ID_PATTERN = re.compile(r"run_[0-9a-f]{16}")
@@ -124,6 +128,7 @@ def _request(spec: RunSpec, policy: SandboxPolicy) -> RunRequest:
         max_output_bytes=policy.max_output_bytes,
         limits=spec.limits,
         filename=spec.filename,
+        out_caps=policy.out_caps,
     )
 
 
@@ -149,8 +154,11 @@ class RunExecutor:
         emit: AuditHook,
         plans: PlanStore | None = None,
         admission: Admission | None = None,
+        out_store: OutStore | None = None,
     ) -> None:
         self.settings = settings
+        #: Where what runs hand back from ``out/`` is kept for their owners.
+        self.out_store = out_store or OutStore()
         #: The caps on runs under way (server-wide, per identity, memory committed).
         self.admission = admission or Admission()
         #: Where a run of an approved plan is linked to its plan while under way.
@@ -214,11 +222,18 @@ class RunExecutor:
         failure: BaseException | None = None
         started = time.monotonic()
         try:
+            if backend.hands_back_files():
+                # One mkdir, on the loop: nothing may await between the run's registration
+                # and the call that removes it whatever happens.
+                request.out_dir = self._out_folder(request.run_id)
             result = await self._run_stoppable(backend, request, on_output, active, grace, approval)
         except BaseException as exc:
             failure = exc
             raise
         finally:
+            if request.out_dir is not None:
+                files = result.files if result is not None else []
+                self.out_store.keep(request.run_id, user, files, request.out_dir)
             self.admission.release(ticket)
             if staging is not None:
                 # The run is over: the copies an engine bound (not moved) into it go.
@@ -246,6 +261,14 @@ class RunExecutor:
                 event["error"] = type(failure).__name__
             self._emit("run", event)
         return result
+
+    def _out_folder(self, run_id: str) -> Path | None:
+        """A folder for what the run hands back; None (nothing collected) if none can be made."""
+        try:
+            return self.out_store.folder(run_id)
+        except (OSError, RuntimeError) as exc:
+            log.warning("run %s: no folder for its out/ files: %s", run_id, exc)
+            return None
 
     async def _admit(
         self, spec: RunSpec, plan_id: str | None, run_id: str | None

@@ -24,7 +24,8 @@ a run's checks (:meth:`SandboxService.run`), which settings may be saved
 (:meth:`SandboxService.configure`). A few methods hand their call to one part and
 stay all the same: :meth:`~SandboxService.pending`, :meth:`~SandboxService.running`,
 :meth:`~SandboxService.approve`, :meth:`~SandboxService.reject`,
-:meth:`~SandboxService.claim` and :meth:`~SandboxService.cancel` take the
+:meth:`~SandboxService.claim`, :meth:`~SandboxService.cancel` and
+:meth:`~SandboxService.run_file` take the
 :class:`~gitpilot_jupyter.sandbox.request.Caller` of a face, which no face may take to
 the workflow or the executor itself; :meth:`~SandboxService.status` is the answer
 a face renders (and :meth:`~SandboxService.configure` returns);
@@ -374,6 +375,16 @@ class SandboxService:
         """
         return self.executor.cancel(run_id, user=caller.user)
 
+    def run_file(self, run_id: str, name: str, caller: Caller = _ANYONE) -> bytes:
+        """The bytes of ``name`` (relative to ``out/``) that run ``run_id`` handed back.
+
+        Blocking (a file read: a face calls it off its event loop). Only the run's owner
+        gets them (the rule plans follow); :class:`~.errors.RunFileNotFound` for an
+        unknown, expired or someone else's run or file, and
+        :class:`~.errors.InvalidRequest` for a name that cannot be one of ``out/``.
+        """
+        return self.executor.out_store.read(run_id, name, caller.user)
+
     async def plan_and_run(
         self,
         options: RunOptions,
@@ -465,5 +476,8 @@ class SandboxService:
         return await self.reporter.status()
 
     async def aclose(self) -> None:
-        """Release backend resources."""
-        await self.backends.aclose()
+        """Release backend resources; the runs' kept files are removed."""
+        try:
+            await self.backends.aclose()
+        finally:
+            await asyncio.to_thread(self.executor.out_store.close)

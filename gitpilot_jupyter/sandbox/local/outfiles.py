@@ -1,0 +1,300 @@
+"""Collecting a run's ``out/`` on this host, after the run (blocking: a worker thread).
+
+The walk holds one directory fd per level and opens every name relative to its
+folder's fd with ``O_NOFOLLOW``: no symlink is ever followed, neither a file's nor a
+folder's (``out/`` itself included), so a name cannot lead outside ``out/``. Only
+what ``lstat`` says is a regular file is opened (``O_NONBLOCK`` besides: a FIFO
+swapped in meanwhile never blocks the read), and ``fstat`` of the opened fd says it
+again. Each file is copied into the service's folder under a number, never under
+its own name, at most its ``fstat`` size: one that grew while it was copied is cut
+there, with a note. The walk stops at the count cap, and after a bounded number of
+entries of any kind: 100,000 tiny files cost one folder listing's worth of work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..backend import RunRequest
+from ..outfiles import MAX_OUT_DEPTH, MAX_OUT_NAME_CHARS, OUT_DIR, OutCaps, OutFile, human_bytes
+from ..results import RunResult
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_COPY_CHUNK = 1024 * 1024
+#: Entries of any kind looked at, beyond the files kept, before the walk gives up.
+_EXTRA_ENTRIES = 1000
+#: Names quoted in one note (the rest are counted).
+_NAMES_QUOTED = 3
+
+
+def stored_name(index: int) -> str:
+    """The name the ``index``-th collected file has in the service's folder."""
+    return f"{index:06d}"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "symlink (not followed)"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "special file"
+
+
+@dataclass
+class Collected:
+    """What came out of ``out/``: the files kept (the ``index``-th under
+    :func:`stored_name`), and one sentence for each kind of thing left behind."""
+
+    files: list[OutFile] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: Bytes kept, all files together.
+    size: int = 0
+    _skipped: dict[str, list[str]] = field(default_factory=dict)
+
+    def skip(self, why: str, name: str) -> None:
+        """Leave ``name`` out for reason ``why`` (one note per reason, at the end)."""
+        self._skipped.setdefault(why, []).append(name)
+
+    def finish(self) -> Collected:
+        """Turn what was skipped into notes; return self."""
+        for why, names in self._skipped.items():
+            quoted = ", ".join(f"{OUT_DIR}/{n}" for n in names[:_NAMES_QUOTED])
+            more = f" and {len(names) - _NAMES_QUOTED} more" if len(names) > _NAMES_QUOTED else ""
+            self.notes.append(f"{OUT_DIR}/: left out {quoted}{more}: {why}")
+        self._skipped.clear()
+        return self
+
+
+class _Walk:
+    """One collection (see the module docstring)."""
+
+    def __init__(self, dest: Path, caps: OutCaps) -> None:
+        self.dest = dest
+        self.caps = caps
+        self.found = Collected()
+        self.entries = 0
+        self.stopped: str | None = None
+
+    def run(self, top: int) -> Collected:
+        stack: list[tuple[int, str, list[os.DirEntry[str]]]] = []
+        try:
+            stack.append((top, "", self._list(top)))
+            while stack and self.stopped is None:
+                fd, prefix, entries = stack[-1]
+                if not entries:
+                    stack.pop()
+                    if fd != top:
+                        os.close(fd)
+                    continue
+                entry = entries.pop()
+                sub = self._visit(fd, prefix, entry, depth=len(stack))
+                if sub is not None:
+                    stack.append(sub)
+        finally:
+            for fd, _, _ in stack:
+                if fd != top:
+                    os.close(fd)
+        if self.stopped is not None:
+            self.found.notes.append(self.stopped)
+        return self.found.finish()
+
+    def _list(self, fd: int) -> list[os.DirEntry[str]]:
+        """A folder's entries, at most as many as the walk may still look at."""
+        budget = self.caps.max_files + _EXTRA_ENTRIES - self.entries + 1
+        out: list[os.DirEntry[str]] = []
+        with os.scandir(fd) as listing:
+            for entry in listing:
+                out.append(entry)
+                if len(out) >= budget:
+                    break
+        out.reverse()  # popped from the end: listing order
+        return out
+
+    def _visit(
+        self, fd: int, prefix: str, entry: os.DirEntry[str], *, depth: int
+    ) -> tuple[int, str, list[os.DirEntry[str]]] | None:
+        """Keep, skip or enter one entry; a folder to walk next, or None."""
+        self.entries += 1
+        name = f"{prefix}{entry.name}"
+        if self.entries > self.caps.max_files + _EXTRA_ENTRIES:
+            self.stopped = (
+                f"{OUT_DIR}/: stopped after {self.entries - 1} entries "
+                f"({len(self.found.files)} files kept): the rest was not looked at"
+            )
+            return None
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            self.found.skip("the name is not UTF-8", name.encode("utf-8", "replace").decode())
+            return None
+        if len(name) > MAX_OUT_NAME_CHARS:
+            self.found.skip(f"a name longer than {MAX_OUT_NAME_CHARS} characters", name[:80])
+            return None
+        try:
+            mode = entry.stat(follow_symlinks=False).st_mode
+        except OSError:
+            return None  # gone meanwhile
+        if stat.S_ISDIR(mode):
+            return self._enter(fd, name, entry.name, depth)
+        if not stat.S_ISREG(mode):
+            self.found.skip(f"not a regular file ({_kind(mode)})", name)
+            return None
+        if len(self.found.files) >= self.caps.max_files:
+            self.stopped = (
+                f"{OUT_DIR}/: stopped at the cap of {self.caps.max_files} files: "
+                "the rest was left out"
+            )
+            return None
+        self._keep(fd, name, entry.name)
+        return None
+
+    def _enter(
+        self, fd: int, name: str, base: str, depth: int
+    ) -> tuple[int, str, list[os.DirEntry[str]]] | None:
+        if depth >= MAX_OUT_DEPTH:
+            self.found.skip(f"deeper than {MAX_OUT_DEPTH} folders", name + "/")
+            return None
+        try:
+            sub = os.open(base, _DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            self.found.skip(f"a folder that could not be opened ({_reason(exc)})", name + "/")
+            return None
+        try:
+            return sub, name + "/", self._list(sub)
+        except OSError as exc:
+            os.close(sub)
+            self.found.skip(f"a folder that could not be read ({_reason(exc)})", name + "/")
+            return None
+
+    def _keep(self, fd: int, name: str, base: str) -> None:
+        """Copy one regular file into the service's folder, within the caps."""
+        try:
+            src = os.open(base, _FILE_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            why = "a symlink (not followed)" if exc.errno == errno.ELOOP else _reason(exc)
+            self.found.skip(f"could not be opened ({why})", name)
+            return
+        try:
+            info = os.fstat(src)
+            if not stat.S_ISREG(info.st_mode):
+                self.found.skip(f"not a regular file ({_kind(info.st_mode)})", name)
+                return
+            left = self.caps.max_bytes - self.found.size
+            if info.st_size > left:
+                self.found.skip(
+                    f"over the cap of {human_bytes(self.caps.max_bytes)} in all "
+                    f"({human_bytes(left)} were left)",
+                    name,
+                )
+                return
+            self._copy(src, name, info.st_size)
+        finally:
+            os.close(src)
+
+    def _copy(self, src: int, name: str, size: int) -> None:
+        index = len(self.found.files)
+        target = self.dest / stored_name(index)
+        digest = hashlib.sha256()
+        copied = 0
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            while copied < size:
+                chunk = os.read(src, min(_COPY_CHUNK, size - copied))
+                if not chunk:
+                    break  # it shrank meanwhile: what was there
+                digest.update(chunk)
+                os.write(out, chunk)
+                copied += len(chunk)
+            grew = copied == size and _more(src)
+        except OSError as exc:
+            os.close(out)
+            out = -1
+            with contextlib.suppress(OSError):
+                os.unlink(target)
+            self.found.skip(f"could not be read ({_reason(exc)})", name)
+            return
+        finally:
+            if out >= 0:
+                os.close(out)
+        if grew:
+            self.found.skip(f"grew while it was collected: kept its first {size} bytes", name)
+        self.found.files.append(
+            {"name": name, "size": copied, "sha256": "sha256:" + digest.hexdigest()}
+        )
+        self.found.size += copied
+
+
+def _more(fd: int) -> bool:
+    """True when ``fd`` has a byte past what was read (the file grew)."""
+    try:
+        return bool(os.read(fd, 1))
+    except BlockingIOError:
+        return False
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def collect_dir(out: int, dest: Path, caps: OutCaps) -> Collected:
+    """Collect the folder open on ``out`` (an fd, which stays open) into ``dest``."""
+    return _Walk(dest, caps).run(out)
+
+
+def collect_run_folder(workdir: Path, dest: Path, caps: OutCaps) -> Collected:
+    """Collect ``workdir/out`` (a run folder on this host's disk) into ``dest``."""
+    try:
+        folder = os.open(workdir, _DIR_FLAGS)
+    except OSError as exc:
+        return _missing(exc)
+    try:
+        out = os.open(OUT_DIR, _DIR_FLAGS, dir_fd=folder)
+    except OSError as exc:
+        return _missing(exc)
+    finally:
+        os.close(folder)
+    try:
+        return collect_dir(out, dest, caps)
+    finally:
+        os.close(out)
+
+
+def _missing(exc: OSError) -> Collected:
+    """What a run whose ``out/`` cannot be opened says."""
+    found = Collected()
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        found.notes.append(f"{OUT_DIR}/ is not a folder (a symlink is not followed): nothing kept")
+    elif exc.errno != errno.ENOENT:
+        found.notes.append(f"{OUT_DIR}/ could not be opened ({_reason(exc)}): nothing kept")
+    return found
+
+
+def make_out_dir(workdir: Path) -> None:
+    """Make the empty ``out/`` of a run folder on this host, owned as the folder is."""
+    path = workdir / OUT_DIR
+    os.mkdir(path, 0o700)
+    owner = os.stat(workdir)
+    if (owner.st_uid, owner.st_gid) != (os.geteuid(), os.getegid()):
+        os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+
+
+async def hand_back(request: RunRequest, result: RunResult, workdir: Path) -> None:
+    """Collect the ended run's ``workdir/out`` into ``request.out_dir`` (in a worker
+    thread), listing the files in ``result.files`` and what was left out in its notes."""
+    if request.out_dir is None:
+        return
+    found = await asyncio.to_thread(collect_run_folder, workdir, request.out_dir, request.out_caps)
+    result.files = found.files
+    result.notes += found.notes
