@@ -84,6 +84,8 @@ def remove_run(launch: Launch, workdir: Path, slot: Slot | None = None) -> None:
     """Remove an ended run's cgroup and folder, and let go of a warm slot's mount
     namespaces (blocking: the backend calls it in a worker thread after the answer)."""
     try:
+        if launch.out_hold is not None:
+            launch.out_hold.close()  # (when nothing was collected)
         launch.cleanup()
     finally:
         remove_tree(workdir)
@@ -215,6 +217,7 @@ class SubprocessSandbox(SandboxBackend):
         """Start a cold run's chain whose snippet is a FIFO (in a worker thread)."""
         workdir = Path(make_run_dir())
         fds: list[int] = []
+        launch: Launch | None = None
         try:
             filename = snippet_filename(key.language)
             nonce = new_nonce()  # the slot's: one run takes it
@@ -248,7 +251,7 @@ class SubprocessSandbox(SandboxBackend):
             launch = self.isolator.prepare(
                 argv, workdir=workdir, allow_network=key.allow_network, limits=key.limits
             )
-            outfiles.make_out_dir(workdir)  # after prepare: owned as the run folder is
+            outfiles.prepare_out(workdir, launch)
             if walled:
                 # The wall is up before the slot waits (it is the launch's preexec_fn).
                 nsfree.own_slot_files(workdir)
@@ -271,6 +274,8 @@ class SubprocessSandbox(SandboxBackend):
         except BaseException:
             for fd in fds:
                 os.close(fd)
+            if launch is not None and launch.out_hold is not None:
+                launch.out_hold.close()
             remove_tree(workdir)
             raise
         # It took the spare its wall is built from (a cold run's, see .nsfree.SPARES):
@@ -374,7 +379,7 @@ class SubprocessSandbox(SandboxBackend):
                 if proc is not None:
                     feed = _feed_stdin(proc, request.stdin) if request.stdin is not None else None
                     await supervise(request, launch, proc, feed, result, on_output, nonce)
-                    await outfiles.hand_back(request, result, workdir)
+                    await outfiles.hand_back(request, result, workdir, launch.out_hold)
             finally:
                 self._clean_up_later(launch, workdir)
         finally:
@@ -410,7 +415,7 @@ class SubprocessSandbox(SandboxBackend):
             supervised = True  # from here on supervise kills the tree however it ends
             nonce = slot.display_nonce
             await supervise(request, slot.launch, child, feed, result, on_output, nonce)
-            await outfiles.hand_back(request, result, slot.workdir)
+            await outfiles.hand_back(request, result, slot.workdir, slot.launch.out_hold)
         finally:
             if not supervised:
                 # Killed before the FIFO closes: a hand-over cut short never runs part of
@@ -481,7 +486,7 @@ class SubprocessSandbox(SandboxBackend):
                 limits=request.limits,
                 inputs=request.inputs,
             )
-            outfiles.make_out_dir(workdir)  # after prepare: owned as the run folder is
+            outfiles.prepare_out(workdir, launch)
         except BaseException:
             remove_tree(workdir)
             raise

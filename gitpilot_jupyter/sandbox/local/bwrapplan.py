@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..inputs import StagedInput
-from . import launchplan, prestart
+from ..outfiles import OUT_DIR
+from . import launchplan, outfiles, prestart
 from .blockednets import blocked_networks
 from .confine import (
     CGROUP_NS,
@@ -319,6 +320,9 @@ def plan(
         )
     elif allow_network:
         network = "the host's network (no --unshare-net)"
+    # The run's out/ is a folder of the stage of its own, bound at out/ in the run folder:
+    # a process of the chain holds the stage until the server has opened it (.outfiles).
+    options += ["--hold", str(workdir / outfiles.HOLD_FIFO), str(workdir / outfiles.HOLD_PID)]
     if moved != stage:
         options += ["--move", str(moved)]
     unshare = [chain.unshare, "--mount", "--propagation", "private"]
@@ -386,6 +390,7 @@ def plan(
     binds += [("--dir", "", "/var"), ("--symlink", "../tmp", "/var/tmp")]
     binds.append(("--bind", str(moved / "run"), str(workdir)))
     binds += input_binds(inputs, moved / INPUTS_DIR, workdir)
+    binds.append(("--bind", str(moved / OUT_DIR), str(workdir / OUT_DIR)))
     for op, origin, where in binds:
         cmd += [op, origin, where] if origin else [op, where]
     cmd += ["--chdir", str(workdir), "--remount-ro", "/", "--remount-ro", "/dev"]

@@ -13,12 +13,16 @@ import sys
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..backend import ResourceLimits
 from ..inputs import StagedInput
 from ..records import IsolationGap, IsolationReport
 from .inputs import move_inputs
 from .launcherclient import LaunchedRun
+
+if TYPE_CHECKING:
+    from .outfiles import OutHold
 
 #: Caps the containment engine: ``auto`` (bwrap, else landlock), ``bwrap``, ``landlock``,
 #: ``unshare`` (namespaces alone, no file-system wall) or ``none``.
@@ -53,6 +57,9 @@ class Launch:
     argv: list[str]
     layers: list[str] = field(default_factory=list)
     preexec_fn: Callable[[], None] | None = None
+    #: Where the run's ``out/`` is read from once it is over, when not from its folder
+    #: on this host (a bubblewrap run's: see :class:`.outfiles.OutHold`).
+    out_hold: OutHold | None = None
 
     async def start(self, *, cwd: str, env: Mapping[str, str], stdin: bool) -> LaunchedRun | None:
         """Start the run by the launch's own means; None (the default): the backend

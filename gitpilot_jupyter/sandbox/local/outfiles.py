@@ -18,6 +18,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import select
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from pathlib import Path
 from ..backend import RunRequest
 from ..outfiles import MAX_OUT_DEPTH, MAX_OUT_NAME_CHARS, OUT_DIR, OutCaps, OutFile, human_bytes
 from ..results import RunResult
+from .isolation import Launch
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -253,6 +255,99 @@ def collect_dir(out: int, dest: Path, caps: OutCaps) -> Collected:
     return _Walk(dest, caps).run(out)
 
 
+#: In a bubblewrap run's folder on the host: the FIFO its holder reads, and its pid.
+HOLD_FIFO = ".out-hold"
+HOLD_PID = ".out-hold.pid"
+
+
+class OutHold:
+    """A bubblewrap run's ``out/``, read after the run through the process that holds it.
+
+    That run's folder is a folder of its stage (a size-capped tmpfs of its own mount
+    namespace), which goes with the namespace's last process. The staging shell
+    starts a process there that reads :data:`HOLD_FIFO` (the server holds a
+    read-write end) and writes its pid and where ``out/`` is into :data:`HOLD_PID`.
+    When the run is over, before anything of it is killed, :meth:`grab` opens
+    ``out/`` through that process's root (it checks first that this process's stdin
+    is the FIFO) and closes the FIFO: the process ends, the open fd keeps the tmpfs
+    until :meth:`close`.
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        os.mkfifo(workdir / HOLD_FIFO, 0o600)
+        self._fifo = os.open(workdir / HOLD_FIFO, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        self.fd = -1
+        #: Why out/ could not be opened (None: it was, or not tried yet).
+        self.failed: str | None = None
+
+    def grab(self) -> None:
+        """Open the run's ``out/`` now (once; never raises)."""
+        if self._fifo < 0:
+            return
+        try:
+            self.fd = self._open()
+        except (OSError, ValueError) as exc:
+            self.failed = f"{OUT_DIR}/ could not be reached after the run ({exc})"
+        finally:
+            os.close(self._fifo)
+            self._fifo = -1
+
+    def _open(self) -> int:
+        # "PID PATH": PATH is where the stage's out/ is in the holder's mount namespace.
+        pid_text, _, path = (self.workdir / HOLD_PID).read_text().strip().partition(" ")
+        pid = int(pid_text)
+        if not path.startswith("/"):
+            raise ValueError(f"{HOLD_PID} names no folder")
+        pidfd = os.pidfd_open(pid)
+        try:
+            fifo = os.fstat(self._fifo)
+            stdin = os.stat(f"/proc/{pid}/fd/0")
+            if (stdin.st_dev, stdin.st_ino) != (fifo.st_dev, fifo.st_ino):
+                raise ValueError(f"process {pid} is not the run's holder")
+            fd = os.open(f"/proc/{pid}/root{path}", _DIR_FLAGS)
+            if select.select([pidfd], [], [], 0)[0]:  # it ended: /proc/{pid} may be another's
+                os.close(fd)
+                raise ValueError(f"the run's holder {pid} ended too soon")
+            return fd
+        finally:
+            os.close(pidfd)
+
+    def collect(self, dest: Path, caps: OutCaps) -> Collected:
+        """Collect the ``out/`` :meth:`grab` opened into ``dest``, then let go of it
+        (blocking: the run's tmpfs may be freed here)."""
+        try:
+            if self.fd < 0:
+                found = Collected()
+                found.notes.append(self.failed or f"{OUT_DIR}/ was not reached: nothing kept")
+                return found
+            return collect_dir(self.fd, dest, caps)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Let go of ``out/`` (and with it of the run's stage); safe to call twice."""
+        for name in ("_fifo", "fd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, name, -1)
+
+
+def prepare_out(workdir: Path, launch: Launch) -> None:
+    """Make ready the run's empty ``out/``, once ``launch`` is prepared (before it starts).
+
+    A chain that holds its own (its argv names :data:`HOLD_FIFO`) gets its
+    :class:`OutHold`; otherwise ``out/`` is made in the run folder on this host, owned
+    as the folder is (a root server's landlock run: the run's uid).
+    """
+    if str(workdir / HOLD_FIFO) in launch.argv:
+        launch.out_hold = OutHold(workdir)
+    else:
+        make_out_dir(workdir)
+
+
 def collect_run_folder(workdir: Path, dest: Path, caps: OutCaps) -> Collected:
     """Collect ``workdir/out`` (a run folder on this host's disk) into ``dest``."""
     try:
@@ -290,11 +385,21 @@ def make_out_dir(workdir: Path) -> None:
         os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
 
 
-async def hand_back(request: RunRequest, result: RunResult, workdir: Path) -> None:
-    """Collect the ended run's ``workdir/out`` into ``request.out_dir`` (in a worker
-    thread), listing the files in ``result.files`` and what was left out in its notes."""
-    if request.out_dir is None:
+async def hand_back(
+    request: RunRequest, result: RunResult, workdir: Path, hold: OutHold | None
+) -> None:
+    """Collect the ended run's ``out/`` (through ``hold``, else ``workdir/out``) into
+    ``request.out_dir`` in a worker thread: its files in ``result.files``, what was
+    left out in its notes. ``hold`` is let go of either way."""
+    dest = request.out_dir
+    if dest is None:
+        if hold is not None:
+            hold.close()  # its holder ends
         return
-    found = await asyncio.to_thread(collect_run_folder, workdir, request.out_dir, request.out_caps)
+    if hold is not None:
+        hold.grab()  # (done already, before the run's processes were killed)
+        found = await asyncio.to_thread(hold.collect, dest, request.out_caps)
+    else:
+        found = await asyncio.to_thread(collect_run_folder, workdir, dest, request.out_caps)
     result.files = found.files
     result.notes += found.notes

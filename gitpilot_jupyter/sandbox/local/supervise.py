@@ -103,6 +103,8 @@ async def end_run(launch: Launch, proc: Child, *, ended: bool) -> None:
     PID namespace's init ends only after everything else in it. Cancelled while it
     waits for that, it kills all the same.
     """
+    if launch.out_hold is not None:
+        launch.out_hold.grab()  # the run's out/, while a process of its namespace lives
     nothing_left = False
     try:
         if ended and isinstance(proc, WarmChild):

@@ -20,13 +20,15 @@
 #   --fstab FILE          the stage's mounts (one mount --all)
 #   --stage DIR           where the stage is mounted here
 #   --owner UID:GID       who owns the run's writable folders (a run that drops)
+#   --hold FIFO PIDFILE   a process that keeps the stage while it reads FIFO (which
+#                         the server holds open); its pid and out/'s path: PIDFILE
 #   --move DIR            where the stage is moved to once it is made
 #   --net UNSHARE IP SLIRP4NETNS NSENTER
 #                         egress-only network: the run's own namespace and stack
 #   --block NET           a network that namespace has a prohibit route to
 set -e
 seccomp='' snippet='' fifo='' code='' hook='' chain='' fstab='' stage='' owner='' moved=''
-inputs=''
+inputs='' hold='' holdpid=''
 unshare='' ip='' slirp='' nsenter='' routes=''
 while [ "$1" != -- ]; do
     case $1 in
@@ -39,6 +41,7 @@ while [ "$1" != -- ]; do
         --fstab) fstab=$2 ;;
         --stage) stage=$2 ;;
         --owner) owner=$2 ;;
+        --hold) hold=$2 holdpid=$3 && shift ;;
         --move) moved=$2 ;;
         --net) unshare=$2 ip=$3 slirp=$4 nsenter=$5 && shift 3 ;;
         --block) routes="${routes:+$routes
@@ -60,6 +63,19 @@ if [ -n "$code" ]; then
     # back; the chain's output FIFO is opened while the run folder is in view.
     # shellcheck disable=SC2094 # (a FIFO, opened twice on purpose)
     exec 7<>"$code" 7<"$code" 4<"$hook" 8>&1 9>&2 1>"$chain"
+fi
+if [ -p "$hold" ]; then
+    # The stage lives as long as a process of this mount namespace does: this one
+    # waits after the run's last process, until the server has opened the run's out/
+    # through its root (then it closes the FIFO: EOF), or is killed with the run. Its
+    # pid and where out/ will be go to PIDFILE now, while the run folder is in view.
+    # (No FIFO, as in the engine's probe: nothing to hand back, no holder.) The FIFO
+    # is opened here, before the stage may cover the run folder (fd 6 is free until
+    # the network's FIFOs); it does not wait: the server holds a writer.
+    exec 6<"$hold"
+    cat <&6 >/dev/null 2>&1 3>&- 4>&- 6<&- 7>&- 8>&- 9>&- &
+    echo "$! ${moved:-$stage}/out" >"$holdpid"
+    exec 6<&-
 fi
 if [ -n "$inputs" ]; then exec 5<"$inputs"; fi
 mount --all --fstab "$fstab"
@@ -83,11 +99,15 @@ ROUTES
         5>"$stage/ready" 6<"$stage/done" </dev/null >/dev/null 2>&1 8>&- 9>&- &
     exec 5<"$stage/ready" 6>"$stage/done"
 fi
-# The writable folders are the run's alone (0700), as the run folder on the host.
+# The writable folders are the run's alone (0700), as the run folder on the host; its
+# out/ (bound at out/ in the run folder) can be listed by the server, which reads it
+# after the run.
 if [ -n "$owner" ]; then
     install -d -m 0700 -o "${owner%:*}" -g "${owner#*:}" "$stage/run" "$stage/tmp" "$stage/shm"
+    install -d -m 0755 -o "${owner%:*}" -g "${owner#*:}" "$stage/out"
 else
     install -d -m 0700 "$stage/run" "$stage/tmp" "$stage/shm"
+    install -d -m 0755 "$stage/out"
 fi
 if [ -n "$unshare" ]; then
     read -r up <&5 || true

@@ -95,6 +95,8 @@ class Slot:
             if pipe is not None:
                 with contextlib.suppress(OSError):
                     pipe.close()
+        if self.launch.out_hold is not None:
+            self.launch.out_hold.close()
         self.launch.cleanup()
         remove_tree(self.workdir)
         self.release_mount_namespace()
