@@ -139,7 +139,8 @@ class _Walk:
         try:
             name.encode("utf-8")
         except UnicodeEncodeError:
-            self.found.skip("the name is not UTF-8", name.encode("utf-8", "replace").decode())
+            shown = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            self.found.skip("the name is not UTF-8", shown)
             return None
         if len(name) > MAX_OUT_NAME_CHARS:
             self.found.skip(f"a name longer than {MAX_OUT_NAME_CHARS} characters", name[:80])
@@ -210,32 +211,52 @@ class _Walk:
         target = self.dest / stored_name(index)
         digest = hashlib.sha256()
         copied = 0
-        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:  # the server's own disk: nothing more can be kept
+            self.stopped = f"{OUT_DIR}/: stopped, the server could not keep more ({_reason(exc)})"
+            return
+        failed: str | None = None
         try:
             while copied < size:
-                chunk = os.read(src, min(_COPY_CHUNK, size - copied))
+                try:
+                    chunk = os.read(src, min(_COPY_CHUNK, size - copied))
+                except OSError as exc:
+                    self.found.skip(f"could not be read ({_reason(exc)})", name)
+                    failed = "read"
+                    break
                 if not chunk:
                     break  # it shrank meanwhile: what was there
                 digest.update(chunk)
-                os.write(out, chunk)
+                try:
+                    _write_all(out, chunk)
+                except OSError as exc:
+                    self.stopped = (
+                        f"{OUT_DIR}/: stopped at {name}, the server could not keep more "
+                        f"({_reason(exc)})"
+                    )
+                    failed = "write"
+                    break
                 copied += len(chunk)
-            grew = copied == size and _more(src)
-        except OSError as exc:
+            grew = failed is None and copied == size and _more(src)
+        finally:
             os.close(out)
-            out = -1
+        if failed is not None:
             with contextlib.suppress(OSError):
                 os.unlink(target)
-            self.found.skip(f"could not be read ({_reason(exc)})", name)
             return
-        finally:
-            if out >= 0:
-                os.close(out)
         if grew:
             self.found.skip(f"grew while it was collected: kept its first {size} bytes", name)
         self.found.files.append(
             {"name": name, "size": copied, "sha256": "sha256:" + digest.hexdigest()}
         )
         self.found.size += copied
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _more(fd: int) -> bool:
