@@ -51,8 +51,8 @@ class RunFileHandler(SandboxHandler):
             data = await asyncio.to_thread(self.service.run_file, run_id, name, self.caller())
         except SandboxError as exc:
             raise http_error(exc) from None
-        self.set_header("Content-Type", content_type(name))
         self.set_header("Content-Disposition", attachment(name))
         self.set_header("X-Content-Type-Options", "nosniff")
         self.set_header("Cache-Control", "private, no-store")
-        self.finish(data)
+        # (APIHandler.finish sets application/json unless told the type.)
+        self.finish(data, set_content_type=content_type(name))
