@@ -65,10 +65,11 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON envelope: every field, in order, its lists copied (``dataclasses.asdict``
-        without its generic deep copy: each field is a string, a number, a bool, None or
-        a list of strings or of flat records; the outputs, dicts, are copied whole)."""
+        without its generic deep copy: each field is a string, a number, a bool, None, a
+        list of strings or a list of flat records, each copied; the outputs, dicts, are
+        copied whole)."""
         envelope = {
-            name: list(value) if isinstance(value, list) else value
+            name: _copied(value) if isinstance(value, list) else value
             for name, value in zip(_FIELDS, map(self.__getattribute__, _FIELDS), strict=True)
         }
         if self.outputs:  # dicts: copied whole (their strings, an image's too, are shared)
@@ -83,6 +84,11 @@ class RunResult:
 
 
 _FIELDS = tuple(f.name for f in fields(RunResult))
+
+
+def _copied(items: list[Any]) -> list[Any]:
+    """A copy of a list of the envelope: its flat records (``files``) copied too."""
+    return [dict(item) if isinstance(item, dict) else item for item in items]
 
 
 def result_badges(result: RunResult) -> str:

@@ -14,6 +14,7 @@ from gitpilot_jupyter.sandbox.backend import RunRequest
 from gitpilot_jupyter.sandbox.languages import Interpreters
 from gitpilot_jupyter.sandbox.local.backends import NullSandbox, SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.isolation import Isolator
+from gitpilot_jupyter.sandbox.outfiles import OutFile
 from gitpilot_jupyter.sandbox.request import Caller, RunOptions
 from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.service import SandboxService
@@ -243,7 +244,9 @@ def test_the_kernel_client_passes_named_variables_and_the_digest_binds_them(
 def test_the_envelope_is_every_field_in_order_its_lists_copied(service: SandboxService) -> None:
     import typing
 
-    result = run(service, "python", "print(2+2)\n{'a': [1]}")
+    result = run(
+        service, "python", "import os\nopen('out/a.txt', 'w').write('a')\nprint(2+2)\n{'a': [1]}"
+    )
     envelope = result.to_dict()
     assert envelope == dataclasses.asdict(result)
     assert list(envelope) == [f.name for f in dataclasses.fields(RunResult)]
@@ -252,9 +255,11 @@ def test_the_envelope_is_every_field_in_order_its_lists_copied(service: SandboxS
         assert "changed" not in getattr(result, name)
     envelope["outputs"][0]["data"]["text/plain"] = "changed"
     assert result.outputs[0]["data"] == {"text/plain": "{'a': [1]}"}
-    # to_dict copies lists only (and the outputs whole): a field of another kind (a dict,
-    # a dataclass) needs more.
-    simple = {str, int, bool, str | None, list[str]}
+    envelope["files"][0]["name"] = "changed"  # a flat record: copied too
+    assert result.files[0]["name"] == "a.txt"
+    # to_dict copies lists and their flat records only (and the outputs whole): a field of
+    # another kind (a dict, a dataclass, a record holding a list) needs more.
+    simple = {str, int, bool, str | None, list[str], list[OutFile]}
     hints = typing.get_type_hints(RunResult)
     assert {name: hint for name, hint in hints.items() if hint not in simple} == {
         "outputs": list[dict[str, typing.Any]]
