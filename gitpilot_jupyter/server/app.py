@@ -417,7 +417,7 @@ class SandboxApp(ExtensionApp):
 
     def check_traits(self) -> None:
         """Refuse a bad ``allowed_backends``, ``isolation``, ``max_timeout_sec``,
-        ``plan_ttl_sec`` or input cap, and normalise ``isolation``.
+        ``plan_ttl_sec``, input or out/ cap, and normalise ``isolation``.
 
         Called when the service is built, so a bad value stops the extension from loading.
         (A ``@validate`` would refuse it while the config loads, and jupyter_server would go
@@ -440,7 +440,7 @@ class SandboxApp(ExtensionApp):
             raise TraitError(f"max_timeout_sec must be between 1 and {MAX_TIMEOUT_SEC}")
         if float(self.plan_ttl_sec) <= 0:
             raise TraitError("plan_ttl_sec must be positive")
-        for name in ("max_input_bytes", "max_input_files"):
+        for name in ("max_input_bytes", "max_input_files", "max_out_files", "max_out_bytes"):
             if int(getattr(self, name)) < 0:
                 raise TraitError(f"{name} must be 0 or more")
 
@@ -513,7 +513,7 @@ class SandboxApp(ExtensionApp):
                 allowed_vars=env_lists["env_passthrough"],
                 caller_vars=env_lists["env_allowlist"],
                 agent_vars=env_lists["agent_env_allowlist"],
-                out_caps=OutCaps(max(0, self.max_out_files), max(0, self.max_out_bytes)),
+                out_caps=OutCaps(self.max_out_files, self.max_out_bytes),
             ),
             plans=PlanStore(ttl_sec=self.plan_ttl_sec),
             require_approval=self.require_approval,

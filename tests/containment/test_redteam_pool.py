@@ -399,7 +399,7 @@ async def test_8_a_burst_of_runs_gets_one_fresh_slot_each(api: Api, pool: str) -
     )
     seen = [json.loads(r["stdout"]) for r in results]
     assert [s["mark"] for s in seen] == marks
-    assert all(s["mine"] == 1 and s["here"] == ["inline.py"] for s in seen), seen
+    assert all(s["mine"] == 1 and s["here"] == ["inline.py", "out"] for s in seen), seen
     assert all(s["pids"] == [1, 2] for s in seen), seen
     assert len({s["cwd"] for s in seen}) == len(marks)  # twelve slots, each used once
     # From outside: what is left of the server's launch chains is its waiting slots.

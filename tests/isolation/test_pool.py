@@ -95,7 +95,7 @@ def test_nothing_of_a_run_is_visible_to_the_next() -> None:
     assert first.warm and second.warm and first.exit_code == 0, first.stderr
     # (/tmp holds only the run folder's mount point, named after this run's folder.)
     assert re.fullmatch(
-        r"\['inline.py'\] \['gitpilot-sandbox-\w+'\] \[\]", second.stdout.splitlines()[0]
+        r"\['inline.py', 'out'\] \['gitpilot-sandbox-\w+'\] \[\]", second.stdout.splitlines()[0]
     )
     # Its own pid namespace: the interpreter and bubblewrap's init, no sleeper of the first.
     assert second.stdout.splitlines()[1] == "[1, 2]"

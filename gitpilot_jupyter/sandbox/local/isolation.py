@@ -13,16 +13,13 @@ import sys
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..backend import ResourceLimits
 from ..inputs import StagedInput
 from ..records import IsolationGap, IsolationReport
 from .inputs import move_inputs
 from .launcherclient import LaunchedRun
-
-if TYPE_CHECKING:
-    from .outfiles import OutHold
+from .outfiles import OutHold
 
 #: Caps the containment engine: ``auto`` (bwrap, else landlock), ``bwrap``, ``landlock``,
 #: ``unshare`` (namespaces alone, no file-system wall) or ``none``.

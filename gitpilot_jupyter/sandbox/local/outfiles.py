@@ -22,11 +22,14 @@ import select
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..backend import RunRequest
 from ..outfiles import MAX_OUT_DEPTH, MAX_OUT_NAME_CHARS, OUT_DIR, OutCaps, OutFile, human_bytes
 from ..results import RunResult
-from .isolation import Launch
+
+if TYPE_CHECKING:
+    from .isolation import Launch
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
