@@ -420,10 +420,38 @@ async def hand_back(
         if hold is not None:
             hold.close()  # its holder ends
         return
+    # Most runs leave out/ empty: one look on the loop, no worker thread for them (a
+    # held out/ is let go of with the run's folder, after the answer: freeing its
+    # tmpfs may take a while).
     if hold is not None:
         hold.grab()  # (done already, before the run's processes were killed)
+        if hold.fd >= 0 and _empty(hold.fd):
+            return
         found = await asyncio.to_thread(hold.collect, dest, request.out_caps)
     else:
+        if _empty_folder(workdir / OUT_DIR):
+            return
         found = await asyncio.to_thread(collect_run_folder, workdir, dest, request.out_caps)
     result.files = found.files
     result.notes += found.notes
+
+
+def _empty(fd: int) -> bool:
+    """True when the folder open on ``fd`` has no entry (False when it cannot be read)."""
+    try:
+        with os.scandir(fd) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
+
+
+def _empty_folder(path: Path) -> bool:
+    """True when ``path`` is a folder (not a symlink) with no entry."""
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return False  # (missing, or a symlink: the collection says which)
+    try:
+        return _empty(fd)
+    finally:
+        os.close(fd)
