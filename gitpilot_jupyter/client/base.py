@@ -97,6 +97,11 @@ class SandboxClient(abc.ABC):
         """Stop the run ``run_id``: it is killed where it runs and answers ``cancelled``."""
 
     @abc.abstractmethod
+    async def run_file(self, run_id: str, name: str) -> bytes:
+        """The bytes of ``name`` (relative to ``out/``), a file run ``run_id`` handed back
+        (one of its ``files``); ``run_file_not_found`` when it is not this caller's."""
+
+    @abc.abstractmethod
     async def pending(self) -> list[ExecutionPlan]:
         """Plans waiting for a person's approval that this caller may see, oldest first."""
 

@@ -147,6 +147,9 @@ class LocalClient(SandboxClient):
     async def cancel(self, run_id: str) -> None:
         self.service.cancel(run_id)
 
+    async def run_file(self, run_id: str, name: str) -> bytes:
+        return await asyncio.to_thread(self.service.run_file, run_id, name, self.caller)
+
     async def pending(self) -> list[ExecutionPlan]:
         return await self.service.pending()
 

@@ -13,6 +13,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import quote
 
 import httpx
 
@@ -23,6 +24,7 @@ from ..sandbox.batch.runner import BatchWatch, cancelled_report
 from ..sandbox.claims import AgentPlan, ClaimAnswer
 from ..sandbox.errors import InvalidRequest, SandboxError
 from ..sandbox.matrixlab.ops import check_lifecycle_action
+from ..sandbox.outfiles import check_out_name
 from ..sandbox.plans import ExecutionPlan, PlannedRun
 from ..sandbox.records import Status
 from ..sandbox.request import NO_OPTIONS, RunOptions
@@ -37,6 +39,7 @@ from .server import (
     auth_headers,
     call_api,
     error_from_answer,
+    fetch_bytes,
     http_client,
     unreachable,
 )
@@ -275,6 +278,10 @@ class RestClient(SandboxClient):
     async def cancel(self, run_id: str) -> None:
         # (Closing a run's stream stops it as well; this says so while the stream stays open.)
         await self._call("DELETE", f"runs/{run_id}")
+
+    async def run_file(self, run_id: str, name: str) -> bytes:
+        route = f"runs/{quote(run_id, safe='')}/files/{quote(check_out_name(name), safe='/')}"
+        return await fetch_bytes(self.server, route, timeout=self.timeout)
 
     async def reject(self, plan_id: str) -> None:
         await self._call("POST", "reject", {"plan_id": plan_id})

@@ -236,6 +236,24 @@ async def call_api(
     timeout: float = REQUEST_TIMEOUT_SEC,
 ) -> Any:
     """One JSON request to ``/api/sandbox/<route>``; the answer's JSON (``None`` if not JSON)."""
+    answer = await _answer(server, method, route, body, timeout)
+    try:
+        return answer.json()
+    except ValueError:
+        return None
+
+
+async def fetch_bytes(
+    server: ServerInfo, route: str, *, timeout: float = REQUEST_TIMEOUT_SEC
+) -> bytes:
+    """The body of ``GET /api/sandbox/<route>`` as it came (a run's file)."""
+    return (await _answer(server, "GET", route, None, timeout)).content
+
+
+async def _answer(
+    server: ServerInfo, method: str, route: str, body: Any, timeout: float
+) -> httpx.Response:
+    """One request to ``/api/sandbox/<route>``: its answer, or the typed error it says."""
     try:
         async with http_client() as client:
             answer = await client.request(
@@ -249,7 +267,4 @@ async def call_api(
         raise unreachable(server.url, exc) from None
     if answer.status_code >= 400:
         raise error_from_answer(answer)
-    try:
-        return answer.json()
-    except ValueError:
-        return None
+    return answer

@@ -79,6 +79,23 @@ def test_both_paths_give_the_same_envelope(
     assert rest.plan_id is not None and rest.plan_id.startswith("plan_")
 
 
+def test_both_paths_hand_back_out_files(both: dict[str, SandboxClient]) -> None:
+    code = (
+        "import os\nos.makedirs('out/plots')\nopen('out/plots/a b.csv', 'w').write('x,y')\n"
+        "open('out/raw.bin', 'wb').write(bytes(range(256)))"
+    )
+    for name, client in both.items():
+        result, _ = run(client, "python", code)
+        assert sorted(f["name"] for f in result.files) == ["plots/a b.csv", "raw.bin"], name
+        got = {f["name"]: run_sync(client.run_file(result.run_id, f["name"])) for f in result.files}
+        assert got == {"plots/a b.csv": b"x,y", "raw.bin": bytes(range(256))}, name
+        with pytest.raises(SandboxError) as missing:
+            run_sync(client.run_file(result.run_id, "nothing.txt"))
+        assert missing.value.code == "run_file_not_found", name
+        with pytest.raises(SandboxError):
+            run_sync(client.run_file(result.run_id, "../raw.bin"))
+
+
 def test_rest_streams_output_while_the_snippet_runs(server: LiveServer) -> None:
     client = RestClient(server.url, server.token)
     arrivals: list[tuple[float, str]] = []
