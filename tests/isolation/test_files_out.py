@@ -26,6 +26,7 @@ from gitpilot_jupyter.sandbox.results import RunResult
 
 from .conftest import SMALL, make_backend
 from .pooling import pooled
+from .test_pool_landlock import walled_pool
 
 ENGINES = ["bwrap", "landlock", "none"]
 PATH_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -105,8 +106,9 @@ def test_a_snippets_out_files_come_back(engine: str, tmp_path: Path) -> None:
     assert result.notes == []
 
 
-def test_a_warm_runs_out_files_come_back(tmp_path: Path) -> None:
-    backend = pooled("always")
+@pytest.mark.parametrize("engine", ["bwrap", "landlock"])
+def test_a_warm_runs_out_files_come_back(engine: str, tmp_path: Path) -> None:
+    backend = pooled("always") if engine == "bwrap" else walled_pool("always")
     result = run_out(backend, WRITE_CHART, tmp_path / "kept")
     assert result.warm and result.exit_code == 0, result.stderr
     assert set(kept(result, tmp_path / "kept")) == {"chart.csv", "plots/a.bin"}
