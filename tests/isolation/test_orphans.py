@@ -25,6 +25,7 @@ from typing import Any
 from gitpilot_jupyter.sandbox.local import cgroups
 from gitpilot_jupyter.sandbox.local.cgroups import run_prefix
 from gitpilot_jupyter.sandbox.local.cleanup import (
+    OUT_STORE_PREFIX,
     OWNER_FILE,
     RUN_DIR_PREFIX,
     SERVER_LOCK_PREFIX,
@@ -228,9 +229,13 @@ def test_a_sweep_in_another_pid_namespace_leaves_a_live_servers_slot_folders(
         first.stop()
     left = {folder for folder in _run_folders(tmp) if (folder / OWNER_FILE).is_file()}
     assert left
+    # (And the folder where it kept its runs' out/ files: its run made one.)
+    stores = {p for p in tmp.iterdir() if p.name.startswith(OUT_STORE_PREFIX)}
+    assert len(stores) == 1
     # Once it is dead (the kernel let go of its lock), the same sweep removes its folders.
-    assert _sweep(tmp, other) == len(left)
+    assert _sweep(tmp, other) == len(left) + len(stores)
     assert not _run_folders(tmp) & left
+    assert not any(store.exists() for store in stores)
     assert not _server_locks(tmp)
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,6 +20,11 @@ from pathlib import Path
 import pytest
 
 from gitpilot_jupyter.sandbox.errors import InvalidRequest, RunFileNotFound
+from gitpilot_jupyter.sandbox.local.cleanup import (
+    OUT_STORE_PREFIX,
+    OWNER_FILE,
+    remove_orphaned_run_dirs,
+)
 from gitpilot_jupyter.sandbox.local.outfiles import (
     Collected,
     collect_run_folder,
@@ -171,6 +178,22 @@ def test_the_store_gives_a_runs_files_to_its_owner_only() -> None:
     finally:
         store.close()
     assert not folder.parent.exists()
+
+
+def test_a_killed_servers_store_is_swept_by_the_next(tmp_path: Path) -> None:
+    # The store is made by a process that is then killed (SIGKILL: no clean-up of its own).
+    code = (
+        "import os, sys\nfrom gitpilot_jupyter.sandbox.service.outstore import OutStore\n"
+        "store = OutStore()\nfolder = store.folder('run_1')\n(folder / '000000').write_bytes(b'x')\n"
+        "print(folder.parent, flush=True)\nos.kill(os.getpid(), 9)"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    left = Path(done.stdout.strip())
+    assert left.parent == tmp_path and left.name.startswith(OUT_STORE_PREFIX), done.stderr
+    assert (left / OWNER_FILE).is_file()
+    assert remove_orphaned_run_dirs(str(tmp_path)) == 1
+    assert not left.exists()
 
 
 def test_the_store_forgets_after_its_time_and_past_its_total() -> None:

@@ -106,6 +106,9 @@ def _remove(path: str) -> bool:
 
 #: Every run folder's name starts with this (``debug`` and the tests look for it).
 RUN_DIR_PREFIX = "gitpilot-sandbox-"
+#: The folder where a server keeps what its runs handed back from ``out/``
+#: (:mod:`..service.outstore`): marked and swept as run folders are.
+OUT_STORE_PREFIX = "gitpilot-out-"
 #: In each run folder on the host (never inside the run, which sees its own tmpfs): the
 #: name of its server's lock file (:func:`server_lock`), so a later server can tell a
 #: folder whose server died without cleaning up (SIGKILL, OOM, power loss) from a live one.
@@ -202,13 +205,14 @@ def _drop_lock(key: tuple[str, int]) -> None:
             os.close(held[0])
 
 
-def make_run_dir() -> str:
-    """A fresh private run folder under the temp dir, marked with its server (mode 0700)."""
+def make_run_dir(prefix: str = RUN_DIR_PREFIX) -> str:
+    """A fresh private run folder under the temp dir, marked with its server (mode 0700);
+    ``prefix`` :data:`OUT_STORE_PREFIX`: the server's store of runs' files."""
     base = tempfile.gettempdir()
     if sys.platform == "win32":  # no flock: unmarked, so no sweep ever takes it
-        return tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=base)
+        return tempfile.mkdtemp(prefix=prefix, dir=base)
     mark = f"{server_lock(base)} pid={os.getpid()} pidns={_pid_namespace()}\n"
-    path = tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=base)
+    path = tempfile.mkdtemp(prefix=prefix, dir=base)
     fd = os.open(os.path.join(path, OWNER_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="ascii") as mark_file:
         mark_file.write(mark)  # the pid and its namespace are for a person reading it
@@ -334,7 +338,7 @@ def remove_orphaned_run_dirs(folder: str | None = None) -> int:
     for entry in entries:
         with contextlib.suppress(OSError):
             if (
-                entry.name.startswith(RUN_DIR_PREFIX)
+                entry.name.startswith((RUN_DIR_PREFIX, OUT_STORE_PREFIX))
                 and entry.is_dir(follow_symlinks=False)
                 and entry.stat(follow_symlinks=False).st_uid == uid
                 and _orphaned(entry.path, base)

@@ -1,6 +1,7 @@
 """The bytes of runs' ``out/`` files, kept by the service for each run's owner.
 
-One 0700 folder of the server's (made on first use, removed at shutdown), one 0700
+One 0700 folder of the server's (made on first use, removed at shutdown or, if the
+server was killed, by the next one's sweep of run folders), one 0700
 folder in it per run that handed files back, each file under a number (never its
 own name: :func:`.local.outfiles.stored_name`). A run's files go after
 :data:`OUT_TTL_SEC`, and the oldest runs' go first when the folder would hold more
@@ -13,13 +14,14 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RunFileNotFound
-from ..local.cleanup import remove_tree
+from ..local.cleanup import OUT_STORE_PREFIX, make_run_dir, remove_tree
 from ..local.outfiles import stored_name
 from ..outfiles import OutFile, check_out_name
 from ..plans import belongs_to
@@ -28,8 +30,6 @@ from ..plans import belongs_to
 OUT_TTL_SEC = 3600
 #: The most the store keeps, all runs together (the oldest runs' files go first).
 STORE_MAX_BYTES = 1024 * 1024 * 1024
-#: Names of the store's folders (``debug`` and the tests look for them).
-STORE_PREFIX = "gitpilot-sandbox-out-"
 
 
 @dataclass
@@ -58,6 +58,7 @@ class OutStore:
         self._runs: OrderedDict[str, _Kept] = OrderedDict()
         self._lock = threading.Lock()
         self._closed = False
+        self._removal: Callable[[], object] | None = None
 
     def folder(self, run_id: str) -> Path:
         """A fresh, empty 0700 folder for what ``run_id`` hands back (blocking)."""
@@ -65,7 +66,10 @@ class OutStore:
             if self._closed:
                 raise RuntimeError("the store of run files is closed")
             if self._root is None:
-                self._root = Path(tempfile.mkdtemp(prefix=STORE_PREFIX))
+                # Marked with this server, as run folders are: a later server removes it
+                # if this one is killed; at this process's exit it goes at the latest.
+                self._root = Path(make_run_dir(OUT_STORE_PREFIX))
+                self._removal = weakref.finalize(self, remove_tree, self._root)
             root = self._root
         # A folder of its own even when a caller reuses a run id: the later run's files
         # replace the earlier's in :meth:`keep`, never mix with them.
@@ -125,7 +129,8 @@ class OutStore:
         """Remove every kept file and the store's folder (the server stops)."""
         with self._lock:
             self._closed = True
-            root, self._root = self._root, None
+            self._root = None
             self._runs.clear()
-        if root is not None:
-            remove_tree(root)
+            removal, self._removal = self._removal, None
+        if removal is not None:
+            removal()  # (once: the finalizer is spent)
