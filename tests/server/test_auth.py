@@ -25,6 +25,7 @@ ROUTES = [
     ("POST", "api/sandbox/run", {"language": "python", "code": "print(1)"}, "execute"),
     ("POST", "api/sandbox/plan-and-run", {"language": "python", "code": "print(1)"}, "execute"),
     ("DELETE", "api/sandbox/runs/{run_id}", None, "execute"),
+    ("GET", "api/sandbox/runs/{run_id}/files/{name}", None, "read"),
     ("POST", "api/sandbox/matrixlab/test", {}, "execute"),
     ("GET", "api/sandbox/matrixlab/lifecycle", None, "read"),
     ("POST", "api/sandbox/matrixlab/install", {}, "execute"),
