@@ -133,3 +133,29 @@ def test_memory_past_the_limit_fails_or_the_plan_says_it_is_not_capped(
         return
     assert "allocated" not in outcome.output, f"256 MiB under a 64 MiB cap:\n{outcome.describe()}"
     assert outcome.result["exit_code"] != 0, outcome.describe()
+
+
+LEAVE_IN_OUT = """
+import os
+open("out/ok.txt", "w").write("ok")
+os.symlink("/etc/shadow", "out/shadow")
+os.symlink("/etc", "out/etc")
+os.mkfifo("out/pipe")
+print("left")
+"""
+
+
+def test_out_hands_back_its_regular_files_and_follows_no_link(shape: Shape) -> None:
+    # Rows 3 and 6 through files out: what comes back is the run's own, never the host's.
+    outcome = attack(shape, LEAVE_IN_OUT)
+    if outcome.refused:
+        return
+    result = outcome.result
+    assert result["stdout"] == "left\n", outcome.describe()
+    assert [f["name"] for f in result["files"]] == ["ok.txt"], outcome.describe()
+    assert any("symlink (not followed)" in note for note in result["notes"]), result["notes"]
+    assert any("(FIFO)" in note for note in result["notes"]), result["notes"]
+    files = f"api/sandbox/runs/{result['run_id']}/files"
+    assert shape.api("GET", f"{files}/ok.txt") == (200, "ok")
+    status, body = shape.api("GET", f"{files}/shadow")
+    assert status == 404, body
