@@ -184,7 +184,8 @@ def test_a_killed_servers_store_is_swept_by_the_next(tmp_path: Path) -> None:
     # The store is made by a process that is then killed (SIGKILL: no clean-up of its own).
     code = (
         "import os, sys\nfrom gitpilot_jupyter.sandbox.service.outstore import OutStore\n"
-        "store = OutStore()\nfolder = store.folder('run_1')\n(folder / '000000').write_bytes(b'x')\n"
+        "store = OutStore()\nfolder = store.folder('run_1')\n"
+        "(folder / '000000').write_bytes(b'x')\n"
         "print(folder.parent, flush=True)\nos.kill(os.getpid(), 9)"
     )
     env = {**os.environ, "TMPDIR": str(tmp_path)}
