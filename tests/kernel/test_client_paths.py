@@ -82,7 +82,7 @@ def test_both_paths_give_the_same_envelope(
 def test_both_paths_hand_back_out_files(both: dict[str, SandboxClient]) -> None:
     code = (
         "import os\nos.makedirs('out/plots')\nopen('out/plots/a b.csv', 'w').write('x,y')\n"
-        "open('out/raw.bin', 'wb').write(bytes(range(256)))"
+        "_ = open('out/raw.bin', 'wb').write(bytes(range(256)))"
     )
     for name, client in both.items():
         result, _ = run(client, "python", code)
