@@ -150,7 +150,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             p.add_argument(
                 "--output-dir",
                 metavar="DIR",
-                help="save the run's images here (default: sandbox-out/RUN_ID/ in this folder)",
+                help="save the run's images and out/ files here (default: sandbox-out/RUN_ID/ "
+                "in this folder)",
             )
             p.add_argument(
                 "--force", action="store_true", help="replace files already in --output-dir"
@@ -340,9 +341,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             run_id=run_id,
         )
 
+    async def go_and_save() -> RunResult:
+        result = await go()
+        if not args.json:  # (the envelope lists them; --json saves nothing)
+            files_saved.extend(await displays.save_files(result, client.run_file))
+        return result
+
+    files_saved: list[str] = []
     # Ctrl-C stops the run (its process tree is killed) and still prints its envelope.
     try:
-        result = run_sync(go(), on_interrupt=stop)
+        result = run_sync(go_and_save(), on_interrupt=stop)
     except KeyboardInterrupt:
         print(f"\n{stopped_message(None)}", file=sys.stderr)
         return EXIT_STOPPED
@@ -356,6 +364,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"\n{stopped_message(result.duration_ms / 1000)}", file=sys.stderr)
     else:
         print_result_footer(result, stream=sys.stderr)
+    for line in files_saved:
+        print(line, file=sys.stderr)
     for refused in displays.refused:
         print(f"error: {refused}", file=sys.stderr)
     status = exit_status(result)
