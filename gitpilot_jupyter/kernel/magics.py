@@ -52,6 +52,7 @@ from .display import (
     footer,
     is_outage,
 )
+from .outfiles import save_run_files
 from .views import NotebookViews, NoViews, focus
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -194,6 +195,12 @@ class SandboxMagics(Magics):
         help="hand this file or folder (beside the notebook) to the snippet as ./NAME, "
         "read-only where the engine can make it so (repeatable)",
     )
+    @argument(
+        "--output-dir",
+        metavar="DIR",
+        help="save the run's out/ files here (default: sandbox-out/RUN_ID/ beside the notebook)",
+    )
+    @argument("--force", action="store_true", help="replace files already in --output-dir")
     @argument("--stdin", metavar="VAR", help="feed this str variable as stdin")
     @argument("--out", metavar="VAR", help="store the result envelope in VAR")
     @argument("--yes", action="store_true", help="approve plans with high warnings without a card")
@@ -266,6 +273,10 @@ class SandboxMagics(Magics):
         if self.show_footer:
             # After the snippet's last output, whichever stream it was on.
             echo.write("stdout", footer(result, client.path) + "\n")
+        if result.files:
+            echo.flush()
+            for refused in save_run_files(client, result, args.output_dir, force=args.force):
+                print(f"sandbox: {refused}", file=sys.stderr)
         raise_error = self.raise_error if args.raise_error is None else args.raise_error
         if raise_error and not result.ok:
             echo.flush()

@@ -1,0 +1,77 @@
+"""``%%sandbox``: the files a cell's run leaves under ``out/`` saved beside the notebook.
+
+A real InteractiveShell: the cell writes ``out/chart.csv`` and ``out/plot.png``; both are
+saved into ``sandbox-out/<run_id>/`` of the kernel's folder (or ``--output-dir``), the cell
+says where, and the PNG is shown in the cell too. An existing file stays without
+``--force``.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from gitpilot_jupyter.kernel import outfiles
+
+#: The smallest valid PNG (1x1, transparent).
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
+)
+CELL = f"open('out/chart.csv', 'w').write('a,b\\n')\n_ = open('out/plot.png', 'wb').write({PNG!r})"
+
+
+@pytest.fixture
+def notebook_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def shown(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    published: list[dict[str, Any]] = []
+    monkeypatch.setattr(
+        outfiles, "publish_display_data", lambda data, metadata: published.append(data)
+    )
+    return published
+
+
+def test_out_files_are_saved_beside_the_notebook_and_an_image_shown(
+    shell: InteractiveShell,
+    notebook_folder: Path,
+    shown: list[dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    shell.run_cell_magic("sandbox", "--out r", CELL)
+    out = capsys.readouterr().out
+    saved = dict(re.findall(r"\[file out/(\S+): (\S+)\]", out))
+    assert set(saved) == {"chart.csv", "plot.png"}, out
+    run_id = shell.user_ns["r"]["run_id"]
+    folder = notebook_folder / "sandbox-out" / run_id
+    assert Path(saved["chart.csv"]) == folder / "chart.csv"
+    assert (folder / "chart.csv").read_text() == "a,b\n"
+    assert (folder / "plot.png").read_bytes() == PNG
+    assert shown == [{"image/png": base64.b64encode(PNG).decode()}]
+
+
+def test_an_existing_file_stays_without_force(
+    shell: InteractiveShell,
+    notebook_folder: Path,
+    shown: list[dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    target = notebook_folder / "results"
+    target.mkdir()
+    (target / "chart.csv").write_text("mine")
+    shell.run_cell_magic("sandbox", f"--output-dir {target}", CELL)
+    captured = capsys.readouterr()
+    assert "already exists (--force replaces it)" in captured.err
+    assert (target / "chart.csv").read_text() == "mine"
+    assert (target / "plot.png").read_bytes() == PNG
+    shell.run_cell_magic("sandbox", f"--output-dir {target} --force", CELL)
+    assert (target / "chart.csv").read_text() == "a,b\n"
+    assert not (notebook_folder / "sandbox-out").exists()
