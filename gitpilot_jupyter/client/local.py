@@ -147,6 +147,18 @@ class LocalClient(SandboxClient):
     async def cancel(self, run_id: str) -> None:
         self.service.cancel(run_id)
 
+    async def sessions(self) -> list[dict[str, Any]]:
+        return self.service.sessions.list(self.caller)
+
+    async def stop_session(self, name: str) -> None:
+        await self.service.sessions.stop(name, self.caller)
+
+    async def restart_session(self, name: str) -> dict[str, Any]:
+        return await self.service.sessions.restart(name, self.caller)
+
+    async def interrupt_session(self, name: str) -> None:
+        self.service.sessions.interrupt(name, self.caller)
+
     async def pending(self) -> list[ExecutionPlan]:
         return await self.service.pending()
 
