@@ -20,7 +20,7 @@ from typing import Protocol
 
 from .._version import __version__
 from ..sandbox.errors import SandboxError
-from . import agents, batch, commands, debug, matrixlab
+from . import agents, batch, commands, debug, matrixlab, sessions
 
 #: Exit status for a refused or invalid request (as argparse uses for usage errors).
 EXIT_USAGE = 2
@@ -40,7 +40,7 @@ class CommandGroup(Protocol):
 #: The CLI's own groups, in the order ``--help`` lists them; other faces' groups
 #: (given to :func:`build_parser`) come after ``batch``, before the plans commands.
 COMMANDS_FIRST: tuple[CommandGroup, ...] = (commands, batch)
-COMMANDS_LAST: tuple[CommandGroup, ...] = (agents, matrixlab, debug)
+COMMANDS_LAST: tuple[CommandGroup, ...] = (agents, sessions, matrixlab, debug)
 
 
 def build_parser(extra: Sequence[CommandGroup] = ()) -> argparse.ArgumentParser:

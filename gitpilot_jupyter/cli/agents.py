@@ -37,15 +37,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p = subparsers.add_parser(name, help=helptext)
         if name != "plans":
             p.add_argument("plan_id", metavar="PLAN_ID")
-        p.add_argument(
-            "--server",
-            help=f"the Jupyter server URL (default: ${URL_ENV}, else a running server)",
-        )
-        p.add_argument("--json", action="store_true", help="print the answer as JSON")
+        add_server_options(p)
         p.set_defaults(handler={"plans": cmd_plans, "approve": cmd_approve}.get(name, cmd_reject))
 
 
-def _remote(args: argparse.Namespace) -> RestClient:
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    """``--server URL`` and ``--json``: what every command on a running server takes."""
+    parser.add_argument(
+        "--server", help=f"the Jupyter server URL (default: ${URL_ENV}, else a running server)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the answer as JSON")
+
+
+def remote_server(args: argparse.Namespace) -> RestClient:
     """The Jupyter server to act on, or :class:`ServerUnreachable` saying how to name one."""
     if args.server:
         return RestClient(args.server, os.environ.get(TOKEN_ENV, ""))
@@ -59,7 +63,7 @@ def _remote(args: argparse.Namespace) -> RestClient:
     return RestClient(found.url, found.token)
 
 
-def _print_json(data: Any) -> None:
+def print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
 
@@ -73,9 +77,9 @@ def _print_pending(plan: ExecutionPlan) -> None:
 
 def cmd_plans(args: argparse.Namespace) -> int:
     """``jupyter sandbox plans``."""
-    plans = run_sync(_remote(args).pending())
+    plans = run_sync(remote_server(args).pending())
     if args.json:
-        _print_json([plan.to_dict() for plan in plans])
+        print_json([plan.to_dict() for plan in plans])
     elif not plans:
         print("no plans are waiting for approval")
     for plan in [] if args.json else plans:
@@ -93,11 +97,11 @@ def _find(remote: RestClient, plan_id: str) -> ExecutionPlan | None:
 
 def cmd_approve(args: argparse.Namespace) -> int:
     """``jupyter sandbox approve PLAN_ID``: show the plan, approve it."""
-    remote = _remote(args)
+    remote = remote_server(args)
     plan = _find(remote, args.plan_id)
     answer = run_sync(remote.approve(args.plan_id, for_planner=True))
     if args.json:
-        _print_json(answer)
+        print_json(answer)
         return 0
     if plan is not None:
         _print_pending(plan)
@@ -109,9 +113,9 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 def cmd_reject(args: argparse.Namespace) -> int:
     """``jupyter sandbox reject PLAN_ID``."""
-    answer = run_sync(_remote(args).reject(args.plan_id))
+    answer = run_sync(remote_server(args).reject(args.plan_id))
     if args.json:
-        _print_json({"plan_id": args.plan_id, "rejected": True} if answer is None else answer)
+        print_json({"plan_id": args.plan_id, "rejected": True} if answer is None else answer)
     else:
         print(f"Rejected {args.plan_id}; it will not run.")
     return 0

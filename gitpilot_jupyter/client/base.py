@@ -102,6 +102,26 @@ class SandboxClient(abc.ABC):
         (one of its ``files``); ``run_file_not_found`` when it is not this caller's."""
 
     @abc.abstractmethod
+    async def sessions(self) -> list[dict[str, Any]]:
+        """This caller's sessions (kernels kept between cells), oldest first.
+
+        A session's cell is planned with ``RunOptions(session=NAME)`` and run by its
+        token as any run; its first cell starts it.
+        """
+
+    @abc.abstractmethod
+    async def stop_session(self, name: str) -> None:
+        """Stop this caller's session ``name``: nothing of it is left."""
+
+    @abc.abstractmethod
+    async def restart_session(self, name: str) -> dict[str, Any]:
+        """Start this caller's session ``name`` afresh (its state is gone); its new info."""
+
+    @abc.abstractmethod
+    async def interrupt_session(self, name: str) -> None:
+        """Interrupt the cell under way in this caller's session ``name`` (its state stays)."""
+
+    @abc.abstractmethod
     async def pending(self) -> list[ExecutionPlan]:
         """Plans waiting for a person's approval that this caller may see, oldest first."""
 

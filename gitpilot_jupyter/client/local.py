@@ -150,6 +150,18 @@ class LocalClient(SandboxClient):
     async def run_file(self, run_id: str, name: str) -> bytes:
         return await asyncio.to_thread(self.service.run_file, run_id, name, self.caller)
 
+    async def sessions(self) -> list[dict[str, Any]]:
+        return self.service.sessions.list(self.caller)
+
+    async def stop_session(self, name: str) -> None:
+        await self.service.sessions.stop(name, self.caller)
+
+    async def restart_session(self, name: str) -> dict[str, Any]:
+        return await self.service.sessions.restart(name, self.caller)
+
+    async def interrupt_session(self, name: str) -> None:
+        self.service.sessions.interrupt(name, self.caller)
+
     async def pending(self) -> list[ExecutionPlan]:
         return await self.service.pending()
 

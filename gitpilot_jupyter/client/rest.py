@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -275,6 +276,18 @@ class RestClient(SandboxClient):
         answer = await self._call("GET", "plans")
         return [ExecutionPlan.from_dict(plan) for plan in answer["plans"]]
 
+    async def sessions(self) -> list[dict[str, Any]]:
+        return list((await self._call("GET", "sessions"))["sessions"])
+
+    async def stop_session(self, name: str) -> None:
+        await self._call("DELETE", f"sessions/{_path_part(name)}")
+
+    async def restart_session(self, name: str) -> dict[str, Any]:
+        return dict(await self._call("POST", f"sessions/{_path_part(name)}/restart", {}))
+
+    async def interrupt_session(self, name: str) -> None:
+        await self._call("POST", f"sessions/{_path_part(name)}/interrupt", {})
+
     async def cancel(self, run_id: str) -> None:
         # (Closing a run's stream stops it as well; this says so while the stream stays open.)
         await self._call("DELETE", f"runs/{run_id}")
@@ -354,3 +367,9 @@ async def _replay(result: RunResult, on_output: OutputCallback | None) -> None:
         await on_output("stdout", result.stdout[shown:])
     if result.stderr:
         await on_output("stderr", result.stderr)
+
+
+def _path_part(name: str) -> str:
+    """A session's name as one path segment (a bad name reaches the server as it is, to be
+    refused there, never as another route)."""
+    return urllib.parse.quote(name, safe="")

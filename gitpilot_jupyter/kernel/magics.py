@@ -10,6 +10,11 @@ become a one-line ``UsageError`` here, an outage a one-line ``SandboxUnavailable
 (typically an agent's, in ``ask`` mode); its Approve only approves: the agent
 claims the token and runs the plan itself. ``%sandbox approve|reject PLAN_ID``
 are the line forms.
+
+``%%sandbox --session NAME`` runs the cell in session NAME: one kernel in the sandbox
+that keeps variables, imports and files between cells (each cell still planned and
+approved; the first starts it). ``%sandbox session list | restart NAME | stop NAME``
+drive this caller's sessions.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar, cast
 
 from IPython.core import magic_arguments as ma
@@ -75,7 +80,9 @@ display: Callable[..., None] = _display
 LINE_USAGE = (
     "%sandbox status [--verbose] | settings | config [--yes] [KEY=VALUE ...] | debug [--matrixlab]"
     " | last | plans | approve PLAN_ID | reject PLAN_ID | batch SOURCE [options]"
+    " | session list | session restart NAME | session stop NAME"
 )
+SESSION_USAGE = "usage: %sandbox session list | restart NAME | stop NAME"
 
 
 @contextlib.contextmanager
@@ -201,6 +208,12 @@ class SandboxMagics(Magics):
         help="save the run's out/ files here (default: sandbox-out/RUN_ID/ beside the notebook)",
     )
     @argument("--force", action="store_true", help="replace files already in --output-dir")
+    @argument(
+        "--session",
+        metavar="NAME",
+        help="run in session NAME: a kernel in the sandbox that keeps its state between "
+        "cells (python; started by its first cell)",
+    )
     @argument("--stdin", metavar="VAR", help="feed this str variable as stdin")
     @argument("--out", metavar="VAR", help="store the result envelope in VAR")
     @argument("--yes", action="store_true", help="approve plans with high warnings without a card")
@@ -224,6 +237,14 @@ class SandboxMagics(Magics):
         # The run has its own id so an interrupt (the kernel's stop button) can stop it
         # where it runs, on the server too, and the cell still gets its envelope.
         run_id = new_run_id()
+        session = args.session
+
+        def interrupt() -> Awaitable[None]:
+            # A session's cell is interrupted in its kernel, which keeps its state.
+            if session is not None:
+                return client.interrupt_session(session)
+            return client.cancel(run_id)
+
         started = time.monotonic()
         try:
             # One call: the core plans and, unless the plan needs a person's look,
@@ -240,12 +261,13 @@ class SandboxMagics(Magics):
                         env=args.env or (),
                         source="cell",
                         inputs=absolute_paths(args.inputs),
+                        session=args.session,
                     ),
                     confirmed=args.yes,
                     on_output=echo,
                     run_id=run_id,
                 ),
-                on_interrupt=lambda: client.cancel(run_id),
+                on_interrupt=interrupt,
             )
         except KeyboardInterrupt:
             # The stop could not be asked for (a second interrupt, a gone server, a run
@@ -315,6 +337,25 @@ class SandboxMagics(Magics):
         from .batch import batch_line
 
         return batch_line(self.user_ns, rest, self.views, self.client)
+
+    def _line_session(self, rest: list[str]) -> None:
+        """``list`` this caller's sessions, ``restart NAME`` or ``stop NAME`` one."""
+        match rest:
+            case ["list"]:
+                sessions = run_sync(self.client.sessions())
+                if not sessions:
+                    print("no session is open (%%sandbox --session NAME starts one)")
+                for info in sessions:
+                    network = "network on" if info["network"] else "network off"
+                    print(f"{info['name']:24} {info['state']:5} {info['cells']:4} cells  {network}")
+            case ["restart", name]:
+                run_sync(self.client.restart_session(name))
+                print(f"Restarted session {name}: its variables and files are gone.")
+            case ["stop", name]:
+                run_sync(self.client.stop_session(name))
+                print(f"Stopped session {name}: nothing of it is left.")
+            case _:
+                raise UsageError(SESSION_USAGE)
 
     def _line_status(self, rest: list[str]) -> None:
         status = run_sync(self.client.status())

@@ -43,7 +43,7 @@ from ..sandbox.settings import (
     SettingsStore,
     allowed_backends_from_env,
 )
-from . import batch, files, handlers, matrixlab, run, schemas
+from . import batch, files, handlers, matrixlab, run, schemas, sessions
 from .agents import agent_handlers
 from .audit import make_audit_hook
 from .base import SERVICE_KEY
@@ -555,6 +555,10 @@ class SandboxApp(ExtensionApp):
                 (f"{API}/batch", batch.BatchRunHandler),
                 (f"{API}/runs/(?P<run_id>[^/]+)/files/(?P<name>.+)", files.RunFileHandler),
                 (f"{API}/runs/(?P<run_id>[^/]+)", run.RunCancelHandler),
+                (f"{API}/sessions", sessions.SessionsHandler),
+                (f"{API}/sessions/(?P<name>[^/]+)", sessions.SessionHandler),
+                (f"{API}/sessions/(?P<name>[^/]+)/restart", sessions.SessionRestartHandler),
+                (f"{API}/sessions/(?P<name>[^/]+)/interrupt", sessions.SessionInterruptHandler),
                 (f"{API}/matrixlab/test", matrixlab.ConnectionTestHandler),
                 (f"{API}/matrixlab/lifecycle", matrixlab.LifecycleStatusHandler),
                 (f"{API}/matrixlab/(install|start|stop)", matrixlab.LifecycleActionHandler),
@@ -562,7 +566,7 @@ class SandboxApp(ExtensionApp):
         )
 
     async def stop_extension(self) -> None:
-        """Release the service's backend resources."""
+        """Stop the service's sessions and release its backend resources."""
         service: SandboxService | None = getattr(self, "service", None)
         if service is not None:
             await service.aclose()

@@ -1,8 +1,8 @@
 """Audit events: the service's ``audit`` hook emitting jupyter_events with registered schemas.
 
-Each event kind (plan, approve, reject, claim, run, refused, cancel, config, lifecycle) has a
-schema under ``event_schemas/<kind>/v1.yaml``. Only the fields a schema declares are sent,
-so code, output or a secret added to the core's data later can never leak.
+Each event kind (plan, approve, reject, claim, run, refused, cancel, config, lifecycle,
+session) has a schema under ``event_schemas/<kind>/v1.yaml``. Only the fields a schema
+declares are sent, so code, output or a secret added to the core's data later can never leak.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ EVENT_KINDS = (
     "cancel",
     "config",
     "lifecycle",
+    "session",
 )
 SCHEMA_BASE = "https://schema.jupyter.org/gitpilot_jupyter/sandbox"
 

@@ -50,8 +50,7 @@ def test_request_schemas_match_what_the_service_accepts() -> None:
     # the token, the run's id or the caller's yes (``confirm``: plan_and_run's ``confirmed``).
     # ``filename``: the name an in-process caller's file runs under (the CLI reads the file
     # itself); over REST a file run names its ``file``, under the server's root.
-    # (``session``: a session's cell, served by the sessions' REST face, issue #32's next step.)
-    options = {f.name for f in dataclasses.fields(RunOptions)} - {"filename", "session"}
+    options = {f.name for f in dataclasses.fields(RunOptions)} - {"filename"}
     assert {f.name for f in dataclasses.fields(Caller)} == {"user", "session_id"}
     assert set(SCHEMAS["PlanRequest"]["properties"]) == options | {"session_id"}
     run = set(inspect.signature(SandboxService.run).parameters)

@@ -116,7 +116,7 @@ class _Grace:
         return exc is None or exc.args == (_GRACE_OVER,)
 
 
-def _request(spec: RunSpec, policy: SandboxPolicy) -> RunRequest:
+def run_request(spec: RunSpec, policy: SandboxPolicy) -> RunRequest:
     """What a backend is asked to run for ``spec`` under ``policy``."""
     return RunRequest(
         language=spec.language,
@@ -177,7 +177,7 @@ class RunExecutor:
         False when its backend keeps none."""
         backend = self.resolver.backend(spec.backend)
         prewarm = getattr(backend, "prewarm", None)
-        return bool(prewarm(_request(spec, self._policy()))) if prewarm is not None else False
+        return bool(prewarm(run_request(spec, self._policy()))) if prewarm is not None else False
 
     async def execute(
         self,
@@ -298,7 +298,7 @@ class RunExecutor:
             # A file run: the backend may send the file's folder along (matrixlab does).
             root = self.root_dir or Path.cwd().resolve()
             file_path = await asyncio.to_thread(path_under_root, root, spec.file)
-        request = _request(spec, policy)
+        request = run_request(spec, policy)
         request.plan_id, request.file = plan_id, file_path
         if run_id:
             request.run_id = run_id  # else the fresh one the request was made with

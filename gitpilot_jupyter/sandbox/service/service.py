@@ -17,6 +17,9 @@ no mixins) and keeps here what the door itself decides.
 * :class:`~.status.StatusReporter`: the typed status.
 * :class:`~.matrixlab.ops.MatrixLabOperations` (``service.matrixlab``): Test connection
   and the Runner lifecycle, audited there; faces call it as it is.
+* :class:`~.sessions.SessionDoor` (``service.sessions``): the caller's sessions (start,
+  list, interrupt, restart, stop), which faces call as they are too; a session's cell is
+  planned and run by its token as any run (:meth:`SandboxService.run` sends it there).
 
 What the door decides: the caller's rights (an agent's source, the approval
 switch, a plan's own approver in :meth:`SandboxService.plan_and_run`), the order of
@@ -56,6 +59,7 @@ from ..records import Status
 from ..report import blocked_message
 from ..request import Caller, RunOptions
 from ..results import RunResult
+from ..sessions import SessionManager
 from ..settings import SettingsStore, check_backend, env_flag
 from ..spec import RunSpec
 from ..text import check_text
@@ -64,6 +68,7 @@ from .capacity import Admission, CapacityLimits
 from .planner import MAX_CODE_CHARS, Planner
 from .resolver import BackendResolver
 from .runs import RUN_ID_PATTERN, STOP_GRACE_SEC, ActiveRun, RunExecutor, check_run_id
+from .sessions import SessionDoor
 from .status import StatusReporter
 from .workflow import AuditHook, PlanWorkflow
 
@@ -164,6 +169,16 @@ class SandboxService:
             require_approval=lambda: self.require_approval,
             max_timeout_sec=lambda: self.policy.max_timeout_sec,
             capacity=self.executor.admission.report,
+        )
+        #: The sessions (kernels kept between cells) of this service, stopped with it.
+        self.sessions = SessionDoor(
+            SessionManager(
+                self.backends.subprocess,
+                idle_sec=lambda: self.settings.effective().settings.session_idle_min * 60,
+            ),
+            planner=self.planner,
+            policy=lambda: self.policy,
+            emit=self._emit,
         )
         #: Test connection and the Runner lifecycle (Docker), kept out of this module.
         self.matrixlab = MatrixLabOperations(self.settings, self.lifecycle_config, self._emit)
@@ -305,6 +320,10 @@ class SandboxService:
             except SandboxError as exc:
                 inputs = exc
             approval, spec = self._check_long_form(expected, approval_token, caller, inputs)
+        if spec.session is not None:  # a cell of a session: to its kernel, nowhere else
+            return await self.sessions.run_cell(
+                spec, approval, caller, on_output=on_output, run_id=run_id
+            )
         return await self.executor.execute(
             spec,
             plan_id=approval.plan_id if approval is not None else None,
@@ -476,8 +495,10 @@ class SandboxService:
         return await self.reporter.status()
 
     async def aclose(self) -> None:
-        """Release backend resources; the runs' kept files are removed."""
+        """Stop every session, then release backend resources; the runs' kept files are
+        removed."""
         try:
+            await self.sessions.aclose()
             await self.backends.aclose()
         finally:
             await asyncio.to_thread(self.executor.out_store.close)

@@ -1,0 +1,160 @@
+"""The service's sessions: cells of an approved plan run in their session's kernel.
+
+A part of :class:`~gitpilot_jupyter.sandbox.service.service.SandboxService` (held, not
+inherited), over the :class:`~..sessions.SessionManager` the service owns (stopped
+with it, so no kernel outlives the server). A cell reaches a kernel only here, with
+the spec an approval token stood for (:meth:`SessionDoor.run_cell`); a cell of a
+session the caller has not opened starts it with that spec's network, limits and
+environment. Every call acts on the caller's own sessions only (the plans' rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..backend import OutputCallback
+from ..errors import InvalidRequest, SandboxError, SessionNotFound
+from ..plans import Approval
+from ..policy import SandboxPolicy
+from ..request import Caller, RunOptions
+from ..results import RunResult
+from ..sessions import SessionManager, check_name
+from ..spec import RunSpec
+from .planner import Planner
+from .runs import run_request
+from .workflow import AuditHook
+
+
+class SessionDoor:
+    """Start, list, drive and stop the caller's sessions; run their approved cells."""
+
+    def __init__(
+        self,
+        manager: SessionManager,
+        *,
+        planner: Planner,
+        policy: Callable[[], SandboxPolicy],
+        emit: AuditHook,
+    ) -> None:
+        self.manager = manager
+        self.planner = planner
+        self._policy = policy
+        self._emit = emit
+
+    async def start(self, name: str, caller: Caller, options: RunOptions) -> dict[str, Any]:
+        """Open session ``name`` for ``caller`` with ``options``' network (the settings'
+        limits and environment, as a run planned with them would have)."""
+        check_name(name)
+        spec = self.planner.spec(options.but(language="python", code="pass", session=name))
+        return await self._start(spec, caller)
+
+    async def _start(self, spec: RunSpec, caller: Caller) -> dict[str, Any]:
+        assert spec.session is not None
+        if spec.backend != self.manager.backend.name:
+            raise InvalidRequest(
+                f"sessions run on the {self.manager.backend.name} backend, not {spec.backend}",
+                code="session_unavailable",
+            )
+        request = run_request(spec, self._policy())
+        info = await self.manager.start(spec.session, owner=caller.user, request=request)
+        self._emit("session", {"user": caller.user, "action": "start", "name": spec.session})
+        return info
+
+    def list(self, caller: Caller) -> list[dict[str, Any]]:
+        """The sessions ``caller`` may see, oldest first."""
+        return self.manager.list(caller.user)
+
+    async def stop(self, name: str, caller: Caller) -> None:
+        """Stop the caller's session ``name``: nothing of it is left."""
+        await self.manager.stop(check_name(name), user=caller.user)
+        self._emit("session", {"user": caller.user, "action": "stop", "name": name})
+
+    async def restart(self, name: str, caller: Caller) -> dict[str, Any]:
+        """Start the caller's session ``name`` afresh (its state is gone)."""
+        info = await self.manager.restart(check_name(name), user=caller.user)
+        self._emit("session", {"user": caller.user, "action": "restart", "name": name})
+        return info
+
+    def interrupt(self, name: str, caller: Caller) -> None:
+        """Interrupt the cell under way in the caller's session ``name``."""
+        self.manager.interrupt(check_name(name), user=caller.user)
+        self._emit("session", {"user": caller.user, "action": "interrupt", "name": name})
+
+    async def run_cell(
+        self,
+        spec: RunSpec,
+        approval: Approval | None,
+        caller: Caller,
+        *,
+        on_output: OutputCallback | None,
+        run_id: str | None,
+    ) -> RunResult:
+        """Run the approved cell ``spec`` in its session (opened first when the caller has
+        none of that name); audited as a run. A refusal before the kernel had it gives
+        the token back."""
+        assert spec.session is not None
+        plan_id = approval.plan_id if approval is not None else None
+        started = time.monotonic()
+        try:
+            # What changed since the plan, checked as for a run: the allow-list, the policy.
+            self.planner.resolver.check_allowed(spec.backend)
+            command = self.planner.resolver.command(spec.language)
+            self._policy().check_destructive(spec.language, spec.code, command)
+            if not any(s["name"] == spec.session for s in self.manager.list(caller.user)):
+                await self._start(spec, caller)
+        except SandboxError:
+            if approval is not None:
+                self.planner.plans.unspend(approval)
+            raise
+        event: dict[str, Any] = {
+            "user": caller.user,
+            "plan_id": plan_id,
+            "digest": spec.digest,
+            "language": spec.language,
+            "backend": spec.backend,
+            "session": spec.session,
+        }
+        try:
+            outcome = await self.manager.run_cell(
+                spec,
+                user=caller.user,
+                on_output=on_output,
+                run_id=run_id,
+                plan_id=plan_id,
+                max_output_bytes=self._policy().max_output_bytes,
+            )
+        except SessionNotFound:
+            if approval is not None:  # stopped between the start and the cell: nothing ran
+                self.planner.plans.unspend(approval)
+            raise
+        except BaseException as exc:
+            event.update(
+                exit_code=-1,
+                duration_ms=int((time.monotonic() - started) * 1000),
+                cancelled=isinstance(exc, asyncio.CancelledError),
+                error=type(exc).__name__,
+            )
+            self._emit("run", event)
+            raise
+        result = outcome.result
+        if outcome.outputs and not result.outputs:
+            result = dataclasses.replace(result, outputs=list(outcome.outputs))
+        event.update(
+            run_id=result.run_id,
+            exit_code=result.exit_code,
+            duration_ms=result.duration_ms,
+            timed_out=result.timed_out,
+            cancelled=result.cancelled,
+            truncated=result.truncated,
+            lost=outcome.lost,
+        )
+        self._emit("run", event)
+        return result
+
+    async def aclose(self) -> None:
+        """Stop every session (the service is closing)."""
+        await self.manager.aclose()
