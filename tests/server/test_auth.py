@@ -26,6 +26,12 @@ ROUTES = [
     ("POST", "api/sandbox/plan-and-run", {"language": "python", "code": "print(1)"}, "execute"),
     ("DELETE", "api/sandbox/runs/{run_id}", None, "execute"),
     ("GET", "api/sandbox/runs/{run_id}/files/{name}", None, "read"),
+    ("GET", "api/sandbox/sessions", None, "read"),
+    # A name the schema refuses: the allowed case answers 400, no kernel is started.
+    ("POST", "api/sandbox/sessions", {"name": "!"}, "execute"),
+    ("DELETE", "api/sandbox/sessions/{name}", None, "execute"),
+    ("POST", "api/sandbox/sessions/{name}/restart", {}, "execute"),
+    ("POST", "api/sandbox/sessions/{name}/interrupt", {}, "execute"),
     ("POST", "api/sandbox/matrixlab/test", {}, "execute"),
     ("GET", "api/sandbox/matrixlab/lifecycle", None, "read"),
     ("POST", "api/sandbox/matrixlab/install", {}, "execute"),
