@@ -17,6 +17,7 @@ Where the interpreter has no matplotlib, nothing is built or copied.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -137,10 +138,9 @@ def _build(interpreter: str, folder: Path) -> Path | None:
         if not built:
             return None
         os.chmod(config, 0o700)
-        try:
-            os.replace(config, folder)  # whole, at once: a reader sees it all or nothing
-        except OSError:  # another server built it first
-            pass
+        # Whole, at once: a reader sees it all or nothing (OSError: another built it).
+        with contextlib.suppress(OSError):
+            os.replace(config, folder)
     lists = sorted(folder.glob("fontlist-v*.json"))
     return lists[-1] if lists else None
 
