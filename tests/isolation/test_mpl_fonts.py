@@ -1,4 +1,4 @@
-"""matplotlib's font list in real runs of the namespace-free engine, cold and warm: the
+"""matplotlib's font list in real runs of both file-system engines, cold and warm: the
 server's copy is used (no font scan in the run), a run's writes reach only its own copy,
 and a figure with a title still draws its text."""
 
@@ -14,11 +14,11 @@ import pytest
 
 from gitpilot_jupyter.sandbox.local import mplfonts
 
-from .test_rich_output import run
+from .test_rich_output import ENGINES, run
 
 pytest.importorskip("matplotlib")
 
-MODES = ["cold", "warm"]
+MODES = ["cold", "warm", "prestart"]
 #: matplotlib logs which list it loaded, or that it scanned the fonts.
 USED = """
 import logging, sys
@@ -30,15 +30,17 @@ print(fm.fontManager.ttflist and "fonts listed")
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_run_uses_the_servers_font_list(mode: str) -> None:
-    result = run("landlock", USED, mode)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_run_uses_the_servers_font_list(engine: str, mode: str) -> None:
+    result = run(engine, USED, mode)
     assert result.exit_code == 0, result.stderr
     assert "generated new fontManager" not in result.stdout + result.stderr
     assert "fonts listed" in result.stdout
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_run_cannot_change_the_shared_copy(mode: str) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_run_cannot_change_the_shared_copy(engine: str, mode: str) -> None:
     shared = mplfonts.shared_font_list(sys.executable)
     assert shared is not None
     before = shared.read_bytes()
@@ -52,7 +54,7 @@ for path in glob.glob(".matplotlib/fontlist-v*.json") + [{str(shared)!r}]:
     except OSError as exc:
         print("refused", exc.errno)
 """
-    result = run("landlock", code, mode)
+    result = run(engine, code, mode)
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("wrote ") and lines[0].endswith(shared.name)  # its own copy
@@ -60,10 +62,11 @@ for path in glob.glob(".matplotlib/fontlist-v*.json") + [{str(shared)!r}]:
     assert shared.read_bytes() == before
     assert json.loads(before)["ttflist"]
     # The next run still gets a whole list.
-    assert "generated new fontManager" not in run("landlock", USED, mode).stdout
+    assert "generated new fontManager" not in run(engine, USED, mode).stdout
 
 
-def test_every_listed_font_is_readable_in_a_run() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_listed_font_is_readable_in_a_run(engine: str) -> None:
     shared = mplfonts.shared_font_list(sys.executable)
     assert shared is not None
     names = [e["fname"] for e in json.loads(shared.read_text())["ttflist"]]
@@ -74,11 +77,12 @@ def test_every_listed_font_is_readable_in_a_run() -> None:
         f"print(len({names!r}), [n for n in {names!r}\n"
         "       if not os.access(os.path.join(base, n), os.R_OK)])\n"
     )
-    result = run("landlock", code)
+    result = run(engine, code)
     assert result.stdout.split() == [str(len(names)), "[]"], result.stdout
 
 
-def test_a_titled_figure_still_draws_its_text() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_titled_figure_still_draws_its_text(engine: str) -> None:
     code = """
 import matplotlib.pyplot as plt
 fig, ax = plt.subplots(figsize=(2, 1), dpi=50)
@@ -88,7 +92,7 @@ ax.set_title("WWWW", fontsize=20);
     blank = code.replace('ax.set_title("WWWW", fontsize=20);', "")
     inked = []
     for snippet in (code, blank):
-        result = run("landlock", snippet)
+        result = run(engine, snippet)
         assert result.exit_code == 0, result.stderr
         assert "generated new fontManager" not in result.stderr
         (item,) = (o for o in result.outputs if "image/png" in o["data"])

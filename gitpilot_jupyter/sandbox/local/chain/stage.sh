@@ -20,13 +20,15 @@
 #   --fstab FILE          the stage's mounts (one mount --all)
 #   --stage DIR           where the stage is mounted here
 #   --owner UID:GID       who owns the run's writable folders (a run that drops)
+#   --mpl-fonts FILE      the server's matplotlib font list, copied into the run
+#                         folder's .matplotlib (the run's own copy: mplfonts.py)
 #   --move DIR            where the stage is moved to once it is made
 #   --net UNSHARE IP SLIRP4NETNS NSENTER
 #                         egress-only network: the run's own namespace and stack
 #   --block NET           a network that namespace has a prohibit route to
 set -e
 seccomp='' snippet='' fifo='' code='' hook='' chain='' fstab='' stage='' owner='' moved=''
-inputs=''
+inputs='' fonts=''
 unshare='' ip='' slirp='' nsenter='' routes=''
 while [ "$1" != -- ]; do
     case $1 in
@@ -40,6 +42,7 @@ while [ "$1" != -- ]; do
         --stage) stage=$2 ;;
         --owner) owner=$2 ;;
         --move) moved=$2 ;;
+        --mpl-fonts) fonts=$2 ;;
         --net) unshare=$2 ip=$3 slirp=$4 nsenter=$5 && shift 3 ;;
         --block) routes="${routes:+$routes
 }route add prohibit $2" ;;
@@ -83,11 +86,16 @@ ROUTES
         5>"$stage/ready" 6<"$stage/done" </dev/null >/dev/null 2>&1 8>&- 9>&- &
     exec 5<"$stage/ready" 6>"$stage/done"
 fi
-# The writable folders are the run's alone (0700), as the run folder on the host.
+# The writable folders are the run's alone (0700), as the run folder on the host; a
+# copy of the font list is its own too.
+mpl=${fonts:+$stage/run/.matplotlib}
 if [ -n "$owner" ]; then
-    install -d -m 0700 -o "${owner%:*}" -g "${owner#*:}" "$stage/run" "$stage/tmp" "$stage/shm"
+    install -d -m 0700 -o "${owner%:*}" -g "${owner#*:}" "$stage/run" "$stage/tmp" "$stage/shm" \
+        ${mpl:+"$mpl"}
+    if [ -n "$mpl" ]; then install -m 0600 -o "${owner%:*}" -g "${owner#*:}" "$fonts" "$mpl"; fi
 else
-    install -d -m 0700 "$stage/run" "$stage/tmp" "$stage/shm"
+    install -d -m 0700 "$stage/run" "$stage/tmp" "$stage/shm" ${mpl:+"$mpl"}
+    if [ -n "$mpl" ]; then install -m 0600 "$fonts" "$mpl"; fi
 fi
 if [ -n "$unshare" ]; then
     read -r up <&5 || true
