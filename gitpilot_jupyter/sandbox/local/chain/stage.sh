@@ -28,7 +28,7 @@
 #   --block NET           a network that namespace has a prohibit route to
 set -e
 seccomp='' snippet='' fifo='' code='' hook='' chain='' fstab='' stage='' owner='' moved=''
-inputs='' fonts=''
+inputs='' fonts='' fonts_text=''
 unshare='' ip='' slirp='' nsenter='' routes=''
 while [ "$1" != -- ]; do
     case $1 in
@@ -65,6 +65,8 @@ if [ -n "$code" ]; then
     exec 7<>"$code" 7<"$code" 4<"$hook" 8>&1 9>&2 1>"$chain"
 fi
 if [ -n "$inputs" ]; then exec 5<"$inputs"; fi
+# The font list is read now too: the stage may cover the folder it lies in.
+if [ -n "$fonts" ]; then fonts_text=$(cat "$fonts"); fi
 mount --all --fstab "$fstab"
 if [ -n "$inputs" ]; then exec 5<&-; fi
 if [ -n "$unshare" ]; then
@@ -92,10 +94,18 @@ mpl=${fonts:+$stage/run/.matplotlib}
 if [ -n "$owner" ]; then
     install -d -m 0700 -o "${owner%:*}" -g "${owner#*:}" "$stage/run" "$stage/tmp" "$stage/shm" \
         ${mpl:+"$mpl"}
-    if [ -n "$mpl" ]; then install -m 0600 -o "${owner%:*}" -g "${owner#*:}" "$fonts" "$mpl"; fi
+    if [ -n "$mpl" ]; then
+        install -m 0600 -o "${owner%:*}" -g "${owner#*:}" /dev/stdin "$mpl/${fonts##*/}" <<TEXT
+$fonts_text
+TEXT
+    fi
 else
     install -d -m 0700 "$stage/run" "$stage/tmp" "$stage/shm" ${mpl:+"$mpl"}
-    if [ -n "$mpl" ]; then install -m 0600 "$fonts" "$mpl"; fi
+    if [ -n "$mpl" ]; then
+        install -m 0600 /dev/stdin "$mpl/${fonts##*/}" <<TEXT
+$fonts_text
+TEXT
+    fi
 fi
 if [ -n "$unshare" ]; then
     read -r up <&5 || true
