@@ -5,12 +5,13 @@ default, see :mod:`..rich.shim`), new each run: the first ``import matplotlib.py
 of every run scanned the fonts and wrote ``fontlist-vNNN.json`` again. The server
 builds that file once, outside any run, with the run's interpreter (a ``HOME`` of its
 own, empty as a run's is), in its own cache folder keyed by the interpreter,
-matplotlib's version and the font folders' stat; each run of an engine whose run folder is the
-server's (:data:`HOST_FOLDER_ENGINES`) gets a *copy* in that private folder before it
-starts (a run's writes reach only its own copy; the shared
-one is never inside a run's wall). matplotlib still checks that a chosen font's file
-exists: the fonts it lists (its own ``mpl-data``, ``/usr/share/fonts``) are readable
-in a run on every engine; a font only the server's home holds is not listed.
+matplotlib's version and the font folders' stat; each python run gets a *copy* in its
+private folder before it starts (placed by the server where the run folder is the
+server's, :data:`HOST_FOLDER_ENGINES`; by bubblewrap's staging shell in its tmpfs): a
+run's writes reach only its own copy, and the shared one is never inside a run's wall.
+matplotlib still checks that a chosen font's file exists: the fonts it lists (its own
+``mpl-data``, ``/usr/share/fonts``) are readable in a run on every engine; a font only
+the server's home holds is not listed.
 
 Where the interpreter has no matplotlib, nothing is built or copied.
 """
@@ -33,8 +34,8 @@ log = logging.getLogger(__name__)
 #: The run's matplotlib folder, under its ``TMPDIR`` (= its run folder): the shim's.
 RUN_CONFIG_DIR = ".matplotlib"
 #: The engines whose run folder is the server's own folder (the namespace-free engine,
-#: and no engine): the copy placed there is the run's. (bubblewrap's runs start in a
-#: fresh tmpfs stage that only its ``--file`` copies reach: not done yet.)
+#: and no engine): the server places the copy there. (bubblewrap's runs start in a
+#: fresh tmpfs stage: its staging shell writes the copy, see ``--mpl-fonts``.)
 HOST_FOLDER_ENGINES = ("landlock", "none")
 #: System font folders matplotlib scans on Linux (its own ``mpl-data`` is added).
 SYSTEM_FONT_DIRS = ("/usr/share/fonts", "/usr/local/share/fonts")
