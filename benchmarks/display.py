@@ -49,6 +49,14 @@ PNG = (
     "        return data\n"
     "picture = Picture()\n"
 )
+#: A figure cell's first import, its CPU time inside the run (seconds on stdout): on a
+#: shared machine far steadier than its wall time.
+MPL_IMPORT = (
+    "import time\n"
+    "started = time.process_time()\n"
+    "import matplotlib.pyplot\n"
+    "print(time.process_time() - started)\n"
+)
 #: The added cost a 1 MB PNG may have (the issue's target).
 PNG_TARGET_MS = 20.0
 
@@ -147,6 +155,41 @@ def png_runs(runs: int) -> dict[str, list[float]]:
     return samples
 
 
+def mpl_runs(runs: int) -> dict[str, list[float]]:
+    """Per side, the CPU time of ``import matplotlib.pyplot`` inside each run (seconds):
+    a cold run (no pool, as ``%%sandbox`` without one), a warm pool run, and the host's
+    interpreter with its own warm font cache, interleaved. Empty without matplotlib."""
+    samples: dict[str, list[float]] = {"cold": [], "warm": [], "host": []}
+    if subprocess.run([sys.executable, "-c", "import matplotlib"], capture_output=True).returncode:
+        return samples
+    cold = SubprocessSandbox(pool=PoolConfig(mode="off"))
+    warm = SubprocessSandbox(pool=PoolConfig(mode="always", max_slots=2, min_slots=1))
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    host_env = {**os.environ, "MPLBACKEND": "agg"}
+
+    async def main() -> None:
+        try:
+            for number in range(runs + 1):  # the first: the server's cache, the pool's demand
+                request = RunRequest(language="python", code=MPL_IMPORT, timeout_sec=60, env=env)
+                timed = {"cold": await cold.run(request)}
+                timed["warm"] = await warm.run(request)
+                for side, result in timed.items():
+                    assert result.exit_code == 0 and (side == "warm") == result.warm, result
+                    if number:
+                        samples[side].append(float(result.stdout.split()[-1]))
+                host = subprocess.run(
+                    [sys.executable, "-c", MPL_IMPORT], env=host_env, capture_output=True
+                )
+                if number:
+                    samples["host"].append(float(host.stdout.split()[-1]))
+        finally:
+            await cold.aclose()
+            await warm.aclose()
+
+    asyncio.run(main())
+    return samples
+
+
 def run(ctx: Context, runs: int | None = None) -> list[Measure]:
     """The shim's cost and the PNG's, in milliseconds."""
     runs = runs or ctx.n(30)
@@ -154,6 +197,7 @@ def run(ctx: Context, runs: int | None = None) -> list[Measure]:
     split = split_cost(runs) * 1000
     pngs = {side: median(v) * 1000 for side, v in png_runs(runs).items()}
     png_cost = pngs["png"] - pngs["no png"]
+    mpl = {side: median(v) * 1000 for side, v in mpl_runs(max(runs // 3, 5)).items() if v}
     return [
         Measure(
             BENCH,
@@ -181,6 +225,21 @@ def run(ctx: Context, runs: int | None = None) -> list[Measure]:
             note=f"warm: {pngs['png']:.1f} ms displaying it, {pngs['no png']:.1f} ms not; "
             f"CPU (server and run) {pngs['png cpu']:.1f} and {pngs['no png cpu']:.1f} ms; "
             f"{runs} runs each",
+        ),
+        *(
+            [
+                Measure(
+                    BENCH,
+                    "a figure cell: import matplotlib.pyplot in a run",
+                    round(mpl["cold"], 1),
+                    "ms",
+                    note=f"its CPU time inside the run: cold {mpl['cold']:.0f} ms, warm pool "
+                    f"{mpl['warm']:.0f} ms, the host with its warm font cache "
+                    f"{mpl['host']:.0f} ms; {max(runs // 3, 5)} runs each, interleaved",
+                )
+            ]
+            if mpl
+            else []
         ),
     ]
 

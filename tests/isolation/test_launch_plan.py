@@ -57,6 +57,8 @@ WALLED_LIMITS = (
 )
 BLOCKED = ("10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.0.2.10/32", "192.168.0.0/16")
 MODES = ("cold", "warm", "prestart")
+#: The server's matplotlib font list (.mplfonts): the interpreter has matplotlib.
+FONT_LIST = HOME / ".cache/gitpilot-jupyter/matplotlib/0123456789abcdef01234567/fontlist-v390.json"
 #: A cold bwrap run handed inputs (their verified copies, in the server's folder of the run).
 INPUTS = (
     StagedInput("sales.csv", "file", Path("/tmp/gitpilot-sandbox-inputs/in/sales.csv")),
@@ -100,6 +102,7 @@ def bwrap_plan(
         prestarted=mode == "prestart",
         server_ids=(0, 0) if who == "root" else SERVER_IDS,
         mapped_ids=None if who == "root" else MAPPED_IDS,
+        font_list=str(FONT_LIST),
     )
     return bwrapplan.plan(
         _chain(who),

@@ -28,7 +28,7 @@ from ..languages import Interpreters, canonical_language, run_filename, snippet_
 from ..records import PoolReport
 from ..results import RunResult
 from ..rich import NONCE_ENV, new_nonce, python_command
-from . import nsfree, outfiles, prestart
+from . import mplfonts, nsfree, outfiles, prestart
 from .cleanup import (
     SPARE_DIRS,
     AfterRuns,
@@ -252,6 +252,8 @@ class SubprocessSandbox(SandboxBackend):
                 argv, workdir=workdir, allow_network=key.allow_network, limits=key.limits
             )
             outfiles.prepare_out(workdir, launch)
+            if key.language == "python" and self.isolator.engine in mplfonts.HOST_FOLDER_ENGINES:
+                mplfonts.place_font_list(key.interpreter, workdir)
             if walled:
                 # The wall is up before the slot waits (it is the launch's preexec_fn).
                 nsfree.own_slot_files(workdir)
@@ -487,6 +489,10 @@ class SubprocessSandbox(SandboxBackend):
                 inputs=request.inputs,
             )
             outfiles.prepare_out(workdir, launch)
+            python = shim and canonical_language(request.language) == "python"
+            if python and self.isolator.engine in mplfonts.HOST_FOLDER_ENGINES:
+                # After prepare: the run folder has its run's owner (see .mplfonts).
+                mplfonts.place_font_list(interpreter, workdir)
         except BaseException:
             remove_tree(workdir)
             raise

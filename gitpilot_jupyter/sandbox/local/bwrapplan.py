@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ..inputs import StagedInput
 from ..outfiles import OUT_DIR
-from . import launchplan, outfiles, prestart
+from ..rich import shim_source
+from . import launchplan, mplfonts, outfiles, prestart
 from .blockednets import blocked_networks
 from .confine import (
     CGROUP_NS,
@@ -115,6 +116,8 @@ class HostFacts:
     #: The host ids a non-root server's run is mapped to, its own (:mod:`.subids`);
     #: None: the :class:`.confine.IdMap`'s last ones (a probe).
     mapped_ids: tuple[int, int] | None = None
+    #: The server's matplotlib font list a python run gets a copy of (:mod:`.mplfonts`).
+    font_list: str | None = None
 
 
 def host_facts(
@@ -140,6 +143,8 @@ def host_facts(
         None,
     )
     hook, code_fifo = workdir / prestart.HOOK_FILE, workdir / prestart.CODE_FIFO
+    shimmed = len(argv) > 2 and argv[1] == "-c" and argv[2] == shim_source()
+    fonts = mplfonts.shared_font_list(argv[0]) if shimmed else None
     return HostFacts(
         system=tuple(system),
         resolv=resolv,
@@ -151,6 +156,7 @@ def host_facts(
         snippet_fifo=snippet is not None and (workdir / snippet).is_fifo(),
         prestarted=snippet is None and hook.is_file() and code_fifo.is_fifo(),
         server_ids=(os.geteuid(), os.getegid()),
+        font_list=str(fonts) if fonts is not None else None,
     )
 
 
@@ -199,6 +205,17 @@ def command(
     )
     launchplan.execute(launch)
     return launch.argv()
+
+
+def _run_folder_options(chain: Confinement, facts: HostFacts) -> list[str]:
+    """The staging shell's options for the run's writable folders: their owner (a run
+    that drops), and the font list a copy of which goes in its run folder's
+    ``.matplotlib`` (the run's own, see :mod:`.mplfonts`)."""
+    uid, gid = facts.sandbox_ids
+    options = ["--owner", f"{uid}:{gid}"] if chain.drops else []
+    if facts.font_list is not None:
+        options += ["--mpl-fonts", facts.font_list]
+    return options
 
 
 def plan(
@@ -301,8 +318,7 @@ def plan(
         )
     )
     options += ["--fstab", str(fstab), "--stage", str(stage)]
-    if chain.drops:
-        options += ["--owner", f"{uid}:{gid}"]  # of the run's writable folders
+    options += _run_folder_options(chain, facts)
     network = "none: a network namespace of its own with only a loopback (--unshare-net)"
     if allow_network and egress and chain.net_tools is not None:
         # Its own network namespace and stack (slirp4netns), the host's networks

@@ -22,13 +22,15 @@
 #   --owner UID:GID       who owns the run's writable folders (a run that drops)
 #   --hold FIFO PIDFILE   a process that keeps the stage while it reads FIFO (which
 #                         the server holds open); its pid and out/'s path: PIDFILE
+#   --mpl-fonts FILE      the server's matplotlib font list, copied into the run
+#                         folder's .matplotlib (the run's own copy: mplfonts.py)
 #   --move DIR            where the stage is moved to once it is made
 #   --net UNSHARE IP SLIRP4NETNS NSENTER
 #                         egress-only network: the run's own namespace and stack
 #   --block NET           a network that namespace has a prohibit route to
 set -e
 seccomp='' snippet='' fifo='' code='' hook='' chain='' fstab='' stage='' owner='' moved=''
-inputs='' hold='' holdpid=''
+inputs='' hold='' holdpid='' fonts='' fonts_text=''
 unshare='' ip='' slirp='' nsenter='' routes=''
 while [ "$1" != -- ]; do
     case $1 in
@@ -43,6 +45,7 @@ while [ "$1" != -- ]; do
         --owner) owner=$2 ;;
         --hold) hold=$2 holdpid=$3 && shift ;;
         --move) moved=$2 ;;
+        --mpl-fonts) fonts=$2 ;;
         --net) unshare=$2 ip=$3 slirp=$4 nsenter=$5 && shift 3 ;;
         --block) routes="${routes:+$routes
 }route add prohibit $2" ;;
@@ -78,6 +81,8 @@ if [ -p "$hold" ]; then
     exec 6<&-
 fi
 if [ -n "$inputs" ]; then exec 5<"$inputs"; fi
+# The font list is read now too: the stage may cover the folder it lies in.
+if [ -n "$fonts" ]; then fonts_text=$(cat "$fonts"); fi
 mount --all --fstab "$fstab"
 if [ -n "$inputs" ]; then exec 5<&-; fi
 if [ -n "$unshare" ]; then
@@ -101,13 +106,25 @@ ROUTES
 fi
 # The writable folders are the run's alone (0700), as the run folder on the host; its
 # out/ (bound at out/ in the run folder) can be listed by the server, which reads it
-# after the run.
+# after the run; a copy of the font list is the run's own too.
+mpl=${fonts:+$stage/run/.matplotlib}
 if [ -n "$owner" ]; then
-    install -d -m 0700 -o "${owner%:*}" -g "${owner#*:}" "$stage/run" "$stage/tmp" "$stage/shm"
+    install -d -m 0700 -o "${owner%:*}" -g "${owner#*:}" "$stage/run" "$stage/tmp" "$stage/shm" \
+        ${mpl:+"$mpl"}
     install -d -m 0755 -o "${owner%:*}" -g "${owner#*:}" "$stage/out"
+    if [ -n "$mpl" ]; then
+        install -m 0600 -o "${owner%:*}" -g "${owner#*:}" /dev/stdin "$mpl/${fonts##*/}" <<TEXT
+$fonts_text
+TEXT
+    fi
 else
-    install -d -m 0700 "$stage/run" "$stage/tmp" "$stage/shm"
+    install -d -m 0700 "$stage/run" "$stage/tmp" "$stage/shm" ${mpl:+"$mpl"}
     install -d -m 0755 "$stage/out"
+    if [ -n "$mpl" ]; then
+        install -m 0600 /dev/stdin "$mpl/${fonts##*/}" <<TEXT
+$fonts_text
+TEXT
+    fi
 fi
 if [ -n "$unshare" ]; then
     read -r up <&5 || true
