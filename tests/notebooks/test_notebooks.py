@@ -311,6 +311,14 @@ def test_02_teaching_safely(opener: Any, mode: str) -> None:
     assert base64.b64decode(figures[0].data["image/png"]).startswith(b"\x89PNG\r\n\x1a\n")
     assert chart.index(figures[0]) == 0  # drawn before the line printed after it
     assert text(cells["chart"]).startswith("best week: 6\n")
+    # A file handed in with --input, a chart written to out/ and saved with --output-dir.
+    data_run = cells["data-run"]
+    assert "6 weeks read, mean score 67.0" in text(data_run)
+    saved = [line for line in text(data_run).splitlines() if line.startswith("[file out/")]
+    assert len(saved) == 1 and "chart-out" in saved[0] and saved[0].endswith("scores.png]")
+    shown = [o for o in data_run.outputs if o.output_type == "display_data"]
+    assert len(shown) == 1  # the saved image, shown in the cell
+    assert base64.b64decode(shown[0].data["image/png"]).startswith(b"\x89PNG\r\n\x1a\n")
     grading = text(cells["grading"]).splitlines()
     assert grading == [
         "alice  output: 55",
