@@ -37,7 +37,7 @@ def test_each_item_reads_its_own_inputs(tmp_path: Path) -> None:
     results = {r["id"]: r for r in read_results(project / "results.jsonl")}
     assert results["both"]["stdout"] == READ_BOTH_OUT
     assert results["count"]["stdout"].strip() == "3"
-    assert results["none"]["stdout"].split() == ["inline.sh"]
+    assert results["none"]["stdout"].split() == ["inline.sh", "out"]  # no input, only out/
     assert untouched(project)
 
 

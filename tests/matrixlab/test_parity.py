@@ -24,6 +24,8 @@ from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.support.runs import run_here
 from tests.support.standin_fixture import StartStandin
 
+#: The plan's line saying that the Runner hands no out/ files back.
+FILES_OUT_GAP = "files out: out/ is not handed back on matrixlab"
 COMPARED = ("exit_code", "stdout", "stderr", "timed_out", "truncated", "language")
 CONTAINER_START_SEC = 0.8
 
@@ -174,7 +176,8 @@ async def test_limits_the_runner_cannot_honour_are_in_the_plan_and_the_result(
         "no file-size limit (128 MB asked): the Runner has none (its /tmp is a 256 MB tmpfs)",
     ]
     assert result.notes == expected and result.stdout == "1\n"
-    assert [c["label"] for c in plan.checks if not c["ok"]][-3:] == expected
+    assert [c["label"] for c in plan.checks if not c["ok"]][-4:-1] == expected
+    assert plan.checks[-1] == {"label": FILES_OUT_GAP, "ok": False}  # out/ is not handed back
     assert {"label": NOT_ON_MATRIXLAB, "ok": False} in plan.checks  # no shim is sent there
     local_plan, local = await run_here(
         parity_service, language="python", code="print(1)", backend="subprocess"
@@ -240,7 +243,7 @@ async def test_a_stop_where_no_container_can_be_removed_says_the_run_goes_on(
     await stopper
     assert result.cancelled and result.exit_code == -1
     assert result.command == plan.command == ["python", "/workspace/main.py"]
-    assert result.notes[:-1] == [c["label"] for c in plan.checks if not c["ok"]][-1:]
+    assert result.notes[:-1] == [c["label"] for c in plan.checks if not c["ok"]][-2:-1]
     assert result.notes[-1] == (
         "Stop could not stop the run on the Runner (no container of this run is on the "
         "Docker engine this server reaches): it goes on there until it ends or reaches its "

@@ -9,7 +9,7 @@ import hashlib
 import pytest
 
 from gitpilot_jupyter.sandbox.errors import InvalidRequest
-from gitpilot_jupyter.sandbox.request import Caller, RunOptions
+from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.sessions import check_name
 from gitpilot_jupyter.sandbox.spec import RunSpec
@@ -38,12 +38,15 @@ def test_the_digest_binds_the_session_and_a_run_without_one_keeps_its_digest() -
 
 
 def test_an_approved_cell_is_refused_as_a_run_of_its_own(service: SandboxService) -> None:
+    # The service sends a session's cell to its kernel; the plain executor, handed one,
+    # refuses it rather than run it in a fresh process that lacks the session's state.
     async def main() -> None:
         plan = await service.plan(RunOptions(language="python", code="x = 1", session="nb"))
         assert plan.spec.session == "nb" and plan.options().session == "nb"
-        token = (await service.approve(plan.plan_id, Caller()))["approval_token"]
         with pytest.raises(InvalidRequest) as refused:
-            await service.run(token, Caller())
+            await service.executor.execute(
+                plan.spec, plan_id=plan.plan_id, user=None, on_output=None
+            )
         assert refused.value.code == "session_cell"
 
     asyncio.run(main())
