@@ -128,3 +128,9 @@ def mark() -> Iterator[str]:
     for pid in marked_processes(value):
         with contextlib.suppress(OSError):
             os.kill(pid, 9)
+
+
+@pytest.fixture
+def bwrap() -> SubprocessSandbox:
+    """A backend on the bubblewrap engine (sessions need its mount namespace)."""
+    return make_backend("bwrap")

@@ -8,97 +8,25 @@ own); on the namespace-free engine they are refused, and that is tested where it
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
-import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
-from gitpilot_jupyter.sandbox.errors import SessionNotFound, SessionUnavailable
-from gitpilot_jupyter.sandbox.languages import Interpreters
+from gitpilot_jupyter.sandbox.backend import ResourceLimits
+from gitpilot_jupyter.sandbox.errors import SessionNotFound
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.cleanup import remove_orphaned_run_dirs
 from gitpilot_jupyter.sandbox.results import MEMORY_EXCEEDED
-from gitpilot_jupyter.sandbox.rich import DISPLAY_STREAM, DisplayCaps, parse_display
-from gitpilot_jupyter.sandbox.rich.wire import BACKEND_MODULE
 from gitpilot_jupyter.sandbox.sessions import CellOutcome, SessionManager
-from gitpilot_jupyter.sandbox.sessions.boot import PORTS
 from gitpilot_jupyter.sandbox.sessions.kernel import LOST_NOTE
-from gitpilot_jupyter.sandbox.spec import RunSpec
-from tests.support.system import require_system
 
 from .conftest import make_backend
-
-#: Room for the kernel itself (about 60 MiB) and a cell's work.
-LIMITS = ResourceLimits(memory_mb=256, max_processes=64, max_file_size_mb=8)
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def start_request(*, network: bool = False, limits: ResourceLimits = LIMITS) -> RunRequest:
-    """What a session is started with: its network, limits and environment."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    return RunRequest(
-        language="python", code="", timeout_sec=0, allow_network=network, env=env, limits=limits
-    )
-
-
-def cell(name: str, code: str, *, timeout_sec: int = 20) -> RunSpec:
-    """The approved spec of one cell of session ``name``."""
-    return RunSpec(
-        language="python",
-        code=code,
-        stdin=None,
-        timeout_sec=timeout_sec,
-        network=False,
-        backend="subprocess",
-        session=name,
-    )
-
-
-def with_sessions(
-    backend: SubprocessSandbox,
-    body: Callable[[SessionManager], Awaitable[None]],
-    **kwargs: Any,
-) -> None:
-    """Run ``body`` with a manager on ``backend``; every session is stopped after."""
-
-    async def main() -> None:
-        manager = SessionManager(backend, **kwargs)
-        try:
-            await body(manager)
-        finally:
-            await manager.aclose()
-
-    asyncio.run(main())
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return "Z"
-
-
-@pytest.fixture
-def bwrap() -> SubprocessSandbox:
-    return make_backend("bwrap")
+from .sessionkit import LIMITS, ROOT, alive, cell, start_request, with_sessions
 
 
 def test_state_persists_across_cells_and_outputs_come_back_as_for_a_run(
@@ -285,148 +213,6 @@ def test_another_identity_can_neither_see_nor_drive_a_session(bwrap: SubprocessS
 
 #: Each path: a socket is connected to, a folder listed, a file read; the answer is what
 #: happened ("connected", "read") or the error's name.
-PROBE = """
-import json, os, re, socket
-out = {{}}
-for path in {paths!r}:
-    try:
-        if re.search(r"[.]kernel-[0-9]$", path):
-            socket.socket(socket.AF_UNIX).connect(path)
-            out[path] = "connected"
-        else:
-            os.listdir(path) if not path.endswith(".json") else open(path).read()
-            out[path] = "read"
-    except OSError as exc:
-        out[path] = type(exc).__name__
-print(json.dumps(out))
-"""
-
-
-def test_another_run_or_session_cannot_read_the_folder_or_reach_the_sockets(
-    bwrap: SubprocessSandbox,
-) -> None:
-    async def body(manager: SessionManager) -> None:
-        await manager.start("nb", owner=None, request=start_request())
-        kernel = manager._sessions[(None, "nb")].kernel
-        folder, pid = str(kernel.workdir), kernel.kernel_pid
-        sockets = [kernel.connection.socket(pid, kernel.workdir, port) for port in PORTS]
-        inside = [f"{folder}/.kernel-{n}" for n in PORTS.values()]
-        paths = [folder, f"{folder}/.kernel.json", *inside, *sockets, f"/proc/{pid}/root{folder}"]
-        # The kernel itself sees its sockets where it bound them.
-        own = await manager.run_cell(cell("nb", PROBE.format(paths=inside)), user=None)
-        assert set(json.loads(own.result.stdout).values()) == {"connected"}
-        code = PROBE.format(paths=paths)
-        # Another run: none of it exists in its sandbox.
-        other = await bwrap.run(
-            RunRequest(language="python", code=code, timeout_sec=20, env=start_request().env)
-        )
-        answers = json.loads(other.stdout)
-        assert "read" not in answers.values() and "connected" not in answers.values(), answers
-        # Another session: the same.
-        await manager.start("other", owner=None, request=start_request())
-        probe = await manager.run_cell(cell("other", code), user=None)
-        answers = json.loads(probe.result.stdout)
-        assert "read" not in answers.values() and "connected" not in answers.values(), answers
-        # Another user of the host (not the server's, not the kernel's): no way in either.
-        nobody = subprocess.run(
-            ["/usr/bin/python3", "-c", code],  # (stdlib only; the venv is root's)
-            capture_output=True,
-            text=True,
-            user=65534,
-            group=65534,
-            check=False,
-            timeout=30,
-        )
-        answers = json.loads(nobody.stdout)
-        assert "read" not in answers.values() and "connected" not in answers.values(), answers
-
-    if os.geteuid() != 0 or not Path("/usr/bin/python3").exists():
-        pytest.skip("the other host user is played by root dropping to nobody")
-    with_sessions(bwrap, body)
-
-
-#: The network interfaces a cell sees, and whether it reaches the host's loopback listener.
-NETWORK = """
-import socket
-print(sorted(name for _, name in socket.if_nameindex()))
-try:
-    socket.create_connection(("127.0.0.1", {port}), timeout=3).close()
-    print("connected")
-except OSError as exc:
-    print("refused")
-"""
-
-
-def test_network_off_holds_inside_the_session(bwrap: SubprocessSandbox, listener: int) -> None:
-    async def body(manager: SessionManager) -> None:
-        await manager.start("nb", owner=None, request=start_request())
-        outcome = await manager.run_cell(cell("nb", NETWORK.format(port=listener)), user=None)
-        assert outcome.result.stdout == "['lo']\nrefused\n", outcome.result.stderr
-
-    with_sessions(bwrap, body)
-
-
-def test_network_on_is_a_sessions_own_stack_without_the_hosts_loopback(
-    bwrap: SubprocessSandbox, listener: int
-) -> None:
-    require_system(
-        "slirp4netns",
-        bwrap.isolator.refusal(allow_network=True) is None,
-        "no egress-only network for bwrap runs here",
-    )
-
-    async def body(manager: SessionManager) -> None:
-        info = await manager.start("nb", owner=None, request=start_request(network=True))
-        assert "egress-only" in info["isolation"] and "netns" not in info["isolation"]
-        spec = dataclasses.replace(cell("nb", NETWORK.format(port=listener)), network=True)
-        outcome = await manager.run_cell(spec, user=None)
-        assert outcome.result.stdout == "['lo', 'tap0']\nrefused\n", outcome.result.stderr
-
-    with_sessions(bwrap, body)
-
-
-def test_a_cell_planned_with_network_does_not_run_in_a_session_without(
-    bwrap: SubprocessSandbox,
-) -> None:
-    async def body(manager: SessionManager) -> None:
-        await manager.start("nb", owner=None, request=start_request())
-        spec = cell("nb", "print(1)")
-        with pytest.raises(Exception, match="network off"):
-            await manager.run_cell(
-                dataclasses.replace(spec, network=True),
-                user=None,
-            )
-
-    with_sessions(bwrap, body)
-
-
-def test_an_interpreter_without_ipykernel_is_refused_with_the_fix() -> None:
-    python = "/usr/bin/python3"
-    probe = subprocess.run([python, "-c", "import ipykernel"], capture_output=True, check=False)
-    if not Path(python).exists() or probe.returncode == 0:
-        pytest.skip(f"needs a python without ipykernel at {python}")
-    bwrap = make_backend("bwrap")
-    bwrap.interpreters = Interpreters(python=python)
-
-    async def body(manager: SessionManager) -> None:
-        with pytest.raises(SessionUnavailable) as refused:
-            await manager.start("nb", owner=None, request=start_request())
-        assert refused.value.code == "ipykernel_missing"
-        assert f"{python} -m pip install ipykernel" in str(refused.value)
-
-    with_sessions(bwrap, body)
-
-
-def test_the_namespace_free_engine_refuses_sessions_with_the_reason() -> None:
-    backend = make_backend("landlock")
-
-    async def body(manager: SessionManager) -> None:
-        with pytest.raises(SessionUnavailable, match="bwrap"):
-            await manager.start("nb", owner=None, request=start_request())
-
-    with_sessions(backend, body)
-
-
 SERVER = """
 import asyncio, os, sys
 sys.path.insert(0, {root!r})
@@ -596,117 +382,5 @@ def test_a_cell_whose_caller_goes_away_is_interrupted(bwrap: SubprocessSandbox) 
         started = time.monotonic()
         after = await manager.run_cell(cell("nb", "print('done' in dir())"), user=None)
         assert after.result.stdout == "False\n" and time.monotonic() - started < 10
-
-    with_sessions(bwrap, body)
-
-
-def test_a_cells_displays_are_checked_as_a_runs_and_come_back_in_its_outputs(
-    bwrap: SubprocessSandbox,
-) -> None:
-    pytest.importorskip("matplotlib", reason="the kernel's matplotlib is this interpreter's")
-
-    async def body(manager: SessionManager) -> None:
-        await manager.start("nb", owner=None, request=start_request(limits=LIMITS))
-        streamed: list[dict[str, Any]] = []
-
-        async def on_output(stream: str, text: str) -> None:
-            if stream == DISPLAY_STREAM:
-                streamed.append(parse_display(text))
-
-        # The kernel runs without the display shim: no nonce, ipykernel's own matplotlib.
-        env = await manager.run_cell(
-            cell(
-                "nb",
-                "import os, sys\nprint(os.environ.get('GITPILOT_DISPLAY'), "
-                "os.environ.get('MPLBACKEND'), sys.argv[-1])",
-            ),
-            user=None,
-        )
-        assert env.result.stdout.split()[:2] == [
-            "None",
-            "module://matplotlib_inline.backend_inline",
-        ]
-        assert BACKEND_MODULE not in env.result.stdout, env.result.stdout
-        plot = await manager.run_cell(
-            cell(
-                "nb",
-                "import matplotlib.pyplot as plt\nprint('before')\n"
-                "plt.plot([1, 2, 3]); plt.show()\nprint('after')\n6 * 7",
-            ),
-            user=None,
-            on_output=on_output,
-        )
-        result = plot.result
-        assert result.exit_code == 0, result.stderr
-        assert result.stdout == "before\nafter\n" and not result.notes
-        image, last = result.outputs
-        assert image["output_type"] == "display_data" and image["stdout_at"] == len("before\n")
-        assert base64.b64decode(image["data"]["image/png"]).startswith(b"\x89PNG")
-        assert last["data"] == {"text/plain": "42"} and last["stdout_at"] == len(result.stdout)
-        assert streamed == result.outputs and result.to_dict()["outputs"] == result.outputs
-        script = await manager.run_cell(
-            cell(
-                "nb",
-                "from IPython.display import display\n"
-                "display({'application/javascript': 'alert(1)'}, raw=True)\n"
-                "display({'application/javascript': 'alert(2)', 'text/plain': 'shown'}, raw=True)",
-            ),
-            user=None,
-        )
-        assert script.result.outputs == [
-            {
-                "output_type": "display_data",
-                "data": {"text/plain": "shown"},
-                "metadata": {},
-                "stdout_at": 0,
-            }
-        ]
-        assert script.result.notes == [
-            "1 display output dropped: no allowed MIME type (it had: application/javascript)",
-            "application/javascript left out of a display output: not an allowed type",
-        ]
-
-    with_sessions(bwrap, body)
-
-
-def test_a_cells_display_past_its_cap_is_dropped_with_the_note(bwrap: SubprocessSandbox) -> None:
-    big = dataclasses.replace(LIMITS, memory_mb=768, display=DisplayCaps(item_mb=8))
-
-    async def body(manager: SessionManager) -> None:
-        await manager.start("nb", owner=None, request=start_request(limits=big))
-        # 100 MB of (valid) base64 PNG text, then a small display the cell still shows.
-        over = await manager.run_cell(
-            cell(
-                "nb",
-                "from IPython.display import display\n"
-                "display({'image/png': 'A' * (100 * 2**20)}, raw=True)\n"
-                "display({'text/plain': 'small'}, raw=True)",
-                timeout_sec=60,
-            ),
-            user=None,
-        )
-        assert over.result.exit_code == 0 and not over.lost, over.result.stderr
-        assert [item["data"] for item in over.result.outputs] == [{"text/plain": "small"}]
-        assert over.result.notes == [
-            "1 display output dropped: larger than 8 MB (max_display_item_mb)"
-        ]
-
-    with_sessions(bwrap, body)
-
-
-def test_a_sessions_display_count_cap_holds_per_cell(bwrap: SubprocessSandbox) -> None:
-    few = dataclasses.replace(LIMITS, display=DisplayCaps(outputs=3))
-
-    async def body(manager: SessionManager) -> None:
-        await manager.start("nb", owner=None, request=start_request(limits=few))
-        code = "for n in range(5):\n    display(n)"
-        for _ in range(2):  # the next cell has its own count
-            shown = await manager.run_cell(cell("nb", code), user=None)
-            assert [item["data"] for item in shown.result.outputs] == [
-                {"text/plain": str(n)} for n in range(3)
-            ]
-            assert shown.result.notes == [
-                "2 display outputs dropped: a run keeps at most 3 (max_display_outputs)"
-            ]
 
     with_sessions(bwrap, body)
