@@ -63,7 +63,9 @@ def run_palette_command(page: Page, label: str) -> None:
             page.keyboard.press("Control+Shift+C")
         try:
             expect(search).to_be_visible(timeout=5_000)
-            search.fill(label)
+            # The palette can close again while the lab restores its layout: retry soon, not after
+            # Playwright's default 30 s.
+            search.fill(label, timeout=5_000)
             expect(item).to_be_visible(timeout=10_000)
             # The list re-renders while the filter settles: a click can meet a detached item.
             item.click(timeout=10_000)
