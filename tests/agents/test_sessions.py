@@ -42,9 +42,15 @@ def test_an_agents_session_keeps_its_state_from_cell_to_cell() -> None:
     assert second.ok and "--- stdout ---\n42 True" in second.text, second.text
     assert "Session: work" in second.text
     assert second.to_dict()["result"]["stdout"] == "42 True\n"
+    # A cell over its timeout is interrupted; the session and its state stay.
+    late = agent.run_in_session("work", "import time\ntime.sleep(30)", timeout_sec=1)
+    assert late.result is not None and late.result.timed_out, late.text
+    assert "timed out after 1 s; the cell was interrupted" in late.text
+    kept = agent.run_in_session("work", "print(x)")
+    assert kept.ok and "--- stdout ---\n41" in kept.text, kept.text
     listed = agent.list_sessions()
-    assert [(s["name"], s["cells"]) for s in listed.sessions or []] == [("work", 2)]
-    assert "- work: idle, 2 cells run" in listed.text
+    assert [(s["name"], s["cells"]) for s in listed.sessions or []] == [("work", 4)]
+    assert "- work: idle, 4 cells run" in listed.text
     closed = agent.close_session("work")
     assert closed.status == "completed" and "work is closed" in closed.text
     assert agent.list_sessions().sessions == []
