@@ -118,6 +118,10 @@ class SessionDoor:
                 self.planner.resolver.check_allowed(spec.backend)
                 command = self.planner.resolver.command(spec.language)
                 self._policy().check_destructive(spec.language, spec.code, command)
+                if not any(s["name"] == spec.session for s in self.manager.list(caller.user)):
+                    await self._start(spec, caller)
+                # Under way once its kernel is up: a Stop during the start would come before
+                # the kernel could take an interrupt.
                 stop = under_way.enter_context(
                     self.runs.tracked(
                         run_id,
@@ -127,8 +131,6 @@ class SessionDoor:
                         approval=approval,
                     )
                 )
-                if not any(s["name"] == spec.session for s in self.manager.list(caller.user)):
-                    await self._start(spec, caller)
             except SandboxError:
                 if approval is not None:
                     self.planner.plans.unspend(approval)
