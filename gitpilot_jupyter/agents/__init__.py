@@ -1,4 +1,4 @@
-"""The sandbox for agents: ``run_in_sandbox``, ``run_command`` and an MCP server.
+"""The sandbox for agents: ``run_in_sandbox``, ``run_command``, sessions and an MCP server.
 
 The plain functions below answer the text a model should read. They share one
 :class:`AgentSandbox` configured from the environment (``GITPILOT_AGENT_APPROVAL``,
@@ -22,10 +22,14 @@ __all__ = [
     "URL_ENV",
     "AgentReply",
     "AgentSandbox",
+    "close_session",
     "default_sandbox",
+    "list_sessions",
+    "open_session",
     "render_result",
     "run_command",
     "run_in_sandbox",
+    "run_in_session",
     "sandbox_status",
     "shorten",
     "wait_for_approval",
@@ -56,6 +60,26 @@ def run_in_sandbox(language: str, code: str, timeout_sec: int | None = None) -> 
 def run_command(command: str, timeout_sec: int | None = None) -> str:
     """Run a bash command line in the sandbox; the result as text."""
     return default_sandbox().run_command(command, timeout_sec).text
+
+
+def open_session(name: str | None = None) -> str:
+    """Open a session: a Python kernel in the sandbox that keeps its state between cells."""
+    return default_sandbox().open_session(name).text
+
+
+def run_in_session(session: str, code: str, timeout_sec: int | None = None) -> str:
+    """Run a python cell in ``session`` (planned and approved as any run); the result as text."""
+    return default_sandbox().run_in_session(session, code, timeout_sec).text
+
+
+def close_session(session: str) -> str:
+    """Stop ``session``: its kernel, variables and files are gone."""
+    return default_sandbox().close_session(session).text
+
+
+def list_sessions() -> str:
+    """The open sessions, as text."""
+    return default_sandbox().list_sessions().text
 
 
 def wait_for_approval(plan_id: str, wait_sec: float = 60.0) -> str:

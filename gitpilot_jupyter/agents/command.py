@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``mcp``."""
     p = subparsers.add_parser(
         "mcp",
-        help="serve run_in_sandbox / run_command / sandbox_status to an MCP client (stdio)",
+        help="serve run_in_sandbox / run_command / the sessions' tools / sandbox_status to "
+        "an MCP client (stdio)",
         description="An MCP server on stdin/stdout. Plans go to the Jupyter server named by "
         f"{URL_ENV} / {TOKEN_ENV} (or found running), where a person approves them; without "
         "one they stay in this process.",

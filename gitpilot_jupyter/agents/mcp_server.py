@@ -1,7 +1,8 @@
 """The sandbox as an MCP server (stdio): ``jupyter sandbox mcp``.
 
-Tools: ``run_in_sandbox``, ``run_command``, ``sandbox_status`` and
-``wait_for_approval``. Each answers the text rendering a model reads, the run's
+Tools: ``run_in_sandbox``, ``run_command``, ``sandbox_status``,
+``wait_for_approval``, and the sessions' ``open_session``, ``run_in_session``,
+``close_session`` and ``list_sessions``. Each answers the text rendering a model reads, the run's
 images (a matplotlib figure...) as image content, plus the structured reply
 (status, plan id, result envelope); refusals, denials and
 invalid requests are marked ``isError`` so the model sees it must change course.
@@ -33,6 +34,9 @@ stderr of each result to fix failures and run again. A python snippet's figures
 approval mode a person may have to approve each run first: then the reply says "Approval
 needed" with a plan_id, and wait_for_approval(plan_id) runs it once approved. Commands
 refused by policy (e.g. rm -rf /) can never be approved: change them instead of retrying.
+To work step by step in Python (load data once, then use it in later steps), open_session
+starts a kernel that keeps its variables between run_in_session calls; each cell is approved
+like any run. close_session ends it.
 """
 
 
@@ -147,6 +151,39 @@ def build_server(
         """
         reply = await agent.async_run_command(command, timeout_sec, env, inputs)
         return await settle(reply, ctx)
+
+    @server.tool(annotations=_hints("Open a Python session in the sandbox"))
+    async def open_session(name: str | None = None) -> CallToolResult:
+        """Start a session: a Python kernel in the sandbox whose variables, imports and files
+        stay between run_in_session calls (network and limits as the sandbox settings say).
+
+        name: 1 to 64 letters, digits, '.', '_' or '-' (default: a fresh agent-... name).
+        Nothing of yours runs yet: each cell is planned and approved like any run.
+        """
+        return _tool_result(await agent.async_open_session(name), agent.max_output_bytes)
+
+    @server.tool(annotations=_hints("Run a Python cell in a session"))
+    async def run_in_session(
+        session: str, code: str, ctx: Context, timeout_sec: int | None = None
+    ) -> CallToolResult:
+        """Run Python code in an open session; it sees what earlier cells defined.
+
+        Returns the exit code, duration, stdout, stderr and figures, as run_in_sandbox does.
+        session: the name open_session gave. timeout_sec: 1..600 for this cell (on expiry it
+        is interrupted and the session keeps its state).
+        """
+        reply = await agent.async_run_in_session(session, code, timeout_sec)
+        return await settle(reply, ctx)
+
+    @server.tool(annotations=_hints("Close a session"))
+    async def close_session(session: str) -> CallToolResult:
+        """Stop a session: its kernel, variables and files are gone."""
+        return _tool_result(await agent.async_close_session(session), agent.max_output_bytes)
+
+    @server.tool(annotations=_hints("List the open sessions", read_only=True))
+    async def list_sessions() -> CallToolResult:
+        """The sessions open for you: name, state (idle or busy), cells run, network."""
+        return _tool_result(await agent.async_list_sessions(), agent.max_output_bytes)
 
     @server.tool(annotations=_hints("Sandbox status", read_only=True))
     async def sandbox_status() -> CallToolResult:

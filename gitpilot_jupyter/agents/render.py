@@ -72,25 +72,36 @@ def render_result(
     command: str | None = None,
     timeout_sec: int | None = None,
     limit: int = MODEL_OUTPUT_BYTES,
+    session: str | None = None,
 ) -> str:
-    """A run as text for a model: header lines, warnings, both streams, ``sandbox_id``."""
+    """A run as text for a model: header lines, warnings, both streams, ``sandbox_id``.
+
+    For a cell of ``session`` it names the session, says a stopped or timed-out cell was
+    interrupted (not killed: the session lives on), and gives the result's notes, which
+    say whether the session was lost."""
     lines = [
         f"Sandbox: {backend_label(result.backend)}",
         f"Command: {command or ' '.join(result.command)}",
         f"Exit code: {result.exit_code}",
         f"Duration: {result.duration_ms} ms",
     ]
+    if session is not None:
+        lines.append(f"Session: {session} (what its cells define stays for its next cells)")
+    # A session's cell is interrupted; a run's process is killed.
+    ended = "the cell was interrupted" if session is not None else "the process was killed"
     if result.timed_out:
         after = f" after {timeout_sec} s" if timeout_sec else ""
+        end = "interrupt" if session is not None else "kill"
         lines.append(
-            f"WARNING: Command timed out{after}; the process was killed "
-            "(output printed before the kill is kept)"
+            f"WARNING: Command timed out{after}; {ended} (output printed before the {end} is kept)"
         )
     if result.cancelled:
         lines.append(
-            "WARNING: The run was stopped before it ended (someone pressed Stop); the process "
-            "was killed (output printed before the stop is kept)"
+            f"WARNING: The run was stopped before it ended (someone pressed Stop); {ended} "
+            "(output printed before the stop is kept)"
         )
+    if session is not None:
+        lines += [f"Note: {note}" for note in result.notes]
     if result.truncated:
         lines.append(
             "WARNING: Output was truncated: the sandbox's per-stream output cap was reached "
@@ -240,6 +251,42 @@ def render_still_pending(plan_id: str, waited: float) -> str:
         f"Call wait_for_approval again with plan_id {plan_id!r} to keep waiting.\n"
         f"plan_id: {plan_id}\n"
     )
+
+
+def render_session_opened(info: dict[str, Any]) -> str:
+    """A session just opened: its name, how to run cells in it and how to close it."""
+    name = info["name"]
+    network = "on" if info.get("network") else "off"
+    memory = info.get("memory_mb")
+    return (
+        f"Session {name} is open: a Python kernel in the sandbox (network {network}"
+        f"{f', memory {memory} MB for the whole session' if memory else ''}). "
+        "Nothing has run yet.\n"
+        f"Run cells in it with run_in_session(session={name!r}, code=...): each cell is "
+        "planned and approved like any run, and sees what earlier cells defined. "
+        f"Close it with close_session(session={name!r}) when done (idle sessions are "
+        "stopped after a while).\n"
+        f"session: {name}\n"
+    )
+
+
+def render_session_closed(name: str) -> str:
+    """A session stopped: nothing of it is left."""
+    return f"Session {name} is closed: its kernel, variables and files are gone.\n"
+
+
+def render_sessions(sessions: Sequence[dict[str, Any]]) -> str:
+    """The open sessions, one line each."""
+    if not sessions:
+        return "No session is open. open_session starts one.\n"
+    lines = ["Open sessions:"]
+    for info in sessions:
+        network = "on" if info.get("network") else "off"
+        lines.append(
+            f"- {info['name']}: {info.get('state')}, {info.get('cells', 0)} cells run, "
+            f"network {network}"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def render_error(code: str, message: str) -> str:

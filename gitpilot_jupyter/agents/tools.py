@@ -1,19 +1,22 @@
-"""``run_in_sandbox`` and ``run_command`` for agents, through plan -> approve -> run.
+"""``run_in_sandbox``, ``run_command`` and sessions for agents, through plan -> approve -> run.
 
 :class:`AgentSandbox` is the configurable object (approval mode, which server,
 how much output a model sees); it answers :class:`AgentReply` objects whose
 ``text`` is what a model should read. Every run goes through the same service
-path, policy and approval gate as a person's ▶ Run.
+path, policy and approval gate as a person's ▶ Run; so does every cell of a
+session (``open_session``, ``run_in_session``, ``close_session``,
+``list_sessions``: the client's session calls, the REST ``/api/sandbox/sessions``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..client.base import SandboxClient
 from ..client.local import LocalClient
@@ -33,7 +36,10 @@ from .approval import resolve_mode
 DEFAULT_APPROVAL_WAIT_SEC = 0.0
 #: Longest single wait a caller may ask for.
 MAX_APPROVAL_WAIT_SEC = 3600.0
+#: How the name of a session an agent opens without naming it begins.
+SESSION_PREFIX = "agent-"
 _GONE_CODES = ("plan_not_found", "not_found")
+T = TypeVar("T")
 
 
 @dataclass
@@ -50,6 +56,9 @@ class AgentReply:
     plan: dict[str, Any] | None = None
     result: RunResult | None = None
     error_code: str | None = None
+    #: The sessions a session tool answered about (``open_session``: the one opened,
+    #: ``list_sessions``: each), as ``GET /api/sandbox/sessions`` lists them.
+    sessions: list[dict[str, Any]] | None = None
 
     @property
     def ok(self) -> bool:
@@ -89,7 +98,14 @@ class AgentReply:
             "plan_id": self.plan_id,
             "result": envelope,
             "error_code": self.error_code,
+            "sessions": self.sessions,
         }
+
+
+def _sync(call: Coroutine[Any, Any, T]) -> T:
+    """``call`` from synchronous code, on the one loop every such call of the process
+    uses: an in-process session's kernel lives on the loop that started it."""
+    return run_sync(call, keep_loop=True)
 
 
 def _error(exc: SandboxError) -> AgentReply:
@@ -185,6 +201,47 @@ class AgentSandbox:
             "bash", command, timeout_sec, shown=shown, env=env, inputs=inputs
         )
 
+    # -- sessions: cells that keep their state ------------------------------------------
+
+    async def async_open_session(self, name: str | None = None) -> AgentReply:
+        """Open a session (a Python kernel in the sandbox that keeps its state between
+        cells) named ``name`` (default: a fresh ``agent-`` name), with the settings'
+        network and limits. Nothing of the agent's runs yet: each cell is planned and
+        approved as a run (:meth:`async_run_in_session`)."""
+        if self.mode == "deny":
+            return AgentReply("denied", render.render_denied(self.mode_source))
+        name = name or f"{SESSION_PREFIX}{secrets.token_hex(4)}"
+        try:
+            info = await (await self.client()).start_session(name)
+        except SandboxError as exc:
+            return _error(exc)
+        return AgentReply("completed", render.render_session_opened(info), sessions=[info])
+
+    async def async_run_in_session(
+        self, session: str, code: str, timeout_sec: int | None = None
+    ) -> AgentReply:
+        """Plan a python cell in ``session`` and run it there as the approval mode allows
+        (as :meth:`async_run_in_sandbox`): the plan names the session, and the cell sees
+        what the session's earlier cells left (variables, imports, files). A session not
+        open yet is opened by its first cell."""
+        return await self._execute("python", code, timeout_sec, shown=None, session=session)
+
+    async def async_close_session(self, session: str) -> AgentReply:
+        """Stop ``session``: its kernel, processes and files are gone."""
+        try:
+            await (await self.client()).stop_session(session)
+        except SandboxError as exc:
+            return _error(exc)
+        return AgentReply("completed", render.render_session_closed(session))
+
+    async def async_list_sessions(self) -> AgentReply:
+        """The sessions this agent's identity has open, oldest first."""
+        try:
+            listed = await (await self.client()).sessions()
+        except SandboxError as exc:
+            return _error(exc)
+        return AgentReply("completed", render.render_sessions(listed), sessions=listed)
+
     async def _execute(
         self,
         language: str,
@@ -193,6 +250,7 @@ class AgentSandbox:
         shown: str | None,
         env: Sequence[str] | None = None,
         inputs: Sequence[str] | None = None,
+        session: str | None = None,
     ) -> AgentReply:
         if self.mode == "deny":
             return AgentReply("denied", render.render_denied(self.mode_source))
@@ -204,6 +262,7 @@ class AgentSandbox:
                 timeout_sec=timeout_sec,
                 env=env or (),
                 inputs=absolute_paths(inputs),
+                session=session,
             )
             ticket = await client.plan_for_agent(options, auto_approve=self.mode == "auto")
         except SandboxError as exc:
@@ -235,7 +294,11 @@ class AgentSandbox:
             reply.plan = plan.to_dict()
             return reply
         text = render.render_result(
-            result, command=shown, timeout_sec=plan.spec.timeout_sec, limit=self.max_output_bytes
+            result,
+            command=shown,
+            timeout_sec=plan.spec.timeout_sec,
+            limit=self.max_output_bytes,
+            session=plan.spec.session,
         )
         return AgentReply("completed", text, plan=plan.to_dict(), result=result)
 
@@ -311,7 +374,7 @@ class AgentSandbox:
         inputs: Sequence[str] | None = None,
     ) -> AgentReply:
         """Synchronous :meth:`async_run_in_sandbox`."""
-        return run_sync(self.async_run_in_sandbox(language, code, timeout_sec, env, inputs))
+        return _sync(self.async_run_in_sandbox(language, code, timeout_sec, env, inputs))
 
     def run_command(
         self,
@@ -321,20 +384,36 @@ class AgentSandbox:
         inputs: Sequence[str] | None = None,
     ) -> AgentReply:
         """Synchronous :meth:`async_run_command`."""
-        return run_sync(self.async_run_command(command, timeout_sec, env, inputs))
+        return _sync(self.async_run_command(command, timeout_sec, env, inputs))
+
+    def open_session(self, name: str | None = None) -> AgentReply:
+        """Synchronous :meth:`async_open_session`."""
+        return _sync(self.async_open_session(name))
+
+    def run_in_session(self, session: str, code: str, timeout_sec: int | None = None) -> AgentReply:
+        """Synchronous :meth:`async_run_in_session`."""
+        return _sync(self.async_run_in_session(session, code, timeout_sec))
+
+    def close_session(self, session: str) -> AgentReply:
+        """Synchronous :meth:`async_close_session`."""
+        return _sync(self.async_close_session(session))
+
+    def list_sessions(self) -> AgentReply:
+        """Synchronous :meth:`async_list_sessions`."""
+        return _sync(self.async_list_sessions())
 
     def wait_for_approval(self, plan_id: str, wait_sec: float | None = None) -> AgentReply:
         """Synchronous :meth:`async_wait_for_approval`."""
-        return run_sync(self.async_wait_for_approval(plan_id, wait_sec))
+        return _sync(self.async_wait_for_approval(plan_id, wait_sec))
 
     def status(self) -> AgentReply:
         """Synchronous :meth:`async_status`."""
-        return run_sync(self.async_status())
+        return _sync(self.async_status())
 
     def approve(self, plan_id: str) -> dict[str, Any]:
         """Synchronous :meth:`async_approve`."""
-        return run_sync(self.async_approve(plan_id))
+        return _sync(self.async_approve(plan_id))
 
     def reject(self, plan_id: str) -> None:
         """Synchronous :meth:`async_reject`."""
-        run_sync(self.async_reject(plan_id))
+        _sync(self.async_reject(plan_id))

@@ -110,6 +110,13 @@ class SandboxClient(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def start_session(
+        self, name: str, *, allow_network: bool | None = None
+    ) -> dict[str, Any]:
+        """Open session ``name`` for this caller, its network as asked (else the settings')
+        for its whole life; its info. ``session_exists`` when it is open already."""
+
+    @abc.abstractmethod
     async def stop_session(self, name: str) -> None:
         """Stop this caller's session ``name``: nothing of it is left."""
 

@@ -153,6 +153,12 @@ class LocalClient(SandboxClient):
     async def sessions(self) -> list[dict[str, Any]]:
         return self.service.sessions.list(self.caller)
 
+    async def start_session(
+        self, name: str, *, allow_network: bool | None = None
+    ) -> dict[str, Any]:
+        options = RunOptions(allow_network=allow_network)
+        return await self.service.sessions.start(name, self.caller, options)
+
     async def stop_session(self, name: str) -> None:
         await self.service.sessions.stop(name, self.caller)
 

@@ -279,6 +279,14 @@ class RestClient(SandboxClient):
     async def sessions(self) -> list[dict[str, Any]]:
         return list((await self._call("GET", "sessions"))["sessions"])
 
+    async def start_session(
+        self, name: str, *, allow_network: bool | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": name}
+        if allow_network is not None:
+            body["allow_network"] = allow_network
+        return dict(await self._call("POST", "sessions", body))
+
     async def stop_session(self, name: str) -> None:
         await self._call("DELETE", f"sessions/{_path_part(name)}")
 

@@ -131,8 +131,8 @@ class ExecutionPlan:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan as the API shows it, its spec's fields flat (stdin and session are not
-        echoed, the limits are the server's)."""
+        """The plan as the API shows it, its spec's fields flat (stdin is not echoed, the
+        limits are the server's); ``session`` names the session a cell runs in (else null)."""
         spec = self.spec
         return {
             "plan_id": self.plan_id,
@@ -154,6 +154,7 @@ class ExecutionPlan:
             "file": self.file,
             "env": list(spec.env),
             "inputs": [one.to_dict() for one in spec.inputs],
+            "session": spec.session,
             "owner": self.owner,
         }
 
@@ -177,6 +178,7 @@ class ExecutionPlan:
                 env=tuple(data.get("env") or ()),
                 file=data.get("file"),
                 inputs=tuple(RunInput(**one) for one in data.get("inputs") or ()),
+                session=data.get("session"),
             )
         own = {k: data[k] for k in _OWN_FIELDS if k in data}
         return cls(spec=spec, **own)

@@ -162,10 +162,14 @@ def run_sync(
     coro: Coroutine[Any, Any, T],
     *,
     on_interrupt: Callable[[], Awaitable[object]] | None = None,
+    keep_loop: bool = False,
 ) -> T:
     """Run ``coro`` to completion and return its result.
 
-    With no running loop (and no ``on_interrupt``) this is ``asyncio.run``. Inside
+    With no running loop (and no ``on_interrupt``, no ``keep_loop``) this is
+    ``asyncio.run``. ``keep_loop``: what the coroutine starts must outlive it on its
+    loop (a session's kernel client, its idle timer), so it runs on :func:`shared_loop`
+    even with no running loop, as every other ``keep_loop`` call does. Inside
     one (a kernel cell) the coroutine runs on :func:`shared_loop`, a long-lived loop
     in a daemon thread, so the caller's loop is never re-entered (called from a
     coroutine on the shared loop itself, it gets a loop in a new thread instead).
@@ -176,7 +180,7 @@ def run_sync(
     coroutine's own answer; if that step fails, or on a second interrupt, the
     coroutine is cancelled and the interrupt re-raised.
     """
-    if on_interrupt is None:
+    if on_interrupt is None and not keep_loop:
         try:
             asyncio.get_running_loop()
         except RuntimeError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gitpilot_jupyter.agents.render import render_result, shorten
 from gitpilot_jupyter.sandbox.results import RunResult
+from gitpilot_jupyter.sandbox.sessions.kernel import LOST_NOTE
 
 
 def test_matrixlab_result_reads_like_the_original_trace() -> None:
@@ -85,3 +86,22 @@ def test_shortening_never_splits_a_character() -> None:
 
 def test_short_output_is_left_alone() -> None:
     assert shorten("4\n", 1000) == "4\n"
+
+
+def test_a_session_cell_names_its_session_and_says_when_it_was_lost() -> None:
+    result = RunResult(
+        backend="subprocess",
+        language="python",
+        command=["ipykernel", "--session", "nb"],
+        exit_code=-1,
+        cancelled=True,
+        sandbox_id="nb",
+        notes=[LOST_NOTE],
+    )
+    text = render_result(result, session="nb")
+    assert "Session: nb (what its cells define stays for its next cells)" in text
+    assert "(someone pressed Stop); the cell was interrupted" in text
+    assert f"Note: {LOST_NOTE}" in text
+    # A single run's notes are not listed, and its process was killed.
+    plain = render_result(result)
+    assert "Note:" not in plain and "the process was killed" in plain

@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
-from gitpilot_jupyter.sandbox.plans import SOURCES
+from gitpilot_jupyter.sandbox.plans import SOURCES, ExecutionPlan
 from gitpilot_jupyter.sandbox.request import Caller, RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import FIELD_NAMES
@@ -93,3 +94,22 @@ def test_the_server_prepares_every_request_body_schema_when_it_starts(jp_servera
     while time.monotonic() < deadline and schemas._validator.cache_info().currsize < len(SCHEMAS):
         time.sleep(0.05)
     assert schemas._validator.cache_info().currsize == len(SCHEMAS)
+
+
+def test_the_plan_schema_is_the_plan_object_and_names_its_session() -> None:
+    """Every field a plan sends is documented (and each required one sent); a session
+    cell's plan names its session, a single run's says null, and both come back whole."""
+    schema = {"$ref": "#/components/schemas/Plan", "components": openapi_document()["components"]}
+    planner = SandboxService().planner
+    for session in ("nb-1", None):
+        plan = planner.describe(RunOptions(language="python", code="x = 1", session=session))
+        shown = plan.to_dict()
+        Draft202012Validator(schema).validate(shown)
+        assert set(shown) == set(SCHEMAS["Plan"]["properties"])
+        assert set(SCHEMAS["Plan"]["required"]) <= set(shown)
+        assert shown["session"] == session
+        again = ExecutionPlan.from_dict(shown)
+        assert again.spec.session == session and again.spec.digest == plan.digest
+    assert plan.goal == "Run a python snippet (1 line)"
+    cell = planner.describe(RunOptions(language="python", code="x = 1\ny = 2", session="nb-1"))
+    assert cell.goal == "Run a python cell (2 lines) in session nb-1"

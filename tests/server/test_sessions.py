@@ -3,14 +3,18 @@ by token keep their state, and another identity can neither list, drive nor stop
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import pytest
 
+from gitpilot_jupyter.sandbox.results import new_run_id
 from tests.support.system import require_system
 
 from .helpers import NDJSON, Api, check_stream_line
 from .test_auth import XSRF, HeaderIdentityProvider, server_config
+from .test_cancel import new_marker, processes_with
 
 XSRF_HEADERS = {"Cookie": f"_xsrf={XSRF}", "X-XSRFToken": XSRF}
 ALICE = {"X-Test-User": "alice", **XSRF_HEADERS}
@@ -97,3 +101,56 @@ async def test_another_user_cannot_list_drive_or_stop_a_session(api: Api) -> Non
     assert (twice.code, twice.body["code"]) == (409, "session_exists")
     bad = await api("POST", "api/sandbox/sessions", {"name": "../x"}, headers=ALICE)
     assert bad.code == 400
+
+
+async def test_delete_run_interrupts_a_session_cell_and_the_session_lives_on(
+    api: Api, events: list[tuple[str, dict[str, Any]]]
+) -> None:
+    await start(api, "nb", ALICE)
+    assert (await cell(api, ALICE, "nb", "x = 41"))["exit_code"] == 0
+    marker = new_marker()
+    code = (
+        "import subprocess, time\n"
+        f"child = subprocess.Popen(['sleep', '{marker}'])\n"
+        "time.sleep(60)\n"
+        "print('never printed')\n"
+    )
+    plan = await api(
+        "POST",
+        "api/sandbox/plan",
+        {"language": "python", "code": code, "session": "nb"},
+        headers=ALICE,
+    )
+    assert plan.body["plan"]["session"] == "nb"
+    approval = await api(
+        "POST", "api/sandbox/approve", {"plan_id": plan.body["plan"]["plan_id"]}, headers=ALICE
+    )
+    run_id = new_run_id()
+    body = {"approval_token": approval.body["approval_token"], "run_id": run_id}
+    running = asyncio.ensure_future(api("POST", "api/sandbox/run", body, headers=ALICE))
+    deadline = time.monotonic() + 30
+    while not processes_with(marker):  # the cell is under way in the kernel
+        assert time.monotonic() < deadline and not running.done(), "the cell never started"
+        await asyncio.sleep(0.05)
+    # Someone else's Stop finds no such run; the owner's interrupts the cell.
+    other = await api("DELETE", f"api/sandbox/runs/{run_id}", headers=BOB)
+    assert (other.code, other.body["code"]) == (404, "run_not_found")
+    asked = time.monotonic()
+    stop = await api("DELETE", f"api/sandbox/runs/{run_id}", headers=ALICE)
+    assert stop.code == 200, stop.text
+    assert stop.body == {"run_id": run_id, "cancelled": True, "session": "nb"}
+    result = (await running).body
+    took = time.monotonic() - asked
+    assert took < 3.0, f"the cell took {took:.2f} s to stop"
+    assert result["cancelled"] is True and result["timed_out"] is False
+    assert result["run_id"] == run_id and "never printed" not in result["stdout"]
+    assert "KeyboardInterrupt" in result["stderr"]
+    assert any("session nb keeps its kernel and its state" in n for n in result["notes"])
+    # The same kernel, its state kept: the next cell sees what the earlier ones made.
+    after = await cell(api, ALICE, "nb", "child.kill(); child.wait()\nprint(x + 1)")
+    assert (after["exit_code"], after["stdout"]) == (0, "42\n")
+    listed = (await api("GET", "api/sandbox/sessions", headers=ALICE)).body["sessions"]
+    assert [(s["name"], s["cells"]) for s in listed] == [("nb", 3)]
+    cancels = [data for kind, data in events if kind == "cancel"]
+    assert [c["run_id"] for c in cancels] == [run_id]
+    await api("DELETE", "api/sandbox/sessions/nb", headers=ALICE)

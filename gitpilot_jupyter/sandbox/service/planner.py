@@ -196,7 +196,11 @@ class Planner:
         checks += input_checks(spec.inputs, self._policy().input_caps, read_only=bound)
         checks.append(out_check(name, self._policy().out_caps, collected=runner.hands_back_files()))
         lines = code.count("\n") + (0 if code.endswith("\n") else 1)
-        goal = f"Run {file}" if file else f"Run a {lang} snippet ({lines} line{'s' * (lines != 1)})"
+        size = f"{lines} line{'s' * (lines != 1)}"
+        if spec.session is not None:  # every face shows the goal: it names the session
+            goal = f"Run a {lang} cell ({size}) in session {spec.session}"
+        else:
+            goal = f"Run {file}" if file else f"Run a {lang} snippet ({size})"
         return ExecutionPlan(
             plan_id=new_plan_id(),
             goal=goal,

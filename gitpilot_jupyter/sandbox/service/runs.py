@@ -11,12 +11,13 @@ way it is linked to that plan in the plan store (:meth:`.plans.PlanStore.running
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
@@ -63,6 +64,8 @@ class ActiveRun:
     started: float
     #: Called on the run's loop when a stop is first asked (the executor's grace period).
     on_stop: Callable[[], None] | None = field(default=None, repr=False)
+    #: The session whose kernel runs it, for a session's cell (a stop interrupts the cell).
+    session: str | None = None
 
     def request_stop(self) -> None:
         """Ask the run to stop (thread-safe: the event belongs to the run's loop)."""
@@ -323,13 +326,55 @@ class RunExecutor:
             started=time.monotonic(),
             on_stop=grace.arm,
         )
-        with self._runs_lock:
-            if request.run_id in self._runs:
-                raise InvalidRequest(
-                    f"a run with id {request.run_id} is already under way", code="run_id_in_use"
-                )
-            self._runs[request.run_id] = active
+        self._register(active)
         return active, grace
+
+    def _register(self, active: ActiveRun) -> None:
+        with self._runs_lock:
+            if active.run_id in self._runs:
+                raise InvalidRequest(
+                    f"a run with id {active.run_id} is already under way", code="run_id_in_use"
+                )
+            self._runs[active.run_id] = active
+
+    @contextlib.contextmanager
+    def tracked(
+        self,
+        run_id: str,
+        *,
+        user: str | None,
+        backend: str,
+        session: str,
+        approval: Approval | None = None,
+    ) -> Iterator[asyncio.Event]:
+        """Register a session's cell as a run under way while the block runs: the event
+        it yields is set by :meth:`cancel`, and the cell's kernel interrupts the cell on
+        it (the session's own grace, not :data:`STOP_GRACE_SEC`: the session lives on).
+
+        Linked to its approved plan meanwhile, as :meth:`execute`'s runs are; a run id
+        already under way is refused (``run_id_in_use``) before the block runs.
+        """
+        stop = asyncio.Event()
+        active = ActiveRun(
+            run_id=run_id,
+            user=user,
+            backend=backend,
+            loop=asyncio.get_running_loop(),
+            stop=stop,
+            started=time.monotonic(),
+            session=session,
+        )
+        self._register(active)
+        store = self.plans if approval is not None else None
+        try:
+            if store is not None and approval is not None:
+                store.run_started(approval.plan, run_id, approved_by=approval.approved_by)
+            yield stop
+        finally:
+            with self._runs_lock:
+                self._runs.pop(run_id, None)
+            if store is not None:
+                store.run_ended(run_id)
 
     def _refused(
         self,
@@ -422,7 +467,10 @@ class RunExecutor:
         if self.plans is not None:
             self.plans.run_stopping(active.run_id)
         self._emit("cancel", {"user": user, "run_id": active.run_id, "backend": active.backend})
-        return {"run_id": active.run_id, "cancelled": True}
+        answer: dict[str, Any] = {"run_id": active.run_id, "cancelled": True}
+        if active.session is not None:  # the cell is interrupted; its session stays
+            answer["session"] = active.session
+        return answer
 
     def active_runs(self) -> list[str]:
         """The ids of the runs under way, oldest first."""

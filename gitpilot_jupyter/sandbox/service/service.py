@@ -179,6 +179,7 @@ class SandboxService:
             planner=self.planner,
             policy=lambda: self.policy,
             emit=self._emit,
+            runs=self.executor,
         )
         #: Test connection and the Runner lifecycle (Docker), kept out of this module.
         self.matrixlab = MatrixLabOperations(self.settings, self.lifecycle_config, self._emit)
@@ -387,6 +388,10 @@ class SandboxService:
 
     def cancel(self, run_id: str, caller: Caller = _ANYONE) -> dict[str, Any]:
         """Stop a run under way: its process is killed and its envelope says ``cancelled``.
+
+        A session's cell is interrupted instead (as Jupyter's interrupt): its session
+        keeps its kernel and state, the answer names the ``session`` and the cell's
+        envelope says ``cancelled`` with a note that the session lives on.
 
         Callable from any thread; it returns at once (the run answers its envelope).
         :class:`RunNotFound` when no such run is under way (unknown, or already over),

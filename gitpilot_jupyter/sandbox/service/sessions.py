@@ -11,6 +11,7 @@ environment. Every call acts on the caller's own sessions only (the plans' rule)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -21,12 +22,15 @@ from ..errors import InvalidRequest, SandboxError, SessionNotFound
 from ..plans import Approval
 from ..policy import SandboxPolicy
 from ..request import Caller, RunOptions
-from ..results import RunResult
+from ..results import RunResult, new_run_id
 from ..sessions import SessionManager, check_name
 from ..spec import RunSpec
 from .planner import Planner
-from .runs import run_request
+from .runs import RunExecutor, run_request
 from .workflow import AuditHook
+
+#: The note of a cell its run's Stop interrupted (``DELETE /runs/{run_id}``).
+STOPPED_NOTE = "stopped: the cell was interrupted; session {session} keeps its kernel and its state"
 
 
 class SessionDoor:
@@ -39,9 +43,12 @@ class SessionDoor:
         planner: Planner,
         policy: Callable[[], SandboxPolicy],
         emit: AuditHook,
+        runs: RunExecutor,
     ) -> None:
         self.manager = manager
         self.planner = planner
+        #: Where a cell under way is registered as a run, so a run's Stop interrupts it.
+        self.runs = runs
         self._policy = policy
         self._emit = emit
 
@@ -95,21 +102,53 @@ class SessionDoor:
     ) -> RunResult:
         """Run the approved cell ``spec`` in its session (opened first when the caller has
         none of that name); audited as a run. A refusal before the kernel had it gives
-        the token back."""
+        the token back.
+
+        While it runs, the cell is a run under way (``run_id``, made up when None): the
+        service's :meth:`~.service.SandboxService.cancel` (``DELETE /runs/{run_id}``)
+        interrupts it as :meth:`interrupt` would, and the session keeps its kernel and
+        state (its result says so, unless the cell did not stop and the session was lost).
+        """
+        assert spec.session is not None
+        run_id = run_id or new_run_id()
+        started = time.monotonic()
+        with contextlib.ExitStack() as under_way:
+            try:
+                # What changed since the plan, checked as for a run: the allow-list, the policy.
+                self.planner.resolver.check_allowed(spec.backend)
+                command = self.planner.resolver.command(spec.language)
+                self._policy().check_destructive(spec.language, spec.code, command)
+                if not any(s["name"] == spec.session for s in self.manager.list(caller.user)):
+                    await self._start(spec, caller)
+                # Under way once its kernel is up: a Stop during the start would come before
+                # the kernel could take an interrupt.
+                stop = under_way.enter_context(
+                    self.runs.tracked(
+                        run_id,
+                        user=caller.user,
+                        backend=spec.backend,
+                        session=spec.session,
+                        approval=approval,
+                    )
+                )
+            except SandboxError:
+                if approval is not None:
+                    self.planner.plans.unspend(approval)
+                raise
+            return await self._run_cell(spec, approval, caller, on_output, run_id, stop, started)
+
+    async def _run_cell(
+        self,
+        spec: RunSpec,
+        approval: Approval | None,
+        caller: Caller,
+        on_output: OutputCallback | None,
+        run_id: str,
+        stop: asyncio.Event,
+        started: float,
+    ) -> RunResult:
         assert spec.session is not None
         plan_id = approval.plan_id if approval is not None else None
-        started = time.monotonic()
-        try:
-            # What changed since the plan, checked as for a run: the allow-list, the policy.
-            self.planner.resolver.check_allowed(spec.backend)
-            command = self.planner.resolver.command(spec.language)
-            self._policy().check_destructive(spec.language, spec.code, command)
-            if not any(s["name"] == spec.session for s in self.manager.list(caller.user)):
-                await self._start(spec, caller)
-        except SandboxError:
-            if approval is not None:
-                self.planner.plans.unspend(approval)
-            raise
         event: dict[str, Any] = {
             "user": caller.user,
             "plan_id": plan_id,
@@ -125,6 +164,7 @@ class SessionDoor:
                 on_output=on_output,
                 run_id=run_id,
                 plan_id=plan_id,
+                stop=stop,
                 max_output_bytes=self._policy().max_output_bytes,
             )
         except SessionNotFound:
@@ -143,6 +183,8 @@ class SessionDoor:
         result = outcome.result
         if outcome.outputs and not result.outputs:
             result = dataclasses.replace(result, outputs=list(outcome.outputs))
+        if result.cancelled and not outcome.lost:
+            result.notes.append(STOPPED_NOTE.format(session=spec.session))
         event.update(
             run_id=result.run_id,
             exit_code=result.exit_code,
