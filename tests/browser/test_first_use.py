@@ -127,7 +127,7 @@ def test_risky_plan_starts_on_cancel_and_enter_never_approves(lab: Lab, page: Pa
     expect(dialog).to_be_visible()
     approve.click()
     output = output_of(page, RISKY)
-    # As in a notebook cell, the last expression's value (os.system's exit status) follows the output.
+    # As in a notebook cell, the last expression's value (os.system's status) follows the output.
     expect(output.locator(".jp-gitpilot-output-text")).to_have_text("risky-ran\n0")
 
 
