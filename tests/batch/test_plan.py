@@ -235,9 +235,10 @@ def test_an_item_read_from_a_file_runs_under_its_name(
 ) -> None:
     # As `jupyter sandbox run FILE`: the plan, the result and the traceback name the file.
     folder = tmp_path / "subs"
-    (folder / "late").mkdir(parents=True)
-    (folder / "hello.py").write_text("print('hi')\nraise ValueError('late')\n")
-    (folder / "late" / "bob.sh").write_text("echo bob\n")
+    files = {"hello.py": "print('hi')\nraise ValueError('late')\n", "late/bob.sh": "echo bob\n"}
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
     batch = batches.plan(load_folder(folder))
     hello = batch.item("hello.py")
     assert hello.command == ["python", "hello.py"] and hello.goal == "Run hello.py"
