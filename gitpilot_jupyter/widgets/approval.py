@@ -35,7 +35,7 @@ from ..sandbox.errors import SandboxError
 from ..sandbox.plans import ExecutionPlan
 from ..sandbox.report import failure_message, footer
 from ..sandbox.results import RunResult, new_run_id
-from ..sandbox.service.planner import network_label
+from ..sandbox.service.planner import HOME_HIDDEN_CHECKS, network_label
 from ..sandbox.sync import run_sync
 
 #: Severity as a bar beside the warning (JupyterLab's theme colours, 3:1 against either
@@ -134,14 +134,21 @@ def kept_from_snippet(plan: ExecutionPlan) -> str:
     """What the plan's own checks say the run cannot reach, in plain words ("" when none).
 
     Only what the engine verified and wrote into the plan: a network-off check that
-    passed (the engine cut the network off), never a claim of this card's own.
+    passed (the engine cut the network off), a home check that passed (its wall hides
+    the home folder, ``~/.ssh`` and the server's secret files); never a claim of this
+    card's own.
     """
     spec = plan.spec
     kept: list[str] = []
     network_off = network_label(spec.backend, False)
     if not spec.network and any(c["ok"] and c["label"] == network_off for c in plan.checks):
         kept.append("the network (no connections in or out)")
-    return ", ".join(kept)
+    kept += [
+        HOME_HIDDEN_CHECKS[c["label"]]
+        for c in plan.checks
+        if c["ok"] and c["label"] in HOME_HIDDEN_CHECKS
+    ]
+    return "; ".join(kept)
 
 
 class ApprovalCard(ipw.VBox):  # type: ignore[misc]

@@ -15,7 +15,7 @@ from traitlets import Bool, Dict, HasTraits, Int, List, Unicode
 
 from ..client.local import SandboxClient
 from ..sandbox.errors import SandboxError
-from ..sandbox.local.off import off_confirmation
+from ..sandbox.local.off import OFF_RISK, is_off, off_confirmation
 from ..sandbox.matrixlab.config import LIFECYCLE_FLAG
 from ..sandbox.settings import BACKENDS, MAX_TIMEOUT_SEC, SandboxSettings
 from ..sandbox.sync import run_sync
@@ -206,6 +206,9 @@ class SandboxSettingsModel(HasTraits):
         if status is not None:
             self._apply_status(status)
             self.message = f"Saved {', '.join(sorted(changes))}."
+            if is_off(status.get("backend")):  # saved, but nothing is contained from now on
+                now = "no longer" if "backend" in changes else "still not"
+                self.message = f"⚠ {self.message} Runs are {now} contained ({OFF_RISK})."
             self.refresh_lifecycle()  # the Runner URL or token may have changed
 
     def confirm(self) -> None:

@@ -138,6 +138,7 @@ class SandboxSettingsPanel(ipw.VBox):  # type: ignore[misc]
             if env
             else ""
         )
+        _shown(self.env_badge, bool(env))  # no empty box beside the choice
         _shown(self.progress, m.busy)
         _shown(self.question, bool(m.question))
         self.confirm.description = (

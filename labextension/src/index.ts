@@ -27,7 +27,7 @@ import { confirmPassThrough } from './dialog';
 import { runFile, selectedRunnableFile } from './filerun';
 import { messageOf } from './flow';
 import { trans, useTranslator } from './i18n';
-import { backendLabel, BACKENDS } from './labels';
+import { backendLabel, BACKENDS, saveOutcome } from './labels';
 import { addRunButtons, CodeBlockFocus } from './markdown';
 import { SandboxModel } from './model';
 import { SandboxPanel } from './panel';
@@ -138,10 +138,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
           return;
         }
         try {
-          model.set(await client.configure({ backend }, off));
-          Notification.success(
-            trans.__('Snippets now run in: %1.', backendLabel(backend)),
-            { autoClose: 4000 }
+          const status = await client.configure({ backend }, off);
+          model.set(status);
+          // The panel's kind: Pass-through (or an override, an outage) is no success.
+          const outcome = saveOutcome(status, backend);
+          Notification.emit(
+            outcome.type === 'success'
+              ? trans.__('Snippets now run in: %1.', backendLabel(backend))
+              : outcome.message,
+            outcome.type,
+            { autoClose: 6000 }
           );
         } catch (error) {
           await showErrorMessage(

@@ -169,7 +169,8 @@ export interface ISaveOutcome {
 
 /**
  * The outcome of saving settings, from the status the server answered: a save the
- * environment overrides, or one that leaves the backend unable to run, is no success.
+ * environment overrides, one that leaves the sandbox off (Pass-through), or one that
+ * leaves the backend unable to run, is no success.
  */
 export function saveOutcome(
   status: IStatus,
@@ -184,6 +185,22 @@ export function saveOutcome(
         status.env_override,
         now
       )
+    };
+  }
+  if (status.backend === 'off') {
+    // Saved as asked, but no success: from now on nothing is contained.
+    return {
+      type: 'warning',
+      message:
+        wanted === 'off'
+          ? trans.__(
+              'Saved. Runs are no longer contained: %1',
+              trans.__(PASS_THROUGH_RISK)
+            )
+          : trans.__(
+              'Saved. Runs are still not contained: %1',
+              trans.__(PASS_THROUGH_RISK)
+            )
     };
   }
   if (!status.ok) {

@@ -46,6 +46,22 @@ describe('saveOutcome', () => {
     );
   });
 
+  it('warns when a save leaves the sandbox off: runs are no longer contained', () => {
+    const off = status({
+      backend: 'off',
+      settings: { ...status().settings, backend: 'off' }
+    });
+    const switched = saveOutcome(off, 'off');
+    expect(switched.type).toBe('warning');
+    expect(switched.message).toMatch(
+      /^Saved\. Runs are no longer contained: Pass-through has no isolation/
+    );
+    // Another setting saved while off: still a warning, said as "still".
+    const still = saveOutcome(off, undefined);
+    expect(still.type).toBe('warning');
+    expect(still.message).toMatch(/^Saved\. Runs are still not contained: /);
+  });
+
   it('warns when the environment overrides the choice', () => {
     const answer = saveOutcome(
       status({ env_override: 'GITPILOT_SANDBOX_BACKEND' }),

@@ -226,4 +226,29 @@ def test_a_dask_task_carries_the_items_stdin_and_no_file_for_its_label(
     manifest = worker.manifest_payload(batch.digest, batch.deadline_sec, entries)
     answer = worker.run_item(payload, manifest)
     assert answer["result"]["stdout"] == "hi ada\n", answer
+    assert answer["result"]["command"] == plan.command == ["bash", "greet.sh"]  # its name
     assert answer["result"]["plan_id"] == plan.plan_id
+
+
+def test_an_item_read_from_a_file_runs_under_its_name(
+    batches: BatchService, tmp_path: Path
+) -> None:
+    # As `jupyter sandbox run FILE`: the plan, the result and the traceback name the file.
+    folder = tmp_path / "subs"
+    files = {"hello.py": "print('hi')\nraise ValueError('late')\n", "late/bob.sh": "echo bob\n"}
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    batch = batches.plan(load_folder(folder))
+    hello = batch.item("hello.py")
+    assert hello.command == ["python", "hello.py"] and hello.goal == "Run hello.py"
+    assert batch.item("late/bob.sh").command == ["bash", "bob.sh"]
+    token = batches.approve(batch.batch_id)["approval_token"]
+    results = {r["id"]: r for r in run_all(batches, batch.batch_id, token)}
+    assert results["hello.py"]["command"] == ["python", "hello.py"]
+    assert '/hello.py", line 2, in <module>' in results["hello.py"]["stderr"]
+    assert "inline" not in results["hello.py"]["stderr"]
+    assert results["late/bob.sh"]["stdout"] == "bob\n"
+    # --each runs its own bash wrapper, which writes the file under its name: not renamed.
+    wrapped = batches.plan(load_folder(folder, each="python3 {file}"))
+    assert wrapped.item("hello.py").command == ["bash", "inline.sh"]

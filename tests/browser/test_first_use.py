@@ -149,7 +149,7 @@ def test_switching_to_pass_through_asks_first_and_its_plans_warn(lab: Lab, page:
         "button", name=re.compile("Switch to Pass-through")
     ).click()
     expect(page.locator(".jp-gitpilot-status")).to_have_text("Sandbox: Pass-through")
-    expect(notification(page, "Snippets now run in: Pass-through")).to_be_visible()
+    expect(notification(page, "Saved. Runs are no longer contained")).to_be_visible()
 
     open_file(page, lab, DEMO_NOTEBOOK)
     run_button(page, "python").click()

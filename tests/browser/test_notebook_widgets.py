@@ -56,14 +56,34 @@ def test_card_and_panel_in_the_lab(lab: Lab, page: Page) -> None:
     card_cell = page.locator(".jp-CodeCell").nth(1)
     # A high-risk plan (it starts other programs): Run anyway waits for the tick box.
     approve = card_cell.get_by_role("button", name="Run anyway")
+    reject = card_cell.get_by_role("button", name="Reject")
+    consent = card_cell.get_by_role("checkbox", name=CONSENT_LABEL)
     expect(approve).to_be_visible(timeout=90_000)
     expect(approve).to_be_disabled()
     expect(card_cell).to_contain_text("subprocess")
     expect(card_cell).to_contain_text("starts other programs")
+    # It says what the snippet cannot reach, as the plan's checks verified it.
+    expect(card_cell).to_contain_text(
+        re.compile(r"cannot reach on this host: .*~/\.ssh and the server's secret files")
+    )
     screenshot(card_cell, "notebook-approval-card")
-    card_cell.get_by_role("checkbox", name=CONSENT_LABEL).check()
+
+    # The keyboard alone: the card takes the focus on its safe button (Enter by habit
+    # never approves), the tick box is one Shift+Tab away, and Approve waits for it.
+    expect(reject).to_be_focused(timeout=30_000)
+    page.keyboard.press("Shift+Tab")
+    expect(consent).to_be_focused()
+    expect(approve).to_be_disabled()  # skipped by Tab while the box is empty
+    page.keyboard.press("Space")
+    expect(consent).to_be_checked()
     expect(approve).to_be_enabled()
-    approve.click()
+    page.keyboard.press("Tab")
+    expect(approve).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(reject).to_be_focused()
+    page.keyboard.press("Shift+Tab")
+    expect(approve).to_be_focused()
+    page.keyboard.press("Enter")
     expect(card_cell).to_contain_text("approved in the browser", timeout=60_000)
     expect(card_cell).to_contain_text(
         re.compile(r"\[sandbox\] subprocess · exit 0 · \d+ ms · launched by the Jupyter server")

@@ -39,6 +39,9 @@ def body_of(response: Response) -> str | None:
 
 def test_panel_switches_backend_and_status_bar_follows(lab: Lab, page: Page) -> None:
     panel = open_settings_from_menu(page)
+    # No override: no "set by the environment" badge, not even an empty pill.
+    expect(panel.locator(".jp-gitpilot-header")).to_be_visible()
+    expect(panel.locator(".jp-gitpilot-header .jp-gitpilot-badge")).to_be_hidden()
     screenshot(panel, "panel-light")
     dead_runner = f"http://127.0.0.1:{free_port()}"
 
@@ -136,6 +139,11 @@ def test_pass_through_from_the_panel_is_saved_once_confirmed(lab: Lab, page: Pag
     status = page.locator(".jp-gitpilot-status")
     expect(status).to_have_text("Sandbox: Pass-through")
     assert lab.api("GET", "api/sandbox/config").json()["backend"] == "off"
+    # Saved, but no success: a warning toast says that runs are no longer contained.
+    toast = page.locator(".Toastify__toast").filter(has_text="Runs are no longer contained")
+    expect(toast).to_be_visible()
+    expect(toast).to_have_class(re.compile(r"\bToastify__toast--warning\b"))
+    expect(page.locator(".Toastify__toast--success")).to_have_count(0)
     # It looks like a warning: a sign before the words, the theme's warning colours, what
     # it means and how to leave it on hover, and AA contrast in both themes.
     expect(status).to_have_class(re.compile(r"\bjp-mod-warn\b"))

@@ -21,6 +21,7 @@ from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.sandbox.matrixlab.stopping import RUN_TAG_ENV, RUNNER_CONTAINER_PREFIX
 from gitpilot_jupyter.sandbox.results import MEMORY_EXCEEDED
 from gitpilot_jupyter.sandbox.service import SandboxService
+from gitpilot_jupyter.sandbox.service.planner import HOME_AND_SECRETS
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 from tests.docker.conftest import BASE_IMAGE
 from tests.support.runs import run_here
@@ -140,3 +141,17 @@ async def test_an_image_without_the_interpreter_says_what_is_missing(
     with pytest.raises(BackendFailure) as caught:
         await backend.run(RunRequest(language="python", code="print(1)", timeout_sec=10))
     assert caught.value.status == 502 and "its image has no `python` command" in str(caught.value)
+
+
+async def test_a_container_run_cannot_see_the_home_folder_the_plan_says_it_cannot(
+    runs_service: SandboxService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY")
+    monkeypatch.setenv("HOME", str(home))
+    key = home / ".ssh" / "id_ed25519"
+    code = f"cat {key} 2>/dev/null || echo unreadable; ls {home} 2>/dev/null || echo no-home"
+    plan, result = await run_here(runs_service, language="bash", code=code, backend="matrixlab")
+    assert {"label": f"{HOME_AND_SECRETS} not in the run's container", "ok": True} in plan.checks
+    assert result.exit_code == 0 and result.stdout == "unreadable\nno-home\n", result.stderr

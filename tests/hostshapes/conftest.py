@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from gitpilot_jupyter.sandbox.service.planner import HOME_HIDDEN_CHECKS
 from tests.support.system import require_system
 
 from .shapes import (
@@ -86,6 +87,13 @@ class Outcome:
         """True when the approved plan claimed ``[ok] network disabled``."""
         return any(
             check.get("ok") and check.get("label") == "network disabled"
+            for check in self.plan.get("checks", [])
+        )
+
+    def says_home_hidden(self) -> bool:
+        """True when the approved plan claimed ``[ok]`` for the home folder and ``~/.ssh``."""
+        return any(
+            check.get("ok") and check.get("label") in HOME_HIDDEN_CHECKS
             for check in self.plan.get("checks", [])
         )
 

@@ -34,6 +34,8 @@ def test_the_planted_ssh_key_stays_unread(shape: Shape) -> None:
     outcome = attack(shape, READ_FILE.format(paths=[shape.ssh_key, "~/.ssh/id_ed25519"]))
     if not outcome.refused:
         assert_not_in(shape.ssh_secret, outcome, "~/.ssh/id_ed25519")
+        # Every shape's engine walls the home folder off, and its plan said so beforehand.
+        assert outcome.says_home_hidden(), outcome.describe()
 
 
 def test_the_server_token_file_stays_unread(shape: Shape) -> None:

@@ -13,6 +13,11 @@ from pathlib import Path
 import pytest
 
 from gitpilot_jupyter.sandbox.languages import Interpreters
+from gitpilot_jupyter.sandbox.local.isolation import CONTAINED_ENGINES
+from gitpilot_jupyter.sandbox.request import RunOptions
+from gitpilot_jupyter.sandbox.service import SandboxService
+from gitpilot_jupyter.sandbox.service.planner import HOME_AND_SECRETS
+from gitpilot_jupyter.sandbox.settings import SettingsStore
 
 from .conftest import MECHANISMS, make_backend, run
 
@@ -96,9 +101,19 @@ def test_tmp_is_private_with_bubblewrap(mechanism: str) -> None:
         (Path("/tmp") / f"{name}.new").unlink(missing_ok=True)
 
 
+def home_check(service: SandboxService, language: str = "python") -> dict[str, object]:
+    """The plan's line on the home folder, ``~/.ssh`` and the server's secret files."""
+    plan = service.planner.describe(RunOptions(language=language, code="echo 1"))
+    found = [
+        c for c in plan.checks if "~/.ssh" in c["label"] or "holds the interpreter" in c["label"]
+    ]
+    assert len(found) == 1, plan.checks
+    return dict(found[0])
+
+
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_credential_folders_are_hidden(
-    mechanism: str, outside: Path, monkeypatch: pytest.MonkeyPatch
+    mechanism: str, outside: Path, monkeypatch: pytest.MonkeyPatch, sandbox_config_dir: Path
 ) -> None:
     home = outside / "home"
     files = {
@@ -122,6 +137,16 @@ def test_credential_folders_are_hidden(
     result = run(backend, PROBE, env=env)
     assert result.exit_code == 0, result.stderr
     seen = json.loads(result.stdout)
+    # The plan says before approval what the run below shows: hidden only behind a wall.
+    service = SandboxService(settings=SettingsStore(sandbox_config_dir), isolator=backend.isolator)
+    walled = mechanism in CONTAINED_ENGINES
+    assert home_check(service) == {
+        "label": f"{HOME_AND_SECRETS} hidden"
+        if walled
+        else f"{HOME_AND_SECRETS} NOT hidden: this host's engine has no file-system wall "
+        "(see jupyter sandbox status)",
+        "ok": walled,
+    }
     if mechanism == "bwrap":
         assert "hidden-credentials" in result.isolation
         for rel in files:
@@ -138,6 +163,34 @@ def test_credential_folders_are_hidden(
         assert seen[str(home / "notes.txt")] == "not a credential"
         assert "hidden-credentials" not in result.isolation
         assert seen[str(home / ".ssh/id_ed25519")] == "PRIVATE KEY"
+
+
+@pytest.mark.parametrize("mechanism", CONTAINED_ENGINES)
+def test_a_credential_folder_holding_the_interpreter_is_never_claimed_hidden(
+    mechanism: str, outside: Path, monkeypatch: pytest.MonkeyPatch, sandbox_config_dir: Path
+) -> None:
+    home = outside / "home"
+    folder = home / ".docker" / "bin"
+    folder.mkdir(parents=True)
+    for opened in (outside, home, home / ".docker", folder):  # a run's own uid enters it
+        opened.chmod(0o755)
+    bash = folder / "bash"
+    shutil.copy2(shutil.which("bash") or "/bin/bash", bash)
+    monkeypatch.setenv("HOME", str(home))
+    backend = make_backend(mechanism)
+    backend.interpreters = Interpreters(bash=str(bash))
+    service = SandboxService(
+        settings=SettingsStore(sandbox_config_dir),
+        isolator=backend.isolator,
+        interpreters=backend.interpreters,
+    )
+    check = home_check(service, "bash")
+    assert check == {"label": "~/.docker NOT fully hidden: it holds the interpreter", "ok": False}
+    if mechanism == "bwrap":  # (the namespace-free engine's wall does not let it start)
+        # The run says the same of itself: its credentials layer is not claimed.
+        result = run(backend, "echo ran", language="bash")
+        assert result.stdout == "ran\n", result.stderr
+        assert "hidden-credentials" not in result.isolation and "fs-allowlist" in result.isolation
 
 
 def test_an_interpreter_under_tmp_is_bound_back() -> None:

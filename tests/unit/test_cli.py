@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gitpilot_jupyter.sandbox.local.off import OFF_HOME_CHECK
 from gitpilot_jupyter.sandbox.policy import ENV_ALLOWLIST_ENV
 
 BIN = Path(sys.executable).parent
@@ -196,6 +198,10 @@ def test_plan_shows_warnings_and_blocks() -> None:
 def test_a_failed_check_says_what_it_found() -> None:
     clean = cli("plan", "bash", "-c", "echo hi")
     assert "  [ok] no destructive pattern\n" in clean.stdout
+    # What the run cannot see of this host is a check of its own, like the network's.
+    assert re.search(
+        r"  \[(ok|!!)\] your home folder.*, ~/\.ssh and the server's secret files", clean.stdout
+    )
     blocked = cli("plan", "bash", "-c", "rm -rf /")
     assert blocked.returncode == 2
     assert "  [!!] destructive pattern " in blocked.stdout and " found\n" in blocked.stdout
@@ -208,6 +214,7 @@ def test_pass_through_is_named_in_words(sandbox_config_dir: Path, allow_off: Non
     assert "backend          off, pass-through (no sandbox)  (" in status
     plan = cli("plan", "python", "-c", "print(1)").stdout
     assert "[!!] network not blocked (pass-through: no sandbox)" in plan
+    assert f"[!!] {OFF_HOME_CHECK}\n" in plan
     assert "backend off ·" not in plan and "· backend off, pass-through (no sandbox) ·" in plan
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gitpilot_jupyter.sandbox.errors import PlanNotFound
-from gitpilot_jupyter.sandbox.local.off import OFF_RISK, off_confirmation
+from gitpilot_jupyter.sandbox.local.off import OFF_HOME_CHECK, OFF_RISK, off_confirmation
 from gitpilot_jupyter.sandbox.plans import PLAN_TTL_SEC, PlanStore
 from gitpilot_jupyter.sandbox.request import RunOptions
 from gitpilot_jupyter.sandbox.service import SandboxService
@@ -41,6 +41,7 @@ def test_every_off_plan_warns_and_never_says_network_disabled(sandbox_config_dir
     labels = [check["label"] for check in plan.checks]
     assert "network disabled" not in labels
     assert "network not blocked (pass-through: no sandbox)" in labels
+    assert {"label": OFF_HOME_CHECK, "ok": False} in plan.checks  # never "hidden"
     assert plan.spec.network is True  # what the run really has
     local = asyncio.run(service.plan(RunOptions(language="python", code="print(1)")))
     assert not local.high_risk and "network disabled" in [c["label"] for c in local.checks]

@@ -7,6 +7,7 @@ what the snippet cannot reach; its text keeps the theme's colours.
 
 from __future__ import annotations
 
+import html
 import re
 from typing import Any
 
@@ -15,14 +16,17 @@ import pytest
 
 from gitpilot_jupyter.client.local import LocalClient
 from gitpilot_jupyter.sandbox.display import OUTPUT_BOX_MAX_HEIGHT
+from gitpilot_jupyter.sandbox.local.off import OFF_HOME_CHECK
 from gitpilot_jupyter.sandbox.plans import ExecutionPlan
 from gitpilot_jupyter.sandbox.request import RunOptions
+from gitpilot_jupyter.sandbox.service.planner import HOME_HIDDEN_CHECKS
 from gitpilot_jupyter.sandbox.sync import run_sync
 from gitpilot_jupyter.widgets.approval import (
     BORDERS,
     CONSENT_FIRST,
     CONSENT_LABEL,
     ApprovalCard,
+    kept_from_snippet,
     plan_html,
 )
 
@@ -121,6 +125,25 @@ def test_the_card_says_what_the_snippet_cannot_reach(client: LocalClient) -> Non
     # Said exactly when the engine verified it (the plan's own network check passed).
     assert (line in shown) is verified
     assert line not in plan_html(plan_for(client, RISKY, allow_network=True))
+    # The home folder, ~/.ssh and the server's secret files: exactly when the home check passed.
+    hidden = [
+        HOME_HIDDEN_CHECKS[c["label"]]
+        for c in cut_off.checks
+        if c["ok"] and c["label"] in HOME_HIDDEN_CHECKS
+    ]
+    assert len(hidden) <= 1
+    assert ("~/.ssh and the server&#x27;s secret files." in shown) is bool(hidden)
+    assert kept_from_snippet(cut_off) == "; ".join(
+        ["the network (no connections in or out)"] * verified + hidden
+    )
+
+
+@pytest.mark.usefixtures("allow_off")
+def test_a_pass_through_card_claims_nothing_out_of_reach(client: LocalClient) -> None:
+    plan = plan_for(client, PLAIN, backend="off")
+    shown = plan_html(plan)
+    assert "cannot reach" not in shown and kept_from_snippet(plan) == ""
+    assert f"✗ {html.escape(OFF_HOME_CHECK)}" in shown  # said as a failed check, in bold
 
 
 def test_the_card_text_keeps_the_theme_colours(client: LocalClient) -> None:

@@ -50,7 +50,7 @@ def test_the_panel_shows_the_settings(panel: SandboxSettingsPanel) -> None:
     assert panel.url.value == "http://localhost:8765"
     assert panel.timeout.value == 120
     assert panel.network.value is False
-    assert panel.env_badge.value == ""
+    assert panel.env_badge.value == "" and panel.env_badge.layout.display == "none"
     assert panel.token_saved.layout.display == "none"
 
 
@@ -93,10 +93,17 @@ def test_save_writes_only_what_the_user_changed(
     assert panel.confirm.description == "Switch to Pass-through"
     panel.confirm.click()
     assert saved(sandbox_config_dir) == {"timeout_sec": 30, "backend": "off"}
-    assert "Saved backend, timeout_sec" in panel.message.value
+    # Saved, but said as a warning: nothing is contained from now on.
+    assert panel.message.value == (
+        "⚠ Saved backend, timeout_sec. Runs are no longer contained "
+        "(no isolation: runs on the host as you, network not blocked)."
+    )
     assert panel.question.layout.display == "none"
     panel.save.click()
     assert "Nothing to save" in panel.message.value
+    panel.timeout.value = 40
+    panel.save.click()
+    assert panel.message.value.startswith("⚠ Saved timeout_sec. Runs are still not contained")
 
 
 @pytest.mark.usefixtures("allow_off")
@@ -192,6 +199,7 @@ def test_env_override_badge_and_env_values_never_saved(
     monkeypatch.setenv("GITPILOT_MATRIXLAB_URL", "http://runner.internal:8765")
     panel = SandboxSettingsPanel.for_client(client)
     assert "GITPILOT_MATRIXLAB_URL" in panel.env_badge.value
+    assert panel.env_badge.layout.display is None  # shown
     assert panel.model.has_token
     panel.timeout.value = 50
     panel.save.click()

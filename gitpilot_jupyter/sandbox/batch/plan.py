@@ -186,6 +186,9 @@ def plan_batch(
                 language=it.language,
                 code=it.code,
                 file=it.file if it.code is None else None,
+                # A file read for the item runs under its name, as `jupyter sandbox run FILE`
+                # does (not --each's bash wrapper, which writes the file under its name).
+                filename=it.file if it.code is not None and it.content is None else None,
                 timeout_sec=it.timeout_sec if it.timeout_sec is not None else timeout_sec,
                 stdin=it.stdin,
                 backend=backend,

@@ -38,6 +38,11 @@ OFF_LABEL = "pass-through (no sandbox)"
 #: The plan's network check on ``off``: nothing blocks the network there.
 OFF_NETWORK_CHECK = "network not blocked (pass-through: no sandbox)"
 
+#: The plan's line on the user's files on ``off``: nothing hides them there.
+OFF_HOME_CHECK = (
+    "your home folder, ~/.ssh and the server's secret files NOT hidden (pass-through: no sandbox)"
+)
+
 
 def is_off(backend: str | None) -> bool:
     """True for the pass-through backend."""

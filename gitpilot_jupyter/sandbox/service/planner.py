@@ -21,8 +21,11 @@ from ..languages import (
     plain_filename,
     run_filename,
 )
+from ..local.confine import inside, needed_paths
+from ..local.isolation import UNCONTAINED_LAYER
+from ..local.layered import LayeredIsolator
 from ..local.namespaces import credential_paths
-from ..local.off import OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
+from ..local.off import OFF_HOME_CHECK, OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
 from ..outfiles import plan_check as out_check
 from ..plans import SOURCES, ExecutionPlan, PlanStore, new_plan_id
 from ..policy import SandboxPolicy, destructive_label
@@ -36,6 +39,20 @@ from ..text import check_text
 from .resolver import BackendResolver, limits_of
 
 MAX_CODE_CHARS = 1_000_000
+
+#: What a walled run cannot see of this host's files (the plan's home check says whether).
+HOME_AND_SECRETS = "your home folder, ~/.ssh and the server's secret files"
+#: The same where the interpreter lives in the home folder: its folder is seen, read-only.
+HOME_BUT_INTERPRETER = (
+    "your home folder (all but the interpreter's folder, read-only), ~/.ssh and the "
+    "server's secret files"
+)
+#: The home check's passing labels, each with what it says the run cannot reach.
+HOME_HIDDEN_CHECKS = {
+    f"{HOME_AND_SECRETS} hidden": HOME_AND_SECRETS,
+    f"{HOME_BUT_INTERPRETER} hidden": HOME_BUT_INTERPRETER,
+    f"{HOME_AND_SECRETS} not in the run's container": HOME_AND_SECRETS,
+}
 
 
 class Planner:
@@ -172,6 +189,7 @@ class Planner:
             self._network_off_check(name)
             if not network
             else {"label": network_label(name, network), "ok": False},
+            self._home_check(name, lang),
         ]
         if name in self.resolver.local:
             found = self.interpreters.resolve(lang) is not None
@@ -273,6 +291,44 @@ class Planner:
             "(see jupyter sandbox status)",
             "ok": False,
         }
+
+    def _home_check(self, backend: str, language: str) -> Check:
+        """The plan's line on the user's home folder, ``~/.ssh`` and the server's secret
+        files: hidden only where the engine's file-system wall is in force for this run."""
+        if is_off(backend):
+            return {"label": OFF_HOME_CHECK, "ok": False}
+        if backend != "subprocess":  # matrixlab: a container of its own, no folder of this host
+            return {"label": f"{HOME_AND_SECRETS} not in the run's container", "ok": True}
+        layers = self.resolver.subprocess.isolation()
+        walled = {"fs-allowlist", "hidden-credentials"} <= set(layers)
+        if not walled or UNCONTAINED_LAYER in layers:
+            return {
+                "label": f"{HOME_AND_SECRETS} NOT hidden: this host's engine has no "
+                "file-system wall (see jupyter sandbox status)",
+                "ok": False,
+            }
+        interpreter = self.interpreters.resolve(language)
+        needed = needed_paths(interpreter) if interpreter else []
+        # A credential folder holding the interpreter stays in view (the engines' rule).
+        home = Path.home().resolve()
+        isolator = self.resolver.subprocess.isolator
+        hidden = (
+            isolator.hidden_paths()  # the very folders its runs hide (kept between calls)
+            if isinstance(isolator, LayeredIsolator)
+            else credential_paths(os.environ, home)
+        )
+        seen = [d for d in hidden[0] if any(inside(p, d) for p in needed)]
+        if seen:
+            names = ", ".join(
+                f"~/{d.relative_to(home)}" if inside(d, home) else str(d) for d in seen
+            )
+            return {
+                "label": f"{names} NOT fully hidden: it holds the interpreter",
+                "ok": False,
+            }
+        if any(inside(p, home) for p in needed):
+            return {"label": f"{HOME_BUT_INTERPRETER} hidden", "ok": True}
+        return {"label": f"{HOME_AND_SECRETS} hidden", "ok": True}
 
     def _containment_notes(self, network: bool) -> tuple[list[Check], list[PlanWarning]]:
         """What the engine in force cannot keep from this run, shown before approval.
