@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Iterator
+import select
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +28,9 @@ from .supervise import _close_pipes, _exited, _kill_group
 #: How much of the chain's own output (the pipes outside the kernel's channels) is kept.
 _TAIL_BYTES = 16384
 _READ_SIZE = 65536
+#: How long a stop waits for its killed processes to finish exiting (a large one frees its
+#: memory first); the cgroup's own kill waits as long.
+_EXIT_WAIT_SEC = 2.0
 
 
 @dataclass
@@ -89,6 +94,9 @@ class LongLived:
         if self._stopped:
             return
         self._stopped = True
+        # Watched before the kill: a killed process leaves its cgroup's list while it is
+        # still exiting, so only its pidfd tells when it is gone.
+        exiting = _pidfds(self.descendants())
         self.launch.kill_all()
         _kill_group(self.proc.pid)
         if self.proc.returncode is None:
@@ -101,6 +109,7 @@ class LongLived:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         _close_pipes(self.proc)
+        await asyncio.to_thread(_wait_exited, exiting, _EXIT_WAIT_SEC)
         await asyncio.to_thread(self._remove)
 
     def _remove(self) -> None:
@@ -108,3 +117,30 @@ class LongLived:
             self.launch.cleanup()
         finally:
             remove_tree(self.workdir)
+
+
+def _pidfds(pids: Iterable[int]) -> list[int]:
+    """A pidfd for each of these processes still there (to wait for their exit)."""
+    fds = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fds.append(os.pidfd_open(pid))
+    return fds
+
+
+def _wait_exited(pidfds: list[int], timeout: float) -> None:
+    """Wait until every process watched by ``pidfds`` has exited (at most ``timeout``
+    seconds), then close them."""
+    poller = select.poll()
+    for fd in pidfds:
+        poller.register(fd, select.POLLIN)
+    left = set(pidfds)
+    deadline = time.monotonic() + timeout
+    try:
+        while left and (remaining := deadline - time.monotonic()) > 0:
+            for fd, _ in poller.poll(remaining * 1000):
+                poller.unregister(fd)
+                left.discard(fd)
+    finally:
+        for fd in pidfds:
+            os.close(fd)
