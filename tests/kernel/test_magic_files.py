@@ -75,3 +75,22 @@ def test_an_existing_file_stays_without_force(
     shell.run_cell_magic("sandbox", f"--output-dir {target} --force", CELL)
     assert (target / "chart.csv").read_text() == "a,b\n"
     assert not (notebook_folder / "sandbox-out").exists()
+
+
+def test_an_image_past_the_display_caps_is_saved_and_not_shown(
+    shell: InteractiveShell,
+    notebook_folder: Path,
+    shown: list[dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 7 MiB of PNG is over 8 MB once base64 (max_display_item_mb): saved, not inline.
+    big = "open('out/big.png', 'wb').write(b'\\x89PNG\\r\\n\\x1a\\n' + bytes(7 * 1024 * 1024))\n"
+    shell.run_cell_magic("sandbox", "--out r", big + CELL)
+    captured = capsys.readouterr()
+    folder = notebook_folder / "sandbox-out" / shell.user_ns["r"]["run_id"]
+    assert (folder / "big.png").stat().st_size == 7 * 1024 * 1024 + 8
+    assert (
+        "sandbox: out/big.png saved, not shown: larger than 8 MB (max_display_item_mb)"
+        in captured.err
+    )
+    assert shown == [{"image/png": base64.b64encode(PNG).decode()}]  # the small one only
