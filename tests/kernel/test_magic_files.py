@@ -11,12 +11,15 @@ from __future__ import annotations
 import base64
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from gitpilot_jupyter.client.base import SandboxClient
 from gitpilot_jupyter.kernel import outfiles
+from gitpilot_jupyter.sandbox.outfiles import OutFile
+from gitpilot_jupyter.sandbox.results import RunResult
 
 #: The smallest valid PNG (1x1, transparent).
 PNG = base64.b64decode(
@@ -94,3 +97,32 @@ def test_an_image_past_the_display_caps_is_saved_and_not_shown(
         in captured.err
     )
     assert shown == [{"image/png": base64.b64encode(PNG).decode()}]  # the small one only
+
+
+#: What a hostile (or broken) server may list as a run's out/ files.
+HOSTILE_NAMES = ["../escape.txt", "/tmp/absolute.txt", "a/../../b.txt", "./dot.txt", "fine.txt"]
+
+
+class _ListingServer:
+    """A client whose server lists any names it likes and hands bytes for each."""
+
+    async def run_file(self, run_id: str, name: str) -> bytes:
+        return f"written as {name}".encode()
+
+
+def test_names_a_server_gives_never_lead_outside_the_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Names with ``../`` (the issue's hostile outputs): each is refused with a sentence,
+    nothing is written outside the cell's folder, the plain name is saved."""
+    folder = tmp_path / "nb" / "sandbox-out" / "run_x"
+    files: list[OutFile] = [{"name": n, "size": 1, "sha256": "sha256:0"} for n in HOSTILE_NAMES]
+    result = RunResult("subprocess", "python", [], 0, run_id="run_x", files=files)
+    client = cast(SandboxClient, _ListingServer())
+    refused = outfiles.save_run_files(client, result, folder)
+    assert len(refused) == 4 and all("not saved" in r for r in refused), refused
+    assert [p.relative_to(tmp_path) for p in sorted(tmp_path.rglob("*")) if p.is_file()] == [
+        Path("nb/sandbox-out/run_x/fine.txt")
+    ]
+    assert not Path("/tmp/absolute.txt").exists()
+    assert "[file out/fine.txt:" in capsys.readouterr().out
