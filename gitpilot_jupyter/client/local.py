@@ -98,7 +98,7 @@ class LocalClient(SandboxClient):
         *,
         deadline_sec: int | None = None,
     ) -> BatchPlan:
-        return self.batches.plan(
+        return await self.batches.plan_async(
             items,
             timeout_sec=options.timeout_sec,
             backend=options.backend,

@@ -297,7 +297,14 @@ class SandboxMagics(Magics):
             echo.write("stdout", footer(result, client.path) + "\n")
         if result.files:
             echo.flush()
-            for refused in save_run_files(client, result, args.output_dir, force=args.force):
+            saved = save_run_files(
+                client,
+                result,
+                args.output_dir,
+                force=args.force,
+                caps=planned.plan.spec.limits.display,
+            )
+            for refused in saved:
                 print(f"sandbox: {refused}", file=sys.stderr)
         raise_error = self.raise_error if args.raise_error is None else args.raise_error
         if raise_error and not result.ok:

@@ -18,6 +18,7 @@ from ..client.base import SandboxClient
 from ..sandbox import rich
 from ..sandbox.errors import SandboxError
 from ..sandbox.results import RunResult
+from ..sandbox.rich import DisplayCaps
 from ..sandbox.rich.saving import IMAGE_SUFFIXES, OutputFolder, SaveRefused, default_output_dir
 from ..sandbox.sync import run_sync
 from .display import publish_display_data
@@ -32,10 +33,16 @@ def save_run_files(
     output_dir: str | os.PathLike[str] | None,
     *,
     force: bool = False,
+    caps: DisplayCaps | None = None,
 ) -> list[str]:
     """Save ``result.files`` (printing where each went, showing the images); the
-    sentences of those not saved."""
+    sentences of those not saved, or saved and not shown.
+
+    The images shown count against the run's display caps (``caps``, the plan's; what
+    the run displayed itself counts first): one past them is saved, not shown.
+    """
     folder = OutputFolder(output_dir or default_output_dir(result.run_id), force=force)
+    inline = rich.InlineImages.after(caps or DisplayCaps(), result.outputs)
     refused = []
     for entry in result.files:
         name = entry["name"]
@@ -49,14 +56,18 @@ def save_run_files(
             refused.append(f"out/{name} not saved: {exc.message}")
             continue
         print(f"[file out/{name}: {path}]")
-        _show_image(name, data)
+        mime = _IMAGE_TYPES.get(PurePosixPath(name).suffix.lower())
+        if mime is None:
+            continue
+        over = inline.take(len(data), base64_encoded=mime != "image/svg+xml")
+        if over is not None:
+            refused.append(f"out/{name} saved, not shown: {over}")
+            continue
+        _show_image(mime, data)
     return refused
 
 
-def _show_image(name: str, data: bytes) -> None:
-    mime = _IMAGE_TYPES.get(PurePosixPath(name).suffix.lower())
-    if mime is None:
-        return
+def _show_image(mime: str, data: bytes) -> None:
     value = data.decode("utf-8", "replace") if mime == "image/svg+xml" else base64.b64encode(data)
     text = value if isinstance(value, str) else value.decode("ascii")
     item = {"output_type": "display_data", "data": {mime: text}, "metadata": {}}

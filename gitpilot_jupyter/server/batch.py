@@ -51,7 +51,7 @@ class BatchPlanHandler(PlanHandler):
 
         async def plan() -> dict[str, Any]:
             items = items_from_list(body.pop("items"))
-            batch = batch_service(self).plan(items, **body, user=self.username)
+            batch = await batch_service(self).plan_async(items, **body, user=self.username)
             return {"batch": batch.to_dict()}
 
         self.write_json(await self.call(plan()))
@@ -87,7 +87,7 @@ class BatchRunHandler(StreamingHandler):
         items = body.pop("items", None)
 
         async def claim() -> Any:
-            return batches.claim(
+            return await batches.claim_async(
                 body.pop("batch_id"),
                 body.pop("approval_token", None),
                 items=items_from_list(items) if items is not None else None,

@@ -23,6 +23,7 @@ from gitpilot_jupyter.sandbox.batch import (
     run_batch,
 )
 from gitpilot_jupyter.sandbox.errors import ClusterUnavailable
+from gitpilot_jupyter.sandbox.request import Caller
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.server.helpers import server_config
 from tests.support.dask_cluster import DaskProcesses
@@ -141,3 +142,42 @@ async def test_the_server_sends_rest_batches_to_its_configured_cluster(
     workers = set(dask_cluster.workers().values())
     assert {r["worker"] for r in answer.body["results"]} <= workers
     assert answer.body["report"]["ok"] == 8 and answer.body["report"]["executor"].startswith("dask")
+
+
+def test_out_files_of_items_on_dask_workers_come_back_to_the_client(
+    dask_cluster: DaskProcesses,
+) -> None:
+    code = (
+        "import os\nos.makedirs('out/sub', exist_ok=True)\n"
+        "open('out/sub/answer.txt', 'w').write('item {n}')\n"
+        "open('out/big.bin', 'wb').write(bytes(range(256)) * 4096)\n"
+    )
+    items = [{"id": n, "language": "python", "code": code.format(n=n)} for n in range(4)]
+    service = SandboxService(require_approval=False)
+    results = list(run_batch(items, cluster=dask_cluster.access, service=service))
+    assert len(results) == 4
+    workers = set(dask_cluster.workers().values())
+    for record in results:
+        assert record["status"] == "ok" and record["worker"] in workers, record
+        assert [f["name"] for f in sorted(record["files"], key=lambda f: f["name"])] == [
+            "big.bin",
+            "sub/answer.txt",
+        ]
+        # The client's service hands them to the run's owner, as a local item's.
+        caller = Caller(user="api")
+        text = service.run_file(record["run_id"], "sub/answer.txt", caller)
+        assert text == f"item {record['id']}".encode()
+        assert service.run_file(record["run_id"], "big.bin", caller) == bytes(range(256)) * 4096
+
+    def runs_held_here() -> int:
+        """(On a worker: defined here, it goes by value) the runs whose out/ files its
+        sandbox service still keeps."""
+        from gitpilot_jupyter.sandbox.batch import worker
+
+        kept = worker._service
+        return -1 if kept is None else len(kept.executor.out_store._runs)
+
+    # ... and the workers keep no copy (each ran some: its service is up).
+    with dask_cluster.client() as client:
+        held = client.run(runs_held_here)
+    assert set(held.values()) <= {0, -1} and 0 in held.values(), held

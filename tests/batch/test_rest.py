@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from traitlets.config import Config
 
 from tests.server.helpers import NDJSON, Api, check_stream_line
 from tests.support.audit import listen_to_audit
+from tests.support.inputs import READ_BOTH, make_project
 
 ITEMS = [
     {"id": "a", "language": "python", "code": "print('a')"},
@@ -223,3 +225,35 @@ async def test_each_item_is_audited_as_a_single_run_is(api: Api, jp_serverapp: A
     assert by_kind["run"]["digest"] == x["digest"]
     assert by_kind["approve"]["approved_by"] == f"batch {batch['batch_id']}"
     assert "batch-code-never-logged" not in json.dumps(seen)
+
+
+async def test_the_items_inputs_are_hashed_off_the_event_loop(
+    api: Api, jp_root_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's inputs may be large files: the server reads and hashes them in a worker
+    thread, at the plan and again when the items are sent with the run, never on the
+    loop that serves every other request."""
+    make_project(jp_root_dir)
+    from gitpilot_jupyter.sandbox import inputs
+
+    loop_thread = threading.get_ident()
+    hashed_on: list[int] = []
+    real = inputs._hash_file
+
+    def recording(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        hashed_on.append(threading.get_ident())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inputs, "_hash_file", recording)
+    items = [
+        {"id": "read", "language": "python", "code": READ_BOTH, "inputs": ["sales.csv", "data"]}
+    ]
+    batch = await plan_batch(api, items)
+    assert hashed_on and loop_thread not in hashed_on
+    token = await approve(api, batch["batch_id"])
+    hashed_on.clear()
+    body = {"batch_id": batch["batch_id"], "approval_token": token, "items": items}
+    answer = await api("POST", "api/sandbox/batch", body)
+    assert answer.code == 200, answer.text
+    assert answer.body["results"][0]["status"] == "ok", answer.body
+    assert hashed_on and loop_thread not in hashed_on

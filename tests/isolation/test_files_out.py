@@ -213,3 +213,22 @@ def test_many_tiny_files_stop_at_the_count_cap(tmp_path: Path) -> None:
     assert len(result.files) == 1000
     assert result.notes == ["out/: stopped at the cap of 1000 files: the rest was left out"]
     assert len(list((tmp_path / "kept").iterdir())) == 1000
+
+
+def test_a_100_mb_image_in_out_is_left_out_at_the_default_cap(tmp_path: Path) -> None:
+    """The issue's 100 MB image, as a file: over the default 64 MiB of out/ (the caps in
+    force when nobody changed them), said in one note; the small file beside it comes back."""
+    code = (
+        "with open('out/huge.png', 'wb') as f:\n"
+        "    f.write(b'\\x89PNG\\r\\n\\x1a\\n')\n"
+        "    for _ in range(100):\n"
+        "        f.write(bytes(1024 * 1024))\n"
+        "open('out/small.txt', 'w').write('s')\n"
+    )
+    limits = ResourceLimits(memory_mb=1024, max_processes=32, max_file_size_mb=128, disk_mb=512)
+    result = run_out(cold("bwrap"), code, tmp_path / "kept", limits=limits)
+    assert result.exit_code == 0, result.stderr
+    assert kept(result, tmp_path / "kept") == {"small.txt": b"s"}
+    assert result.notes == [
+        "out/: left out out/huge.png: over the cap of 64 MiB in all (64 MiB were left)"
+    ]

@@ -11,12 +11,15 @@ from __future__ import annotations
 import base64
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from gitpilot_jupyter.client.base import SandboxClient
 from gitpilot_jupyter.kernel import outfiles
+from gitpilot_jupyter.sandbox.outfiles import OutFile
+from gitpilot_jupyter.sandbox.results import RunResult
 
 #: The smallest valid PNG (1x1, transparent).
 PNG = base64.b64decode(
@@ -75,3 +78,51 @@ def test_an_existing_file_stays_without_force(
     shell.run_cell_magic("sandbox", f"--output-dir {target} --force", CELL)
     assert (target / "chart.csv").read_text() == "a,b\n"
     assert not (notebook_folder / "sandbox-out").exists()
+
+
+def test_an_image_past_the_display_caps_is_saved_and_not_shown(
+    shell: InteractiveShell,
+    notebook_folder: Path,
+    shown: list[dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 7 MiB of PNG is over 8 MB once base64 (max_display_item_mb): saved, not inline.
+    big = "open('out/big.png', 'wb').write(b'\\x89PNG\\r\\n\\x1a\\n' + bytes(7 * 1024 * 1024))\n"
+    shell.run_cell_magic("sandbox", "--out r", big + CELL)
+    captured = capsys.readouterr()
+    folder = notebook_folder / "sandbox-out" / shell.user_ns["r"]["run_id"]
+    assert (folder / "big.png").stat().st_size == 7 * 1024 * 1024 + 8
+    assert (
+        "sandbox: out/big.png saved, not shown: larger than 8 MB (max_display_item_mb)"
+        in captured.err
+    )
+    assert shown == [{"image/png": base64.b64encode(PNG).decode()}]  # the small one only
+
+
+#: What a hostile (or broken) server may list as a run's out/ files.
+HOSTILE_NAMES = ["../escape.txt", "/tmp/absolute.txt", "a/../../b.txt", "./dot.txt", "fine.txt"]
+
+
+class _ListingServer:
+    """A client whose server lists any names it likes and hands bytes for each."""
+
+    async def run_file(self, run_id: str, name: str) -> bytes:
+        return f"written as {name}".encode()
+
+
+def test_names_a_server_gives_never_lead_outside_the_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Names with ``../`` (the issue's hostile outputs): each is refused with a sentence,
+    nothing is written outside the cell's folder, the plain name is saved."""
+    folder = tmp_path / "nb" / "sandbox-out" / "run_x"
+    files: list[OutFile] = [{"name": n, "size": 1, "sha256": "sha256:0"} for n in HOSTILE_NAMES]
+    result = RunResult("subprocess", "python", [], 0, run_id="run_x", files=files)
+    client = cast(SandboxClient, _ListingServer())
+    refused = outfiles.save_run_files(client, result, folder)
+    assert len(refused) == 4 and all("not saved" in r for r in refused), refused
+    assert [p.relative_to(tmp_path) for p in sorted(tmp_path.rglob("*")) if p.is_file()] == [
+        Path("nb/sandbox-out/run_x/fine.txt")
+    ]
+    assert not Path("/tmp/absolute.txt").exists()
+    assert "[file out/fine.txt:" in capsys.readouterr().out

@@ -8,11 +8,16 @@ on the very next call, with no restart and no waiting.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
+from gitpilot_jupyter.sandbox.local.isolation import Isolator
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
+from gitpilot_jupyter.sandbox.request import RunOptions
+from gitpilot_jupyter.sandbox.service import SandboxService
+from gitpilot_jupyter.sandbox.settings import SettingsStore
 
 
 def _isolator(env: dict[str, str], home: Path | None = None) -> LayeredIsolator:
@@ -111,3 +116,37 @@ def test_a_change_to_the_servers_own_environment_takes_effect_at_once(
     monkeypatch.setenv("HOME", str(tmp_path))
     dirs = isolator.hidden_paths()[0]
     assert config not in dirs and home / ".docker" not in dirs
+
+
+class _WalledElsewhere(Isolator):
+    """An engine of its own (no LayeredIsolator) with a file-system wall, whose runs hide
+    one folder: the one the interpreter is in."""
+
+    def __init__(self, hidden: Path) -> None:
+        super().__init__(allow_uncontained=False)
+        self.hidden = hidden
+
+    def layers(self, *, allow_network: bool = False) -> list[str]:
+        return ["fs-allowlist", "hidden-credentials"]
+
+    def refusal(self, *, allow_network: bool = False) -> None:
+        return None
+
+    def hidden_paths(self) -> tuple[list[Path], list[Path]]:
+        return [self.hidden], []
+
+
+def test_the_plans_home_check_asks_any_isolator_what_its_runs_hide(
+    tmp_path: Path, sandbox_config_dir: Path
+) -> None:
+    interpreter = Path(sys.executable).resolve()
+    isolator = _WalledElsewhere(interpreter.parent)
+    service = SandboxService(settings=SettingsStore(sandbox_config_dir), isolator=isolator)
+    plan = service.planner.describe(RunOptions(language="python", code="print(1)"))
+    (check,) = [c for c in plan.checks if "holds the interpreter" in c["label"]]
+    assert check["ok"] is False
+    assert check["label"].endswith(
+        f"/{interpreter.parent.name} NOT fully hidden: it holds the interpreter"
+    )
+    # The isolator with no wall hides nothing, and says so.
+    assert Isolator().hidden_paths() == ((), ())

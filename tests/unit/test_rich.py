@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from gitpilot_jupyter.sandbox.rich import (
     DisplayCaps,
     DisplayOutputs,
+    InlineImages,
     for_trusted_view,
     parse_display,
 )
@@ -203,3 +204,14 @@ def test_the_splitter_keeps_every_byte_of_text_and_every_frame(
     frames = [p for p in got if isinstance(p, Frame)]
     want = [Frame(len(d), d if len(d) <= 200 else None) for k, d in parts if k == "frame"]
     assert frames == want
+
+
+def test_inline_images_share_the_runs_display_caps() -> None:
+    caps = DisplayCaps(item_mb=1, run_mb=1, outputs=3)
+    shown = [{"output_type": "display_data", "data": {"text/plain": "x" * 1000}}]
+    inline = InlineImages.after(caps, shown)
+    assert inline.take(3 * 1024 * 1024 // 4 + 1) == "larger than 1 MB (max_display_item_mb)"
+    assert inline.take(600 * 1024) is None  # 800 KiB once base64
+    assert inline.take(600 * 1024) == "past 1 MB for the run (max_display_run_mb)"
+    assert inline.take(10, base64_encoded=False) is None  # an SVG: its text
+    assert inline.take(10) == "a run keeps at most 3 (max_display_outputs)"

@@ -53,7 +53,7 @@ async def arun_batch(
         batch = items
         batches.store.add(batch)
     else:
-        batch = batches.plan(
+        batch = await batches.plan_async(
             as_items(items, each),
             timeout_sec=timeout_sec,
             backend=backend,

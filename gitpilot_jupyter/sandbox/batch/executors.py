@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ClusterUnavailable, SandboxError
+from ..outfiles import OUT_DIR
 from ..plans import ExecutionPlan
 from ..service.capacity import usable_cores
 from .cluster import (
@@ -25,10 +26,11 @@ from .cluster import (
     start_local_cluster,
 )
 from .plan import BatchPlan
-from .worker import manifest_payload, plan_payload, run_answer, run_item
+from .worker import FILE_BYTES, manifest_payload, plan_payload, run_answer, run_item
 
 if TYPE_CHECKING:
     from ..service import SandboxService
+    from ..service.outstore import OutStore
 
 Answer = dict[str, Any]
 #: How long to wait for a Dask scheduler to answer before saying it cannot be reached.
@@ -103,6 +105,11 @@ class DaskExecutor:
     worker memory holds ``in_flight`` results at most whatever the batch size. An item
     whose worker died before its result was fetched has no result yet: Dask runs it
     again elsewhere.
+
+    The files an item's run left under ``out/`` come back with its answer and are kept
+    in ``out_store`` (the batch's service's) for the item's user, as a local item's are:
+    ``result.files`` lists those kept, its notes say what did not come back whole.
+    Without a store they are not kept (the notes say so).
     """
 
     def __init__(
@@ -112,6 +119,7 @@ class DaskExecutor:
         user: str | None = None,
         connect_timeout: float = CONNECT_TIMEOUT_SEC,
         in_flight: int | None = None,
+        out_store: OutStore | None = None,
     ) -> None:
         if workers is not None and workers < 1:
             raise SandboxError("--workers must be at least 1", code="invalid_request")
@@ -122,6 +130,7 @@ class DaskExecutor:
         self.user = user
         self.connect_timeout = connect_timeout
         self.in_flight = in_flight
+        self.out_store = out_store
         self.name = (
             f"dask LocalCluster ({workers or default_workers()} workers)"
             if self.access.local
@@ -209,6 +218,7 @@ class DaskExecutor:
                 # Released before it is recorded: from here nothing can run it again.
                 futures.pop(future.key).release()
                 submit()
+                await self._keep_files(answer)
                 yield ids.pop(future.key), answer
         finally:
             pending = [f for f in futures.values() if not f.done()]
@@ -220,6 +230,21 @@ class DaskExecutor:
             if cluster is not None:
                 with contextlib.suppress(Exception):
                     await cluster.close()
+
+    async def _keep_files(self, answer: Answer) -> None:
+        """Keep the ``out/`` files that came with ``answer`` (in a worker thread)."""
+        data = answer.pop(FILE_BYTES, None) or {}
+        result = answer.get("result")
+        if result is None or not result.get("files"):
+            return
+        if self.out_store is None:
+            result["notes"] = [*result["notes"], f"{OUT_DIR}/ files not kept: no store here"]
+            result["files"] = []
+            return
+        kept, notes = await asyncio.to_thread(
+            self.out_store.put, result["run_id"], self.user, result["files"], data
+        )
+        result["files"], result["notes"] = kept, [*result["notes"], *notes]
 
 
 def make_executor(
@@ -238,5 +263,5 @@ def make_executor(
     if workers is not None:
         workers = min(workers, service.executor.admission.limits.batch_workers)
     if cluster:
-        return DaskExecutor(cluster, workers, user)
+        return DaskExecutor(cluster, workers, user, out_store=service.executor.out_store)
     return LocalExecutor(service, workers, user)

@@ -14,7 +14,7 @@ import secrets
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -158,6 +158,60 @@ def file_warnings(file: str, content: str, known: list[PlanWarning]) -> list[Pla
     ]
 
 
+#: What items share one look at their inputs by: the same inputs, language and file.
+InputsKey = tuple[object, ...]
+#: The inputs of a batch's items, sized and hashed (:func:`hash_inputs`), by their key.
+HashedInputs = Mapping[InputsKey, tuple[RunInput, ...]]
+
+
+def item_options(
+    it: BatchItem,
+    *,
+    timeout_sec: int | None = None,
+    backend: str | None = None,
+    allow_network: bool | None = None,
+    env: Sequence[str] | None = None,
+) -> RunOptions:
+    """The request item ``it`` makes as a single run (its own ``timeout_sec`` wins)."""
+    return RunOptions(
+        language=it.language,
+        code=it.code,
+        file=it.file if it.code is None else None,
+        # A file read for the item runs under its name, as `jupyter sandbox run FILE`
+        # does (not --each's bash wrapper, which writes the file under its name).
+        filename=it.file if it.code is not None and it.content is None else None,
+        timeout_sec=it.timeout_sec if it.timeout_sec is not None else timeout_sec,
+        stdin=it.stdin,
+        backend=backend,
+        allow_network=allow_network,
+        env=env or (),
+        inputs=it.inputs,
+    )
+
+
+def _inputs_key(options: RunOptions) -> InputsKey:
+    return (options.inputs, options.language, options.file)
+
+
+def hash_inputs(
+    service: SandboxService, items: Sequence[BatchItem], **same: Any
+) -> dict[InputsKey, tuple[RunInput, ...]]:
+    """The inputs of ``items`` sized and hashed, once per distinct set (a CSV read by
+    every item is hashed once, not once an item); ``same``: :func:`item_options`'
+    batch-wide options. Blocking: an async face calls it in a worker thread, then
+    :func:`plan_batch` with what it found."""
+    hashed: dict[InputsKey, tuple[RunInput, ...]] = {}
+    for it in items:
+        try:
+            options = item_options(it, **same)
+            key = _inputs_key(options)
+            if options.inputs and key not in hashed:
+                hashed[key] = service.planner.inputs_of(options)
+        except SandboxError as exc:
+            raise type(exc)(f"item {it.id!r}: {exc.message}", code=exc.code) from None
+    return hashed
+
+
 def plan_batch(
     service: SandboxService,
     items: Sequence[BatchItem],
@@ -168,39 +222,31 @@ def plan_batch(
     deadline_sec: int | None = None,
     session_id: str | None = None,
     env: Sequence[str] | None = None,
+    hashed: HashedInputs | None = None,
 ) -> BatchPlan:
     """Plan every item exactly as a single run (``service.describe``); nothing is kept.
 
     An item's own ``timeout_sec`` wins over the batch's. An item that cannot be
     planned at all (unknown language, empty code, a file outside the root) fails
     the whole plan with an error naming it: the approver must see every item.
+    ``hashed``: the items' inputs as :func:`hash_inputs` found them (else they are
+    hashed here, on the caller's thread).
     """
     deadline = check_deadline(deadline_sec)
+    same: dict[str, Any] = {
+        "timeout_sec": timeout_sec,
+        "backend": backend,
+        "allow_network": allow_network,
+        "env": env,
+    }
+    if hashed is None:
+        hashed = hash_inputs(service, items, **same)
     plans: dict[str, ExecutionPlan] = {}
-    # Items naming the same inputs share one look at them (a CSV read by every item is
-    # hashed once, not once an item).
-    hashed: dict[tuple[object, ...], tuple[RunInput, ...]] = {}
     for it in items:
         try:
-            options = RunOptions(
-                language=it.language,
-                code=it.code,
-                file=it.file if it.code is None else None,
-                # A file read for the item runs under its name, as `jupyter sandbox run FILE`
-                # does (not --each's bash wrapper, which writes the file under its name).
-                filename=it.file if it.code is not None and it.content is None else None,
-                timeout_sec=it.timeout_sec if it.timeout_sec is not None else timeout_sec,
-                stdin=it.stdin,
-                backend=backend,
-                allow_network=allow_network,
-                env=env or (),
-                inputs=it.inputs,
-            )
-            key = (options.inputs, options.language, options.file)
-            if options.inputs and key not in hashed:
-                hashed[key] = service.planner.inputs_of(options)
+            options = item_options(it, **same)
             plans[it.id] = service.planner.describe(
-                options, session_id=session_id, inputs=hashed.get(key)
+                options, session_id=session_id, inputs=hashed.get(_inputs_key(options))
             )
         except SandboxError as exc:
             raise type(exc)(f"item {it.id!r}: {exc.message}", code=exc.code) from None

@@ -8,6 +8,7 @@ manifest, the results file, resuming, and the place items run.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ from ..service import SandboxService
 from .cluster import ClusterAccess
 from .executors import Executor, make_executor
 from .items import BatchItem
-from .plan import BatchPlan, BatchStore, manifest_digest, plan_batch
+from .plan import BatchPlan, BatchStore, HashedInputs, hash_inputs, manifest_digest, plan_batch
 from .runner import BatchProgress, BatchRun
 
 
@@ -41,10 +42,13 @@ class BatchService:
         session_id: str | None = None,
         env: Sequence[str] | None = None,
         user: str | None = None,
+        hashed: HashedInputs | None = None,
     ) -> BatchPlan:
         """Plan every item; keep the batch pending for one approval.
 
         ``env``: names of variables of this process's environment passed to every item.
+        ``hashed``: the items' inputs, hashed already (:meth:`plan_async` does it in a
+        worker thread); else they are hashed here.
         """
         batch = plan_batch(
             self.service,
@@ -55,11 +59,22 @@ class BatchService:
             deadline_sec=deadline_sec,
             session_id=session_id,
             env=env,
+            hashed=hashed,
         )
         self.store.add(batch)
         for plan in batch.items.values():
             self._audit("plan", plan, user, source=plan.source, blocked=plan.blocked)
         return batch
+
+    async def plan_async(self, items: Sequence[BatchItem], **options: Any) -> BatchPlan:
+        """:meth:`plan` for a face on an event loop: the items' inputs (files that may be
+        large) are read and hashed in a worker thread, the loop goes on meanwhile."""
+        hashed = await self._hashed(items, options)
+        return self.plan(items, **options, hashed=hashed)
+
+    async def _hashed(self, items: Sequence[BatchItem], options: dict[str, Any]) -> HashedInputs:
+        same = {k: options.get(k) for k in ("timeout_sec", "backend", "allow_network", "env")}
+        return await asyncio.to_thread(hash_inputs, self.service, items, **same)
 
     def approve(
         self, batch_id: str, *, session_id: str | None = None, user: str | None = None
@@ -91,6 +106,7 @@ class BatchService:
         env: Sequence[str] | None = None,
         user: str | None = None,
         skip: Collection[str] = (),
+        hashed: HashedInputs | None = None,
     ) -> BatchPlan:
         """Spend the batch's token; the batch to run.
 
@@ -100,6 +116,7 @@ class BatchService:
         ``skip`` names items whose results the caller holds already (a resumed run
         whose results file is on the caller's side): the approved manifest runs
         without them, as a results file here skips them (:class:`.runner.BatchRun`).
+        ``hashed``: the inputs of ``items``, hashed already (:meth:`claim_async`).
         """
         batch = self.store.get(batch_id)
         skipped = set(skip)
@@ -116,6 +133,7 @@ class BatchService:
                 allow_network=allow_network,
                 deadline_sec=deadline_sec,
                 env=env,
+                hashed=hashed,
             )
             entries = [(i, p.digest) for i, p in again.items.items()]
             digest = manifest_digest(entries, again.deadline_sec)
@@ -132,6 +150,19 @@ class BatchService:
             return batch
         rest = {i: plan for i, plan in batch.items.items() if i not in skipped}
         return dataclasses.replace(batch, items=rest)
+
+    async def claim_async(
+        self,
+        batch_id: str,
+        approval_token: str | None,
+        *,
+        items: Sequence[BatchItem] | None = None,
+        **options: Any,
+    ) -> BatchPlan:
+        """:meth:`claim` for a face on an event loop: the inputs of ``items`` sent again
+        are hashed in a worker thread."""
+        hashed = await self._hashed(items, options) if items is not None else None
+        return self.claim(batch_id, approval_token, items=items, **options, hashed=hashed)
 
     def start(
         self,

@@ -125,10 +125,24 @@ def block_cluster(addresses: list[str]) -> None:
     blockednets.block_also(host_networks(addresses))
 
 
+#: The answer's key of the bytes of the run's ``out/`` files (a Dask task's answer).
+FILE_BYTES = "file_bytes"
+
+
 async def run_answer(
-    service: SandboxService, plan: ExecutionPlan, user: str | None, worker: str
+    service: SandboxService,
+    plan: ExecutionPlan,
+    user: str | None,
+    worker: str,
+    *,
+    carry_files: bool = False,
 ) -> dict[str, Any]:
-    """Run ``plan`` on ``service``: ``{result | error, code, worker, host}``."""
+    """Run ``plan`` on ``service``: ``{result | error, code, worker, host}``.
+
+    ``carry_files`` (a Dask worker): the bytes of the run's ``out/`` files go with the
+    answer (``{name: bytes}`` under :data:`FILE_BYTES`) and this service forgets them:
+    the batch's client keeps them for the run's owner, as a local run's service does.
+    """
     answer: dict[str, Any] = {"worker": worker, "host": socket.gethostname()}
     try:
         result = await service.run_plan(plan, Caller(user=user))
@@ -136,6 +150,9 @@ async def run_answer(
         answer.update(error=exc.message, code=exc.code)
     else:
         answer["result"] = result.to_dict()
+        if carry_files and result.files:
+            store = service.executor.out_store
+            answer[FILE_BYTES] = await asyncio.to_thread(store.take, result.run_id, user)
     return answer
 
 
@@ -163,4 +180,4 @@ def run_item(payload: dict[str, Any], manifest: Any) -> dict[str, Any]:
     except SandboxError as exc:
         return {"worker": where(), "host": socket.gethostname(), "error": exc.message,
                 "code": exc.code}  # fmt: skip
-    return asyncio.run(run_answer(service, plan, payload.get("user"), where()))
+    return asyncio.run(run_answer(service, plan, payload.get("user"), where(), carry_files=True))

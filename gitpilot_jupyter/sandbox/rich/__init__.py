@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .bundles import ALLOWED_TYPES, OUTPUT_TYPE, DisplayCaps, DisplayOutputs
+from .bundles import ALLOWED_TYPES, OUTPUT_TYPE, DisplayCaps, DisplayOutputs, InlineImages
 from .trusted import for_trusted_view
 from .wire import NONCE_ENV, new_nonce, python_command, shim_source
 
@@ -36,6 +36,7 @@ __all__ = [
     "OUTPUT_TYPE",
     "DisplayCaps",
     "DisplayOutputs",
+    "InlineImages",
     "encode_display",
     "for_trusted_view",
     "new_nonce",

@@ -44,6 +44,17 @@ class DisplayCaps:
     run_mb: int = DEFAULT_RUN_MB
     outputs: int = DEFAULT_OUTPUTS
 
+    def over(self, count: int, used: int, size: int | None) -> str | None:
+        """Why one more output of ``size`` bytes (None: past the item cap, unread) may not
+        be kept after ``count`` outputs of ``used`` bytes; None when it may."""
+        if size is None or size > self.item_mb * MIB:
+            return f"larger than {self.item_mb} MB (max_display_item_mb)"
+        if count >= self.outputs:
+            return f"a run keeps at most {self.outputs} (max_display_outputs)"
+        if used + size > self.run_mb * MIB:
+            return f"past {self.run_mb} MB for the run (max_display_run_mb)"
+        return None
+
     def describe(self) -> str:
         """The plan's line on them."""
         return (
@@ -159,12 +170,12 @@ class DisplayOutputs:
         caps = self.caps
         if frame.size < 0:
             raise Dropped("cut short (the run ended inside it)")
-        if frame.payload is None:
-            raise Dropped(f"larger than {caps.item_mb} MB (max_display_item_mb)")
-        if len(self.items) >= caps.outputs:
-            raise Dropped(f"a run keeps at most {caps.outputs} (max_display_outputs)")
-        if self.kept_bytes + frame.size > caps.run_mb * MIB:
-            raise Dropped(f"past {caps.run_mb} MB for the run (max_display_run_mb)")
+        over = caps.over(
+            len(self.items), self.kept_bytes, None if frame.payload is None else frame.size
+        )
+        if over is not None:
+            raise Dropped(over)
+        assert frame.payload is not None
         data, metadata, left_out = check_payload(frame.payload)
         for mime in left_out:
             self.left_out[mime] += 1
@@ -186,3 +197,34 @@ class DisplayOutputs:
             what = "a display output" if count == 1 else f"{count} display outputs"
             notes.append(f"{mime} left out of {what}: not an allowed type")
         return notes
+
+
+@dataclass
+class InlineImages:
+    """What is left of a run's display caps for the images among its ``out/`` files that
+    a view shows inline (``%%sandbox``), after the run's own display outputs: each image
+    counts as one output of its base64 (an SVG: its text), as a displayed one does."""
+
+    caps: DisplayCaps
+    count: int = 0
+    used: int = 0
+
+    @classmethod
+    def after(cls, caps: DisplayCaps, outputs: list[dict[str, Any]]) -> InlineImages:
+        """The caps left once ``outputs`` (the run's kept display outputs) are shown."""
+        used = sum(
+            len(value)
+            for item in outputs
+            for value in (item.get("data") or {}).values()
+            if isinstance(value, str)
+        )
+        return cls(caps, len(outputs), used)
+
+    def take(self, size: int, *, base64_encoded: bool = True) -> str | None:
+        """Charge one image of ``size`` bytes; why it may not be shown (None: it may)."""
+        shown = 4 * -(-size // 3) if base64_encoded else size
+        over = self.caps.over(self.count, self.used, shown)
+        if over is None:
+            self.count += 1
+            self.used += shown
+        return over

@@ -11,19 +11,20 @@ follow (:func:`..plans.belongs_to`): another identity is told there is no such f
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RunFileNotFound
 from ..local.cleanup import OUT_STORE_PREFIX, make_run_dir, remove_tree
 from ..local.outfiles import stored_name
-from ..outfiles import OutFile, check_out_name
+from ..outfiles import OUT_DIR, OutFile, check_out_name
 from ..plans import belongs_to
 
 #: How long a run's files are kept after it ended.
@@ -124,6 +125,47 @@ class OutStore:
                 return handle.read()
         except FileNotFoundError:  # evicted by another thread meanwhile
             raise RunFileNotFound(f"no file {name!r} of run {run_id!r} (expired)") from None
+
+    def take(self, run_id: str, user: str | None) -> dict[str, bytes]:
+        """Every file of ``run_id`` (``{name: bytes}``, for ``user``; empty for none or
+        another identity's), forgotten here (blocking): a Dask worker hands its run's
+        files to the batch's client and keeps no copy."""
+        with self._lock:
+            kept = self._runs.get(run_id)
+            if kept is None or not belongs_to(kept.owner, user):
+                return {}
+            del self._runs[run_id]
+        try:
+            return {
+                name: (kept.folder / stored_name(index)).read_bytes()
+                for name, index in kept.files.items()
+            }
+        finally:
+            remove_tree(kept.folder)
+
+    def put(
+        self, run_id: str, owner: str | None, files: list[OutFile], data: Mapping[str, bytes]
+    ) -> tuple[list[OutFile], list[str]]:
+        """Keep for ``owner`` the files of ``run_id`` that ran elsewhere (a Dask worker):
+        each of ``files`` whose bytes in ``data`` have its listed size and sha256 (blocking).
+        Answers the files kept and a note on each left out."""
+        folder = self.folder(run_id)
+        kept: list[OutFile] = []
+        notes = []
+        for entry in files:
+            name = entry["name"]
+            content = data.get(name)
+            if content is None:
+                notes.append(f"{OUT_DIR}/{name}: did not come back from the worker: left out")
+                continue
+            digest = "sha256:" + hashlib.sha256(content).hexdigest()
+            if len(content) != entry["size"] or digest != entry["sha256"]:
+                notes.append(f"{OUT_DIR}/{name}: not what the run listed: left out")
+                continue
+            (folder / stored_name(len(kept))).write_bytes(content)
+            kept.append({"name": name, "size": len(content), "sha256": digest})
+        self.keep(run_id, owner, kept, folder)
+        return kept, notes
 
     def close(self) -> None:
         """Remove every kept file and the store's folder (the server stops)."""

@@ -23,7 +23,6 @@ from ..languages import (
 )
 from ..local.confine import inside, needed_paths
 from ..local.isolation import UNCONTAINED_LAYER
-from ..local.layered import LayeredIsolator
 from ..local.namespaces import credential_paths
 from ..local.off import OFF_HOME_CHECK, OFF_NETWORK_CHECK, OFF_WARNING, is_off, network_for
 from ..outfiles import plan_check as out_check
@@ -311,13 +310,9 @@ class Planner:
         needed = needed_paths(interpreter) if interpreter else []
         # A credential folder holding the interpreter stays in view (the engines' rule).
         home = Path.home().resolve()
-        isolator = self.resolver.subprocess.isolator
-        hidden = (
-            isolator.hidden_paths()  # the very folders its runs hide (kept between calls)
-            if isinstance(isolator, LayeredIsolator)
-            else credential_paths(os.environ, home)
-        )
-        seen = [d for d in hidden[0] if any(inside(p, d) for p in needed)]
+        # The very folders the isolator's runs hide, whichever isolator it is.
+        hidden, _ = self.resolver.subprocess.isolator.hidden_paths()
+        seen = [d for d in hidden if any(inside(p, d) for p in needed)]
         if seen:
             names = ", ".join(
                 f"~/{d.relative_to(home)}" if inside(d, home) else str(d) for d in seen
