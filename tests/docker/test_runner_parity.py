@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import socket
 import threading
 from collections.abc import Iterator
@@ -135,8 +136,9 @@ def greeter(address: str) -> Iterator[int]:
 
 def bridge_gateway(engine: Any) -> str:
     """This machine's address on Docker's default bridge (where the Runner's runs go)."""
-    config = engine.networks.get("bridge").attrs["IPAM"]["Config"]
-    return str(config[0]["Gateway"])
+    config = engine.networks.get("bridge").attrs["IPAM"]["Config"][0]
+    # Without an explicit gateway Docker gives the bridge the subnet's first address.
+    return str(config.get("Gateway") or ipaddress.ip_network(config["Subnet"])[1])
 
 
 def probe(address: str, port: int, runner_port: int) -> str:
