@@ -148,7 +148,11 @@ async def test_old_job_folders_are_pruned_and_new_ones_kept(
     assert started["ok"] is True, started
     prune = started["steps"][-1]
     assert prune["cmd"].startswith(f"find {jobs} ")
-    assert prune["stdout"] == "removed 1 kept copy of old runs"
+    # The health check's own snippet (a run that prunes after itself) or this step took it.
+    assert prune["stdout"] in (
+        "removed 0 kept copies of old runs",
+        "removed 1 kept copy of old runs",
+    )
     assert not old.exists() and recent.exists()
     # The Runner leaves a job folder per run and deletes none: after each run the backend
     # removes the run's own and those older than the Runner's longest run.

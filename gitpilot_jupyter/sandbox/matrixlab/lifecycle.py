@@ -86,11 +86,22 @@ class MatrixLabLifecycle:
         #: Something the user should fix although the action succeeded.
         self.warning: str | None = None
 
+    def _backend(self, url: str) -> MatrixLabSandbox:
+        """A backend for the lifecycle's Runner at ``url``: its health probe's snippet
+        leaves none of the Runner's copies behind either."""
+        return MatrixLabSandbox(
+            url=url,
+            token=self.token,
+            environ=self.environ,
+            jobs_dir=self.jobs_dir,
+            runner_container=self.config.container_name,
+        )
+
     # -- inspection -----------------------------------------------------------------------
 
     async def status(self) -> dict[str, Any]:
         """Installed, running, Docker available, enabled, images, container, URL, instructions."""
-        health = await MatrixLabSandbox(url=self.url, token=self.token).health()
+        health = await self._backend(self.url).health()
         answer: dict[str, Any] = {
             "lifecycle_enabled": lifecycle_enabled(self.environ),
             "docker_available": False,
@@ -358,7 +369,7 @@ class MatrixLabLifecycle:
         """
         started = time.monotonic()
         url = self.config.published_url(self.url)
-        backend = MatrixLabSandbox(url=url, token=self.token)
+        backend = self._backend(url)
         deadline = started + self.config.start_wait_sec
         health = await backend.health()
         while not health["ok"] and time.monotonic() < deadline:
