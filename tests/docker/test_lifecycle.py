@@ -16,6 +16,7 @@ import pytest
 
 from gitpilot_jupyter.sandbox.backend import RunRequest
 from gitpilot_jupyter.sandbox.errors import BackendFailure
+from gitpilot_jupyter.sandbox.matrixlab import jobs as jobs_module
 from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
 from gitpilot_jupyter.sandbox.matrixlab.config import JOBS_MAX_AGE_SEC, state_path
 from gitpilot_jupyter.sandbox.service import SandboxService
@@ -402,3 +403,28 @@ def test_cli_start_passes_on_the_port_mismatch_warning(
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"warning: the Runner answers at http://127.0.0.1:{port}" in done.stdout
     assert f"set matrixlab_url to http://127.0.0.1:{port}" in done.stdout
+
+
+async def test_copies_the_server_may_not_remove_go_through_the_runners_container(
+    lifecycle_service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Runner writes its copies as root; a server that may not remove them (here:
+    every removal refused, as for a server that is not root) has the Runner do it."""
+    started = await lifecycle_service.matrixlab.lifecycle("start")
+    assert started["ok"] is True, started
+    jobs = started["jobs_dir"]
+    seed = Path(state_path(jobs)) / "seeds" / "seed_old"
+    seed.mkdir(parents=True)
+    (seed / "main.py").write_text("print('old')\n")
+    long_ago = time.time() - 2 * JOBS_MAX_AGE_SEC
+    os.utime(seed, (long_ago, long_ago))
+
+    def refused(path: str, *args: Any, **kwargs: Any) -> None:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(jobs_module.shutil, "rmtree", refused)
+    assert jobs_module.prune_job_folders(jobs) == (0, [f"{seed}: Permission denied"])
+    assert seed.exists()
+    name = started["container_name"]
+    assert jobs_module.prune_job_folders(jobs, container=name) == (1, [])
+    assert not seed.exists()
