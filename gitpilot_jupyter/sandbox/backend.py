@@ -106,6 +106,11 @@ class SandboxBackend(abc.ABC):
         """
         return None
 
+    def kept(self) -> str | None:
+        """What the backend's host keeps of each run that this server cannot remove, as
+        status shows it (None: nothing is kept)."""
+        return None
+
     def limit_notes(self, limits: ResourceLimits) -> list[str]:
         """The limits this backend cannot enforce as asked, one sentence each (plans show them)."""
         return []

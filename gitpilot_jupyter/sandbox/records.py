@@ -112,6 +112,9 @@ class Status(TypedDict):
     #: with the fix), or None when it is not; when the settings' runs are network-on,
     #: the refusal is the ``error`` instead.
     network_on: str | None
+    #: What the live backend's host keeps of each run that this server cannot remove
+    #: (``matrixlab`` where the lifecycle does not manage the Runner), or None.
+    kept: str | None
     isolation_report: IsolationReport
     settings_error: str | None
     settings_path: str

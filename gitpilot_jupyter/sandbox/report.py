@@ -79,6 +79,8 @@ def status_text(status: Status, *, verbose: bool = False) -> str:
     lines += isolation_lines(status["isolation"], verbose=verbose)
     if status.get("network_on"):
         lines.append(f"network on       {status['network_on']}")
+    if status.get("kept"):
+        lines.append(f"kept             {status['kept']}")
     for gap in status["isolation_report"]["unavailable"]:
         lines.append(f"  missing {gap['layer']}: {gap['reason']}\n    fix: {gap['fix']}")
     langs = ", ".join(f"{k} {'yes' if v else 'missing'}" for k, v in status["languages"].items())

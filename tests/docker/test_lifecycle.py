@@ -16,8 +16,9 @@ import pytest
 
 from gitpilot_jupyter.sandbox.backend import RunRequest
 from gitpilot_jupyter.sandbox.errors import BackendFailure
+from gitpilot_jupyter.sandbox.matrixlab import jobs as jobs_module
 from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
-from gitpilot_jupyter.sandbox.matrixlab.config import JOBS_MAX_AGE_SEC
+from gitpilot_jupyter.sandbox.matrixlab.config import JOBS_MAX_AGE_SEC, state_path
 from gitpilot_jupyter.sandbox.service import SandboxService
 from tests.docker.conftest import BASE_IMAGE, RUNNER_IMAGE
 from tests.support.live_server import free_port
@@ -147,7 +148,12 @@ async def test_old_job_folders_are_pruned_and_new_ones_kept(
     started = await lifecycle_service.matrixlab.lifecycle("start")
     assert started["ok"] is True, started
     prune = started["steps"][-1]
-    assert prune["cmd"].startswith(f"find {jobs} ") and prune["stdout"] == "removed 1 job folder"
+    assert prune["cmd"].startswith(f"find {jobs} ")
+    # The health check's own snippet (a run that prunes after itself) or this step took it.
+    assert prune["stdout"] in (
+        "removed 0 kept copies of old runs",
+        "removed 1 kept copy of old runs",
+    )
     assert not old.exists() and recent.exists()
     # The Runner leaves a job folder per run and deletes none: after each run the backend
     # removes the run's own and those older than the Runner's longest run.
@@ -305,10 +311,57 @@ async def test_an_open_runner_left_by_an_earlier_start_is_replaced(
         labels={"org.gitpilot.managed-by": "gitpilot-jupyter"},
     )
     stale = (await service.matrixlab.lifecycle("status"))["container"]["stale"]
-    assert stale == ["it runs without a bearer token (open to anyone who reaches it)"]
+    assert stale == [
+        "it runs without a bearer token (open to anyone who reaches it)",
+        f"its MATRIXLAB_STATE_DIR is not {state_path(jobs)}",
+    ]
     started = await service.matrixlab.lifecycle("start")
     assert started["ok"] is True, started
     assert unauthenticated_run(started["url"]) == 401
+
+
+async def test_a_runner_that_keeps_its_copies_elsewhere_is_replaced_and_keeps_nothing(
+    lifecycle_service: SandboxService, docker_engine: Any
+) -> None:
+    """A container made before the state folder moved into the jobs folder (the Runner's
+    copies in /app/runner_state, out of reach) is recreated; then every run's copies go."""
+    service = lifecycle_service
+    status = await service.matrixlab.lifecycle("status")
+    jobs = status["jobs_dir"]
+    Path(jobs).mkdir(parents=True, exist_ok=True)
+    token = service.settings.effective().settings.matrixlab_token
+    docker_engine.containers.run(
+        RUNNER_IMAGE,
+        name=status["container_name"],
+        detach=True,
+        ports={"8000/tcp": ("127.0.0.1", status["host_port"])},
+        volumes={
+            jobs: {"bind": jobs, "mode": "rw"},
+            "/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"},
+        },
+        environment={
+            "MATRIXLAB_LOCAL_JOBS_DIR": jobs,
+            "MATRIXLAB_HOST_JOBS_DIR": jobs,
+            "MATRIXLAB_BEARER_TOKEN": token,
+        },
+        labels={"org.gitpilot.managed-by": "gitpilot-jupyter"},
+    )
+    state = state_path(jobs)
+    stale = (await service.matrixlab.lifecycle("status"))["container"]["stale"]
+    assert stale == [f"its MATRIXLAB_STATE_DIR is not {state}"]
+    started = await service.matrixlab.lifecycle("start")
+    assert started["ok"] is True and started["container"]["stale"] == [], started
+    assert f"-e MATRIXLAB_STATE_DIR={state}" in commands(started)[1]
+    secret = "planted-secret-5e1"
+    code = f"import sys; print({secret!r}, sys.stdin.read())"
+    _, result = await run_here(
+        service, language="python", code=code, stdin="stdin-secret", backend="matrixlab"
+    )
+    assert result.stdout == f"{secret} stdin-secret\n", result.stderr
+    # The Runner (as root in its container) wrote a seed and a run record: both went.
+    left = [p for p in Path(state).rglob("*") if p.is_file()]
+    assert [p for p in left if secret in p.read_text(errors="replace")] == [], left
+    assert not list(Path(jobs).glob("job-*"))
 
 
 async def test_a_changed_runner_image_recreates_the_container(
@@ -350,3 +403,28 @@ def test_cli_start_passes_on_the_port_mismatch_warning(
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"warning: the Runner answers at http://127.0.0.1:{port}" in done.stdout
     assert f"set matrixlab_url to http://127.0.0.1:{port}" in done.stdout
+
+
+async def test_copies_the_server_may_not_remove_go_through_the_runners_container(
+    lifecycle_service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Runner writes its copies as root; a server that may not remove them (here:
+    every removal refused, as for a server that is not root) has the Runner do it."""
+    started = await lifecycle_service.matrixlab.lifecycle("start")
+    assert started["ok"] is True, started
+    jobs = started["jobs_dir"]
+    seed = Path(state_path(jobs)) / "seeds" / "seed_old"
+    seed.mkdir(parents=True)
+    (seed / "main.py").write_text("print('old')\n")
+    long_ago = time.time() - 2 * JOBS_MAX_AGE_SEC
+    os.utime(seed, (long_ago, long_ago))
+
+    def refused(path: str, *args: Any, **kwargs: Any) -> None:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(jobs_module.shutil, "rmtree", refused)
+    assert jobs_module.prune_job_folders(jobs) == (0, [f"{seed}: Permission denied"])
+    assert seed.exists()
+    name = started["container_name"]
+    assert jobs_module.prune_job_folders(jobs, container=name) == (1, [])
+    assert not seed.exists()

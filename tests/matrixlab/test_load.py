@@ -202,7 +202,7 @@ def test_the_limit_is_a_setting_with_a_default(monkeypatch: pytest.MonkeyPatch) 
 
 def test_a_runner_on_another_host_cannot_be_stopped_and_the_plan_says_so() -> None:
     remote = MatrixLabSandbox(url="http://runner.example:8765", environ={})
-    assert remote.limit_notes(ResourceLimits())[-1] == (
+    assert remote.limit_notes(ResourceLimits())[-2] == (
         "Stop cannot stop a run on this Runner: it is on another host and not managed "
         "here, so its Docker engine is out of reach"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -13,7 +14,14 @@ import pytest
 from gitpilot_jupyter.sandbox.backend import RunRequest
 from gitpilot_jupyter.sandbox.errors import InvalidRequest
 from gitpilot_jupyter.sandbox.matrixlab.backend import MatrixLabSandbox
-from gitpilot_jupyter.sandbox.matrixlab.config import LifecycleConfig
+from gitpilot_jupyter.sandbox.matrixlab.config import (
+    JOBS_MAX_AGE_SEC,
+    KEPT_NOTE,
+    STATE_ENV,
+    LifecycleConfig,
+    state_path,
+)
+from gitpilot_jupyter.sandbox.report import status_text
 from gitpilot_jupyter.sandbox.service import SandboxService
 from gitpilot_jupyter.sandbox.settings import SettingsStore
 from tests.matrixlab.conftest import sent_requests
@@ -27,14 +35,81 @@ SECRET = "planted-secret-0d9f"
 def jobs_runner(
     start_standin: StartStandin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[StandinRunner, Path]:
-    """A stand-in that keeps a job folder per run under a jobs folder, as the real Runner."""
+    """A stand-in that keeps a job folder per run under a jobs folder and its own copies
+    in its state folder, as the real Runner does started by the lifecycle."""
     jobs = tmp_path / "jobs"
     monkeypatch.setenv("MATRIXLAB_LOCAL_JOBS_DIR", str(jobs))
+    monkeypatch.setenv(STATE_ENV, state_path(str(jobs)))
     return start_standin(token="t"), jobs
 
 
 def folders(jobs: Path) -> list[Path]:
     return sorted(jobs.glob("job-*"))
+
+
+def copies(jobs: Path) -> list[Path]:
+    """The Runner's own copies in its state folder: seeds, run records, uploads."""
+    state = Path(state_path(str(jobs)))
+    return sorted(p for sub in ("seeds", "runs", "uploads") for p in state.glob(f"{sub}/*"))
+
+
+def holding(paths: list[Path], secret: str) -> list[Path]:
+    """Those of ``paths`` with a file that holds ``secret``."""
+    found = []
+    for path in paths:
+        files = [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
+        if any(secret in f.read_text(errors="replace") for f in files):
+            found.append(path)
+    return found
+
+
+async def test_the_runners_own_copies_of_a_run_are_removed_after_it(
+    jobs_runner: tuple[StandinRunner, Path],
+) -> None:
+    runner, jobs = jobs_runner
+    code = f"import sys; print({SECRET!r}, sys.stdin.read())"
+    keeping = MatrixLabSandbox(url=runner.url, token="t")
+    stdin = "stdin-secret-77"
+    await keeping.run(
+        RunRequest(language="python", code=code + " # kept", stdin=stdin, timeout_sec=10)
+    )
+    # As the real Runner: the code and stdin in a seed, the output in the run's record.
+    kept = copies(jobs)
+    assert [p.parent.name for p in holding(kept, SECRET)] == ["runs", "seeds"]
+    assert [p.parent.name for p in holding(kept, stdin)] == ["runs", "seeds"]
+    # An old copy (a run long gone) and a young one (another run's, maybe under way).
+    old = Path(state_path(str(jobs))) / "seeds" / "seed_old"
+    old.mkdir()
+    (old / "main.py").write_text(SECRET)
+    long_ago = time.time() - 2 * JOBS_MAX_AGE_SEC
+    os.utime(old, (long_ago, long_ago))
+    backend = MatrixLabSandbox(url=runner.url, token="t", jobs_dir=str(jobs))
+    result = await backend.run(
+        RunRequest(language="python", code=code, stdin=stdin, timeout_sec=10)
+    )
+    assert result.stdout == f"{SECRET} {stdin}\n" and result.sandbox_id
+    assert copies(jobs) == kept, "the run's seed or record stayed, or the old seed"
+    big = await backend.run(
+        RunRequest(language="python", code=code, stdin="x" * 1_200_000, timeout_sec=10)
+    )
+    assert big.exit_code == 0 and sent_requests(runner)[-1]["path"] == "/run"
+    assert copies(jobs) == kept
+
+
+async def test_status_and_plans_say_an_unmanaged_runner_keeps_copies(
+    matrixlab_service: SandboxService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    matrixlab_service.settings.update({"backend": "matrixlab"})
+    status = await matrixlab_service.status()
+    assert status["ok"] is True and status["kept"] == KEPT_NOTE
+    assert f"kept             {KEPT_NOTE}" in status_text(status)
+    plan, result = await run_here(matrixlab_service, language="python", code="print(1)")
+    assert {"label": KEPT_NOTE, "ok": False} in plan.checks and KEPT_NOTE in result.notes
+    # Where the lifecycle manages the Runner, the backend removes them: nothing to say.
+    monkeypatch.setenv("GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE", "1")
+    assert (await matrixlab_service.status())["kept"] is None
+    plan, _ = await run_here(matrixlab_service, language="python", code="print(2)")
+    assert not any("keeps copies" in c["label"] for c in plan.checks)
 
 
 async def test_each_run_leaves_no_job_folder(jobs_runner: tuple[StandinRunner, Path]) -> None:

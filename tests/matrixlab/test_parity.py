@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from gitpilot_jupyter.sandbox.errors import BackendFailure
+from gitpilot_jupyter.sandbox.matrixlab.config import KEPT_NOTE
 from gitpilot_jupyter.sandbox.results import RunResult
 from gitpilot_jupyter.sandbox.rich import NOT_ON_MATRIXLAB
 from gitpilot_jupyter.sandbox.service import SandboxService
@@ -175,8 +176,10 @@ async def test_limits_the_runner_cannot_honour_are_in_the_plan_and_the_result(
         "process limit 16, not 8: the Runner's minimum",
         "no file-size limit (128 MB asked): the Runner has none (its /tmp is a 256 MB tmpfs)",
     ]
+    # The stand-in is not the lifecycle's: the Runner keeps its copies of the run.
+    expected.append(KEPT_NOTE)
     assert result.notes == expected and result.stdout == "1\n"
-    assert [c["label"] for c in plan.checks if not c["ok"]][-4:-1] == expected
+    assert [c["label"] for c in plan.checks if not c["ok"]][-5:-1] == expected
     assert plan.checks[-1] == {"label": FILES_OUT_GAP, "ok": False}  # out/ is not handed back
     assert {"label": NOT_ON_MATRIXLAB, "ok": False} in plan.checks  # no shim is sent there
     local_plan, local = await run_here(
@@ -243,7 +246,7 @@ async def test_a_stop_where_no_container_can_be_removed_says_the_run_goes_on(
     await stopper
     assert result.cancelled and result.exit_code == -1
     assert result.command == plan.command == ["python", "/workspace/main.py"]
-    assert result.notes[:-1] == [c["label"] for c in plan.checks if not c["ok"]][-2:-1]
+    assert result.notes[:-1] == [c["label"] for c in plan.checks if not c["ok"]][-3:-1]
     assert result.notes[-1] == (
         "Stop could not stop the run on the Runner (no container of this run is on the "
         "Docker engine this server reaches): it goes on there until it ends or reaches its "

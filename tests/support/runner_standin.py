@@ -26,8 +26,13 @@ included (section "Behaviour observed on the real Runner 0.1.0"), in every mode:
   made as the Runner makes them (``mlab-<job>-command-<hex>``, no label, the request's
   env in the container's command);
 * with ``MATRIXLAB_LOCAL_JOBS_DIR`` set, each run leaves a ``job-*`` folder there
-  that is never deleted; ``--require-docker-socket`` exits at start without
-  ``/var/run/docker.sock`` (the real Runner's preflight), as in its image.
+  that is never deleted (``ws/``, ``out/`` with ``stdout.log`` and ``stderr.log``);
+  whatever is set, each run leaves its seed (``seeds/seed_*``: code, ``stdin.txt``) and
+  its record (``runs/<sandbox_id>/metadata.json``: the answer) and each upload its zip
+  (``uploads/ws_*.zip``) in ``MATRIXLAB_STATE_DIR`` (default ``runner_state`` in the
+  working folder, ``/app/runner_state`` in its image), never deleted;
+* ``--require-docker-socket`` exits at start without ``/var/run/docker.sock`` (the
+  real Runner's preflight), as in its image.
 
 FastAPI-shaped errors (``{"detail": ...}``, 401 body, 422 lists), ``/run`` with a
 zip workspace, and ``/repo/run`` refusing anything without ``repo_url``. Runs are
@@ -61,7 +66,6 @@ import os
 import signal
 import sys
 import time
-import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -151,10 +155,7 @@ class Runner(Runs):
                 data = base64.b64decode(str(body.get("zip_base64", "")), validate=True)
             except ValueError:
                 raise Invalid(["zip_base64"], "invalid base64") from None
-            upload_id = "upl_" + uuid.uuid4().hex[:12]
-            with self.lock:
-                self.uploads[upload_id] = data
-            return {"upload_id": upload_id, "size": len(data)}
+            return {"upload_id": self.keep_upload(data), "size": len(data)}
         raise Invalid([], "Not Found", status=404)
 
 

@@ -12,9 +12,12 @@ Every process started is killed at teardown.
 
 from __future__ import annotations
 
+import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +26,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_SEC = 30
+#: The temp state folders :func:`launch_standin` makes (and removes).
+STATE_PREFIX = "standin-state-"
 
 
 @dataclass
@@ -33,6 +38,8 @@ class StandinRunner:
     token: str
     mode: str
     process: subprocess.Popen[str]
+    #: Its ``MATRIXLAB_STATE_DIR``: where it keeps its copies of each run, as the real Runner.
+    state_dir: Path
 
     @property
     def port(self) -> int:
@@ -46,13 +53,22 @@ class StandinRunner:
         self.process.wait(timeout=10)
         if self.process.stdout is not None:
             self.process.stdout.close()
+        if self.state_dir.name.startswith(STATE_PREFIX):
+            shutil.rmtree(self.state_dir, ignore_errors=True)
 
 
 def launch_standin(
     mode: str = "ok", token: str = "", delay: float = 3.0, port: int = 0, args: Sequence[str] = ()
 ) -> StandinRunner:
     """Start ``python -m tests.support.runner_standin`` on ``port`` (0: a free loopback port);
-    ``args``: more of its options (``--workers``, ``--docker-image``...)."""
+    ``args``: more of its options (``--workers``, ``--docker-image``...).
+
+    Its state folder is ``MATRIXLAB_STATE_DIR`` when the test set one, else a temp
+    folder removed at :meth:`StandinRunner.stop` (not ``runner_state`` in the checkout).
+    """
+    env = dict(os.environ)
+    if not env.get("MATRIXLAB_STATE_DIR"):
+        env["MATRIXLAB_STATE_DIR"] = tempfile.mkdtemp(prefix=STATE_PREFIX)
     process = subprocess.Popen(
         [
             sys.executable,
@@ -69,6 +85,7 @@ def launch_standin(
             *args,
         ],
         cwd=ROOT,
+        env=env,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -79,7 +96,9 @@ def launch_standin(
         process.kill()
         process.wait(timeout=START_TIMEOUT_SEC)
         raise RuntimeError(f"the Runner stand-in did not start: {line!r}")
-    return StandinRunner(url=line.split(" ", 2)[2], token=token, mode=mode, process=process)
+    url = line.split(" ", 2)[2]
+    state = Path(env["MATRIXLAB_STATE_DIR"])
+    return StandinRunner(url=url, token=token, mode=mode, process=process, state_dir=state)
 
 
 StartStandin = Callable[..., StandinRunner]

@@ -242,7 +242,13 @@ class Runs:
         os.symlink(sys.executable or "/usr/bin/python3", os.path.join(self.bin_dir, "python"))
         #: The whole PATH of an image from :data:`PYTHON3_ONLY_REPOSITORIES`.
         self.python3_only_path = python3_only_path()
-        self.uploads: dict[str, bytes] = {}
+        #: The Runner's own state folder, as Runner 0.1.0: ``MATRIXLAB_STATE_DIR``, else
+        #: ``runner_state`` in its working folder (``/app/runner_state`` in its image).
+        #: It keeps ``seeds/seed_*`` (each run's workspace: code, stdin), ``runs/<id>/
+        #: metadata.json`` (its stdout and stderr) and ``uploads/ws_*.zip``, and deletes none.
+        self.state_dir = os.environ.get("MATRIXLAB_STATE_DIR") or os.path.join(
+            os.getcwd(), "runner_state"
+        )
         self.events: dict[str, list[dict[str, Any]]] = {}
         #: The last POSTs (path, body), for tests at GET /_standin/requests.
         self.requests: list[dict[str, Any]] = []
@@ -469,6 +475,54 @@ class Runs:
             "artifacts": [],
         }
 
+    # -- what the Runner keeps (native.py of Runner 0.1.0) ----------------------------
+
+    def new_seed(self) -> str:
+        """A fresh ``seeds/seed_<hex>`` folder, never deleted (the Runner's workspace seed)."""
+        seed = os.path.join(self.state_dir, "seeds", f"seed_{uuid.uuid4().hex}")
+        os.makedirs(seed)
+        return seed
+
+    def keep_upload(self, data: bytes) -> str:
+        """Store an upload as ``uploads/ws_<hex>.zip``, never deleted: its ``upload_id``."""
+        upload_id = f"ws_{uuid.uuid4().hex}"
+        uploads = os.path.join(self.state_dir, "uploads")
+        os.makedirs(uploads, exist_ok=True)
+        with open(os.path.join(uploads, f"{upload_id}.zip"), "wb") as fh:
+            fh.write(data)
+        return upload_id
+
+    def upload(self, upload_id: str) -> bytes | None:
+        """The stored upload ``upload_id``, or None."""
+        if os.path.basename(upload_id) != upload_id:
+            return None
+        try:
+            with open(os.path.join(self.state_dir, "uploads", f"{upload_id}.zip"), "rb") as fh:
+                return fh.read()
+        except OSError:
+            return None
+
+    def persist(self, result: dict[str, Any], workspace: str) -> None:
+        """``runs/<sandbox_id>/metadata.json`` (the answer and its ``out_dir``), and the
+        job's ``out/stdout.log`` and ``out/stderr.log``, as the Runner writes them."""
+        out_dir = os.path.join(os.path.dirname(workspace), "out")
+        if os.path.isdir(out_dir):
+            for stream in ("stdout", "stderr"):
+                with open(os.path.join(out_dir, f"{stream}.log"), "w", encoding="utf-8") as fh:
+                    fh.write(result[stream])
+        run_dir = os.path.join(self.state_dir, "runs", str(result["sandbox_id"]))
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, "metadata.json"), "w", encoding="utf-8") as fh:
+            json.dump({**result, "out_dir": out_dir}, fh, indent=2)
+
+    def run_seeded(self, seed: str, command: str, cwd: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Copy the seed into a job's workspace, run ``command`` there, keep the record."""
+        with self.job_folder() as workspace:
+            shutil.copytree(seed, workspace, dirs_exist_ok=True)
+            result = self.execute(command, workspace, cwd, body)
+            self.persist(result, workspace)
+            return result
+
     @contextlib.contextmanager
     def job_folder(self) -> Iterator[str]:
         """The run's workspace: kept under MATRIXLAB_LOCAL_JOBS_DIR (never deleted), else temp."""
@@ -509,13 +563,13 @@ class Runs:
         command = f"{interpreter} {filename}" + (" < stdin.txt" if stdin is not None else "")
         default_image = {"python": "python", "bash": "utils"}.get(language, "node")
         run_body = {**body, "image": body.get("image") or default_image}
-        with self.job_folder() as workspace:
-            with open(os.path.join(workspace, filename), "w", encoding="utf-8") as fh:
-                fh.write(code)
-            if stdin is not None:
-                with open(os.path.join(workspace, "stdin.txt"), "w", encoding="utf-8") as fh:
-                    fh.write(stdin)
-            result = self.execute(command, workspace, ".", run_body)
+        seed = self.new_seed()
+        with open(os.path.join(seed, filename), "w", encoding="utf-8") as fh:
+            fh.write(code)
+        if stdin is not None:
+            with open(os.path.join(seed, "stdin.txt"), "w", encoding="utf-8") as fh:
+                fh.write(stdin)
+        result = self.run_seeded(seed, command, ".", run_body)
         result["language"] = language
         result["console"] = []
         return result
@@ -532,7 +586,7 @@ class Runs:
             raise Invalid(["workspace"], "Field required")
         _common(body)
         if "upload_id" in workspace:
-            data = self.uploads.get(str(workspace["upload_id"]))
+            data = self.upload(str(workspace["upload_id"]))
             if data is None:
                 raise Invalid([], "unknown upload_id", status=404)
         else:
@@ -540,10 +594,10 @@ class Runs:
                 data = base64.b64decode(str(workspace.get("zip_base64", "")), validate=True)
             except ValueError:
                 raise Invalid(["workspace", "zip_base64"], "invalid base64") from None
-        with self.job_folder() as folder:
-            try:
-                with zipfile.ZipFile(io.BytesIO(data)) as archive:
-                    archive.extractall(folder)
-            except zipfile.BadZipFile:
-                raise Invalid([], "File is not a zip file", status=500) from None
-            return self.execute(cmd, folder, cwd, body)
+        seed = self.new_seed()
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                archive.extractall(seed)
+        except zipfile.BadZipFile:
+            raise Invalid([], "File is not a zip file", status=500) from None
+        return self.run_seeded(seed, cmd, cwd, body)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Mapping
@@ -34,7 +35,7 @@ from ..languages import canonical_language
 from ..output import cap_text
 from ..policy import BASE_VARS
 from ..results import MEMORY_EXCEEDED, RunResult
-from .config import RUNNER_MAX_WORKSPACE_MB, network_refusal
+from .config import RUNNER_MAX_WORKSPACE_MB, kept_copies, network_refusal
 from .docker_steps import error_text
 from .jobs import forget_run
 from .load import RunnerSlots, max_runs
@@ -97,9 +98,12 @@ BUSY_STATUSES = (429, 503)
 WRAPPER_PROCESSES = 4
 
 
-def limit_notes(limits: ResourceLimits, stop_reason: str | None = None) -> list[str]:
+def limit_notes(
+    limits: ResourceLimits, stop_reason: str | None = None, kept: str | None = None
+) -> list[str]:
     """What the Runner enforces differently from ``limits``, one sentence each; with
-    ``stop_reason``, why Stop cannot stop a run there."""
+    ``stop_reason``, why Stop cannot stop a run there; with ``kept``, what the Runner
+    keeps of each run (:func:`~.config.kept_copies`)."""
     notes = []
     if limits.memory_mb < MIN_MEMORY_MB:
         notes.append(
@@ -113,6 +117,8 @@ def limit_notes(limits: ResourceLimits, stop_reason: str | None = None) -> list[
     )
     if stop_reason is not None:
         notes.append(f"Stop cannot stop a run on this Runner: {stop_reason}")
+    if kept is not None:
+        notes.append(kept)
     return notes
 
 
@@ -138,6 +144,7 @@ class MatrixLabSandbox(SandboxBackend):
         network_isolated: bool = False,
         max_workspace_mb: int = RUNNER_MAX_WORKSPACE_MB,
         jobs_dir: str | None = None,
+        runner_container: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.token = token
@@ -149,6 +156,9 @@ class MatrixLabSandbox(SandboxBackend):
         self.max_workspace_mb = max_workspace_mb
         #: The Runner's jobs folder on this host, where the lifecycle owns it: pruned after runs.
         self.jobs_dir = jobs_dir
+        #: The lifecycle's Runner container, where it manages one: removes the Runner's
+        #: root-owned copies this server may not.
+        self.runner_container = runner_container
 
     def _client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -176,7 +186,11 @@ class MatrixLabSandbox(SandboxBackend):
     def limit_notes(self, limits: ResourceLimits) -> list[str]:
         """Limits the Runner cannot honour as asked, and whether Stop can stop a run
         there (plans show them, results carry them)."""
-        return limit_notes(limits, stop_unavailable(self.url, self.environ))
+        return limit_notes(limits, stop_unavailable(self.url, self.environ), self.kept())
+
+    def kept(self) -> str | None:
+        """What the Runner keeps of each run that this server cannot remove (None: nothing)."""
+        return kept_copies(self.environ)
 
     def refusal(self, *, allow_network: bool = False) -> ContainmentUnavailable | None:
         """Network on is refused unless the administrator says the Runner isolates it."""
@@ -348,8 +362,10 @@ class MatrixLabSandbox(SandboxBackend):
         if not post.done():
             return await self._stopped(result, post, tag, marker, budget, request, started)
         ran = True  # the Runner ran it (answered, or timed out): its job folder exists
+        sandbox_id: str | None = None
         try:
             payload, elapsed = post.result()
+            sandbox_id = str(payload.get("sandbox_id") or "") or None
         except _RunnerTimeout:
             # The Runner's budget ran out and it dropped the output: timed out, nothing kept.
             result.timed_out = True
@@ -366,7 +382,17 @@ class MatrixLabSandbox(SandboxBackend):
             if self.jobs_dir:
                 name = SNIPPET_FILES[language] if request.file is None else request.file.name
                 await asyncio.to_thread(
-                    forget_run, self.jobs_dir, name, request.code, since, ran=ran
+                    functools.partial(
+                        forget_run,
+                        self.jobs_dir,
+                        name,
+                        request.code,
+                        since,
+                        ran=ran,
+                        sandbox_id=sandbox_id,
+                        marker=marker,
+                        container=self.runner_container,
+                    )
                 )
         self._fill(result, payload, marker, timeout_sec, budget, elapsed, request.max_output_bytes)
         if on_output is not None:

@@ -9,6 +9,7 @@ The mutating calls need ``GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1``.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +46,13 @@ RUNNER_DOCKER_SOCKET = "/var/run/docker.sock"
 #: Job folders (one per run, never deleted by the Runner) older than this are pruned
 #: after each run and by ``start`` and ``stop``: a run lasts at most the Runner's 900 s.
 JOBS_MAX_AGE_SEC = MAX_RUNNER_TIMEOUT_SEC + 60
+#: Where the Runner keeps its own copies of each run (``seeds/seed_*``: the snippet's
+#: files and stdin; ``runs/<sandbox_id>/metadata.json``: its output; ``uploads/``):
+#: its ``MATRIXLAB_STATE_DIR``, ``/app/runner_state`` in its image unless set. The
+#: lifecycle sets it to :data:`STATE_SUBDIR` in the jobs folder, so the backend can
+#: remove them after each run.
+STATE_ENV = "MATRIXLAB_STATE_DIR"
+STATE_SUBDIR = "runner-state"
 #: The Runner refuses workspaces over 500 MiB; an administrator may set a smaller cap.
 RUNNER_MAX_WORKSPACE_MB = 500
 
@@ -52,6 +60,19 @@ RUNNER_MAX_WORKSPACE_MB = 500
 def lifecycle_enabled(environ: Mapping[str, str]) -> bool:
     """True when ``GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE`` is set to a true value."""
     return env_flag(environ, LIFECYCLE_FLAG, default=False)
+
+
+#: What plans, results and status say where the lifecycle does not manage the Runner.
+KEPT_NOTE = (
+    "the Runner keeps copies of each run (the snippet's code, its stdin and its output) "
+    "on its host: it is not managed here, so nothing removes them"
+)
+
+
+def kept_copies(environ: Mapping[str, str]) -> str | None:
+    """:data:`KEPT_NOTE` unless the lifecycle manages the Runner (then the backend
+    removes each run's copies, see :mod:`.jobs`)."""
+    return None if lifecycle_enabled(environ) else KEPT_NOTE
 
 
 def require_enabled(environ: Mapping[str, str]) -> None:
@@ -178,15 +199,32 @@ def network_refusal(
     )
 
 
+def state_path(jobs: str) -> str:
+    """The Runner's state folder (:data:`STATE_ENV`) the lifecycle gives it in ``jobs``."""
+    return os.path.join(jobs, STATE_SUBDIR)
+
+
+def runner_environment(jobs: str, token: str) -> dict[str, str]:
+    """The Runner container's environment: jobs and state folders in ``jobs`` (mounted
+    at the same path), and the token when there is one."""
+    environment = {
+        "MATRIXLAB_LOCAL_JOBS_DIR": jobs,
+        "MATRIXLAB_HOST_JOBS_DIR": jobs,
+        STATE_ENV: state_path(jobs),
+    }
+    if token:
+        environment[TOKEN_ENV] = token
+    return environment
+
+
 def run_command_line(config: LifecycleConfig, url: str, jobs: str, with_token: bool) -> str:
     """The ``docker run`` line equivalent to ``start`` (a token shows as ``***``)."""
     args = ["docker", "run", "-d", "--name", config.container_name]
     args += ["--restart", config.restart_policy]
     args += ["-p", f"{config.bind_address}:{config.port_for(url)}:{config.container_port}"]
     args += ["-v", f"{config.docker_socket}:{RUNNER_DOCKER_SOCKET}", "-v", f"{jobs}:{jobs}"]
-    args += ["-e", f"MATRIXLAB_LOCAL_JOBS_DIR={jobs}", "-e", f"MATRIXLAB_HOST_JOBS_DIR={jobs}"]
-    if with_token:
-        args += ["-e", f"{TOKEN_ENV}=***"]
+    for name, value in runner_environment(jobs, "***" if with_token else "").items():
+        args += ["-e", f"{name}={value}"]
     return shlex.join([*args, config.runner_image])
 
 

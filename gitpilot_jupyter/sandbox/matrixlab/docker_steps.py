@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import DockerUnavailable
@@ -157,9 +157,11 @@ def stale_reasons(
     token: str,
     port: tuple[str, int],
     container_port: int,
+    settings: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Why ``container`` no longer matches what ``start`` would create (blocking).
 
+    ``settings``: environment variables (not secret) it must have been created with.
     Never quotes a token: a start that reused a container with another token would
     leave the Runner open (no token) or refusing every run (another one).
     """
@@ -171,6 +173,9 @@ def stale_reasons(
             if not had
             else "its bearer token is not the saved matrixlab_token"
         )
+    for name, value in (settings or {}).items():
+        if container_env(container, name) != value:
+            reasons.append(f"its {name} is not {value}")
     configured = (container.attrs.get("Config") or {}).get("Image")
     if configured != image:
         reasons.append(f"it runs the image {configured}, not {image}")

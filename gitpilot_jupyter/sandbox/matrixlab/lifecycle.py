@@ -24,12 +24,15 @@ from .backend import MatrixLabSandbox
 from .config import (
     JOBS_MAX_AGE_SEC,
     RUNNER_DOCKER_SOCKET,
+    STATE_ENV,
     TOKEN_ENV,
     LifecycleConfig,
     instructions,
     lifecycle_enabled,
     require_enabled,
     run_command_line,
+    runner_environment,
+    state_path,
 )
 from .docker_steps import (
     MANAGED_LABEL,
@@ -83,11 +86,22 @@ class MatrixLabLifecycle:
         #: Something the user should fix although the action succeeded.
         self.warning: str | None = None
 
+    def _backend(self, url: str) -> MatrixLabSandbox:
+        """A backend for the lifecycle's Runner at ``url``: its health probe's snippet
+        leaves none of the Runner's copies behind either."""
+        return MatrixLabSandbox(
+            url=url,
+            token=self.token,
+            environ=self.environ,
+            jobs_dir=self.jobs_dir,
+            runner_container=self.config.container_name,
+        )
+
     # -- inspection -----------------------------------------------------------------------
 
     async def status(self) -> dict[str, Any]:
         """Installed, running, Docker available, enabled, images, container, URL, instructions."""
-        health = await MatrixLabSandbox(url=self.url, token=self.token).health()
+        health = await self._backend(self.url).health()
         answer: dict[str, Any] = {
             "lifecycle_enabled": lifecycle_enabled(self.environ),
             "docker_available": False,
@@ -149,6 +163,8 @@ class MatrixLabLifecycle:
             token=self.token,
             port=(config.bind_address, config.port_for(self.url)),
             container_port=config.container_port,
+            # One made before the state folder moved to the jobs folder keeps every copy.
+            settings={STATE_ENV: state_path(self.jobs_dir)},
         )
 
     # -- actions --------------------------------------------------------------------------
@@ -325,9 +341,7 @@ class MatrixLabLifecycle:
             # The Runner only looks at /var/run/docker.sock inside, whatever the host path.
             config.docker_socket: {"bind": RUNNER_DOCKER_SOCKET, "mode": "rw"},
         }
-        environment = {"MATRIXLAB_LOCAL_JOBS_DIR": jobs, "MATRIXLAB_HOST_JOBS_DIR": jobs}
-        if self.token:
-            environment[TOKEN_ENV] = self.token
+        environment = runner_environment(jobs, self.token)
         try:
             return client.containers.run(
                 config.runner_image,
@@ -355,7 +369,7 @@ class MatrixLabLifecycle:
         """
         started = time.monotonic()
         url = self.config.published_url(self.url)
-        backend = MatrixLabSandbox(url=url, token=self.token)
+        backend = self._backend(url)
         deadline = started + self.config.start_wait_sec
         health = await backend.health()
         while not health["ok"] and time.monotonic() < deadline:
@@ -402,15 +416,20 @@ class MatrixLabLifecycle:
             )
 
     async def _prune_jobs(self, transcript: Transcript) -> None:
-        """Remove the Runner's job folders older than :data:`JOBS_MAX_AGE_SEC`."""
+        """Remove the Runner's job folders and state copies older than
+        :data:`JOBS_MAX_AGE_SEC` (root-owned ones in its container)."""
         started = time.monotonic()
-        removed, failed = await asyncio.to_thread(prune_job_folders, self.jobs_dir)
-        minutes = JOBS_MAX_AGE_SEC // 60
-        cmd = (
-            f"find {shlex.quote(self.jobs_dir)} -maxdepth 1 -name 'job-*' -mmin +{minutes} "
-            "-exec rm -rf {} +"
+        removed, failed = await asyncio.to_thread(
+            prune_job_folders, self.jobs_dir, container=self.config.container_name
         )
-        out = f"removed {removed} job folder{'s' * (removed != 1)}"
+        minutes = JOBS_MAX_AGE_SEC // 60
+        jobs, state = shlex.quote(self.jobs_dir), shlex.quote(state_path(self.jobs_dir))
+        cmd = (
+            f"find {jobs} -maxdepth 1 -name 'job-*' -mmin +{minutes} -exec rm -rf {{}} + ; "
+            f"find {state}/seeds {state}/runs {state}/uploads {state}/warm-runs -mindepth 1 "
+            f"-maxdepth 1 -mmin +{minutes} -exec rm -rf {{}} +"
+        )
+        out = f"removed {removed} kept cop{'ies' if removed != 1 else 'y'} of old runs"
         transcript.add(cmd, 1 if failed else 0, out, "\n".join(failed), elapsed_ms(started))
 
     async def stop(self) -> dict[str, Any]:

@@ -106,7 +106,7 @@ class BackendResolver:
         if name in self.local:
             return self.local[name]
         from ..matrixlab.backend import MatrixLabSandbox
-        from ..matrixlab.config import LifecycleConfig
+        from ..matrixlab.config import LifecycleConfig, lifecycle_enabled
 
         if settings is None:
             settings = self.settings.effective().settings
@@ -118,6 +118,9 @@ class BackendResolver:
             network_isolated=host.network_isolated,
             max_workspace_mb=host.max_workspace_mb,
             jobs_dir=host.jobs_path(self.settings.config_dir),
+            runner_container=host.container_name
+            if lifecycle_enabled(self.settings.environ)
+            else None,
             environ=self.settings.environ,
         )
 

@@ -51,6 +51,7 @@ class StatusReporter:
         ok = error is None
         isolation: list[str] = []
         network_on: str | None = None
+        kept: str | None = None
         try:
             name, _ = self.resolver.resolve()
         except (UnknownBackend, BackendNotAllowed) as exc:
@@ -62,6 +63,7 @@ class StatusReporter:
             # Both, when the environment's settings and the backend's health each say something.
             error = "; ".join(str(e) for e in (error, health.get("error")) if e) or None
             remote = health.get("remote")
+            kept = backend.kept()
             if isinstance(backend, SubprocessSandbox):
                 # The network layer depends on the setting a run would use.
                 isolation = backend.isolation(allow_network=settings.allow_network)
@@ -88,6 +90,7 @@ class StatusReporter:
             "max_timeout_sec": self._max_timeout_sec(),
             "isolation": isolation,
             "network_on": network_on,
+            "kept": kept,
             "isolation_report": local.isolator.report(),
             "pool": local.pool_report(),
             "settings_error": effective.settings_error,
