@@ -4,7 +4,9 @@ The kernel listens on ZMQ ``ipc`` sockets (Unix sockets, no network) in its own 
 folder, which exists only in its sandbox's mount namespace (bubblewrap's private,
 size-capped stage): no other run, session or user can name them. The server reaches
 them through ``/proc/PID/root`` of the kernel's process, which only the server (the
-owner of the sandbox's user namespace) may enter. Each session has a key of its own.
+owner of the sandbox's user namespace) may enter; a server that is not root is no uid
+of the sandbox's, so the kernel gives search on its folders and read-write on its
+sockets (:func:`.kernel_boot.open_to_server`). Each session has a key of its own.
 """
 
 from __future__ import annotations

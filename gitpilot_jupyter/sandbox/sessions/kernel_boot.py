@@ -11,6 +11,7 @@ a message past its socket's limit would be lost with the messages after it. (Thi
 no defence, the cell's code may undo it: the server checks every message itself.)
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -48,6 +49,34 @@ def guard_displays(session: Any, limit: int, key: str) -> None:
     session.send = guarded
 
 
+def open_to_server(folder: str, sockets: list[str]) -> None:
+    """Let the server reach the sockets when it is not root: search (not list) on each
+    folder of the kernel's on their way, read and write on the sockets themselves.
+
+    A server that is not root is no uid of the sandbox's (it owns the user namespace
+    its runs' ids are mapped in), and the run's folders are its uid's alone (0700).
+    Nothing else can name the sockets: the folders exist only in this sandbox's mount
+    namespace, which only the server and the session's own processes may enter
+    (``/proc/PID/root``: another run or session is another uid, in a namespace of its own).
+    """
+    uid, path = os.getuid(), folder
+    while True:
+        try:
+            info = os.stat(path)
+            if info.st_uid == uid and not info.st_mode & 0o001:
+                os.chmod(path, (info.st_mode & 0o7777) | 0o001)
+        except OSError:
+            pass  # (a folder of another's: the sandbox's own, searchable)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for socket in sockets:
+        # (The heartbeat's is bound by its thread, maybe not yet: the server does not use it.)
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(socket, 0o666)
+
+
 def main() -> None:
     """Write the connection file (0600, in the run folder) and serve the kernel on it."""
     connection, mark = globals()["CONNECTION"], globals()["NO_KERNEL_MARK"]
@@ -64,6 +93,10 @@ def main() -> None:
     app = IPKernelApp.instance()
     app.initialize(argv=["-f", path, "--HistoryManager.enabled=False"])  # type: ignore[no-untyped-call]
     guard_displays(app.session, globals()["MAX_DISPLAY_BYTES"], globals()["TOO_BIG_KEY"])
+    # Bound now (initialize): the server's poll sees the control socket once it may use it.
+    ports = [connection[key] for key in connection if key.endswith("_port")]
+    prefix = os.path.join(os.getcwd(), connection["ip"])
+    open_to_server(os.getcwd(), [f"{prefix}-{port}" for port in ports])
     app.start()  # type: ignore[no-untyped-call]
 
 
