@@ -39,7 +39,9 @@ def in_session(shape: Shape, name: str, code: str) -> Outcome:
         assert "To fix" in planned["message"], planned
         return Outcome(True, {}, {})
     outcome = attack(shape, code, session=name)
-    assert outcome.refused or outcome.result.get("sandbox_id") == name, outcome.describe()
+    # Planned means it can run: never a refusal after someone approved it.
+    assert not outcome.refused, f"a session cell refused after its approval:\n{outcome.describe()}"
+    assert outcome.result.get("sandbox_id") == name, outcome.describe()
     return outcome
 
 
