@@ -74,8 +74,8 @@ def test_cli_cells_of_a_session_keep_their_state_and_ctrl_c_interrupts_only_the_
 
     # Ctrl-C during a cell: that cell stops (as a shell's command, 130); the session lives on.
     argv = [sys.executable, "-m", "gitpilot_jupyter.wiring", "run", "--yes", "--session", "nb"]
-    code = "import time\nprint('started', flush=True)\ntime.sleep(60)"
-    argv += ["--server", live.url, "-c", code]
+    slow = "import time\nprint('started', flush=True)\ntime.sleep(60)"
+    argv += ["--server", live.url, "-c", slow]
     cell = subprocess.Popen(
         argv,
         env={**os.environ, TOKEN_ENV: live.token},
