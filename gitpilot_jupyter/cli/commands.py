@@ -3,7 +3,10 @@
 They go through the client layer like every other face: a
 :class:`~gitpilot_jupyter.client.local.LocalClient` drives the core in this
 process (the CLI plans, approves and runs here; ``jupyter sandbox plans`` is the
-command that reaches a Jupyter server).
+command that reaches a Jupyter server). ``plan`` and ``run`` with ``--session NAME``
+or ``--server URL`` go through the running server's REST API instead (a session lives
+in the server); Ctrl-C then stops the run there, and a session's cell is interrupted
+(the session keeps its state).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ..client.base import SandboxClient
 from ..client.local import LocalClient
+from ..client.server import URL_ENV
 from ..sandbox import rich
 from ..sandbox.errors import InvalidRequest
 from ..sandbox.inputs import absolute_paths
@@ -30,6 +35,7 @@ from ..sandbox.results import RunResult, new_run_id
 from ..sandbox.rich.saving import default_output_dir
 from ..sandbox.settings import FIELD_NAMES, parse_assignments
 from ..sandbox.sync import run_sync
+from .agents import remote_server
 from .outputs import TerminalDisplays
 from .render import print_plan, print_plan_code, print_result_footer, print_status
 
@@ -139,6 +145,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             help="hand this file or folder to the snippet (repeatable): it appears, read-only "
             "where the engine can make it so, as ./NAME in the snippet's folder",
         )
+        p.add_argument(
+            "--session",
+            metavar="NAME",
+            help="a cell of session NAME on the running Jupyter server (started by its first "
+            "cell): its variables, imports and files stay for the next one",
+        )
+        p.add_argument(
+            "--server",
+            metavar="URL",
+            help=f"plan and run on this Jupyter server, not in this process (with --session "
+            f"by default: ${URL_ENV}, else a running server)",
+        )
         p.add_argument("--json", action="store_true", help="print the plan / result as JSON")
         if name == "run":
             p.add_argument(
@@ -232,12 +250,21 @@ def _snippet(args: argparse.Namespace) -> RunOptions:
         allow_network=args.network,
         env=args.env or (),
         inputs=absolute_paths(args.inputs),
+        session=args.session,
     )
+
+
+def _client_for(args: argparse.Namespace) -> SandboxClient:
+    """The core in this process, or with ``--session`` / ``--server`` the running Jupyter
+    server (a session lives in the server: this process would take it along when it ends)."""
+    if args.session is not None or args.server is not None:
+        return remote_server(args)
+    return make_client()
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """``jupyter sandbox plan``: the plan only."""
-    plan = run_sync(make_client().plan(_snippet(args)))
+    plan = run_sync(_client_for(args).plan(_snippet(args)))
     if args.json:
         _print_json(plan.to_dict())
     else:
@@ -295,7 +322,7 @@ def exit_status(result: RunResult) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``jupyter sandbox run``: plan, confirm, approve, run."""
-    client = make_client()
+    client = _client_for(args)
     snippet = _snippet(args)
     plan = run_sync(client.plan(snippet))
     if not args.json:
@@ -362,6 +389,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         _print_json(result.to_dict())
     elif result.cancelled:
         print(f"\n{stopped_message(result.duration_ms / 1000)}", file=sys.stderr)
+        for note in result.notes if args.session is not None else ():
+            print(note, file=sys.stderr)  # (the session keeps its state, or was lost)
     else:
         print_result_footer(result, stream=sys.stderr)
     for line in files_saved:

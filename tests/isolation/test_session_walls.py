@@ -162,3 +162,23 @@ def test_the_namespace_free_engine_refuses_sessions_with_the_reason() -> None:
             await manager.start("nb", owner=None, request=start_request())
 
     with_sessions(backend, body)
+
+
+def test_landlock_refuses_a_session_cell_at_plan_time_with_the_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gitpilot_jupyter.sandbox.request import RunOptions
+    from gitpilot_jupyter.sandbox.service.service import SandboxService
+    from gitpilot_jupyter.sandbox.sync import run_sync
+
+    monkeypatch.setenv("GITPILOT_SANDBOX_ISOLATION", "landlock")
+    service = SandboxService()
+    engine = service.planner.resolver.subprocess.isolator
+    refused = engine.refusal(allow_network=False)
+    if engine.engine != "landlock" or refused is not None:
+        pytest.skip(f"no landlock engine for plans here: {refused}")
+    single = run_sync(service.plan(RunOptions(language="python", code="print(1)")))
+    assert single.plan_id  # a single run plans; a session's cell does not
+    with pytest.raises(SessionUnavailable) as cell_refused:
+        run_sync(service.plan(RunOptions(language="python", code="print(1)", session="nb")))
+    assert cell_refused.value.status == 409 and "To fix" in str(cell_refused.value)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,3 +49,48 @@ def test_the_cli_lists_restarts_and_stops_a_servers_session(
     code = cli_main(["session", "stop", "nb", "--server", live.url])
     captured = capsys.readouterr()
     assert code != 0 and "no session 'nb'" in captured.err
+
+
+def test_cli_cells_of_a_session_keep_their_state_and_ctrl_c_interrupts_only_the_cell(
+    live: LiveServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(TOKEN_ENV, live.token)
+    with live.client() as http:  # (a host that cannot hold a session: skipped with its reason)
+        started = http.post("/api/sandbox/sessions", json={"name": "probe"})
+        if started.status_code == 409 and started.json()["code"] == "session_unavailable":
+            require_system("bwrap", False, started.json()["message"])
+        assert started.status_code == 201, started.text
+
+    def cli(*argv: str) -> tuple[int, str, str]:
+        code = cli_main([*argv, "--session", "nb", "--server", live.url])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    code, out, _ = cli("plan", "--json", "-c", "x = 41")
+    assert code == 0 and json.loads(out)["goal"].endswith("in session nb"), out
+    assert cli("run", "--yes", "-c", "x = 41")[0] == 0
+    code, out, err = cli("run", "--yes", "-c", "print(x + 1)")
+    assert (code, out) == (0, "42\n"), err
+
+    # Ctrl-C during a cell: that cell stops (as a shell's command, 130); the session lives on.
+    argv = [sys.executable, "-m", "gitpilot_jupyter.wiring", "run", "--yes", "--session", "nb"]
+    slow = "import time\nprint('started', flush=True)\ntime.sleep(60)"
+    argv += ["--server", live.url, "-c", slow]
+    cell = subprocess.Popen(
+        argv,
+        env={**os.environ, TOKEN_ENV: live.token},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert cell.stdout is not None and cell.stdout.readline() == "started\n"
+        cell.send_signal(signal.SIGINT)
+        out, err = cell.communicate(timeout=30)
+    finally:
+        if cell.poll() is None:
+            cell.kill()
+    assert cell.returncode == 130, err
+    assert "session nb keeps its kernel and its state" in err, err
+    code, out, err = cli("run", "--yes", "-c", "print(x)")
+    assert (code, out) == (0, "41\n"), err

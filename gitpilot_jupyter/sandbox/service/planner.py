@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from ..errors import EmptyCode, InvalidRequest
+from ..errors import EmptyCode, InvalidRequest, SessionUnavailable
 from ..files import read_under_root
 from ..inputs import InputCaps, RunInput, resolve_inputs
 from ..languages import (
@@ -32,6 +32,7 @@ from ..records import Check, PlanWarning
 from ..request import RunOptions
 from ..rich import NOT_ON_MATRIXLAB
 from ..scan import scan
+from ..sessions.boot import engine_refusal
 from ..settings import SettingsStore
 from ..spec import RunSpec
 from ..text import check_text
@@ -145,6 +146,20 @@ class Planner:
             caps=self._policy().input_caps,
         )
 
+    def _check_session(self, backend: str) -> None:
+        """Refuse a session's cell where no session can be held (another backend, an
+        engine without a mount namespace of its own): at plan time, before anyone is
+        asked to approve a cell that could not run."""
+        local = self.resolver.subprocess
+        if backend != local.name:
+            raise SessionUnavailable(
+                f"sessions run on the {local.name} backend, not {backend}: plan the cell "
+                f"with backend {local.name}"
+            )
+        refused = engine_refusal(local.isolator.engine)
+        if refused is not None:
+            raise refused
+
     def read_file(self, file: str) -> str:
         """The text of ``file`` under the root folder (the cwd when none); nothing outside it."""
         return read_under_root(self.root_dir or Path.cwd().resolve(), file)
@@ -170,6 +185,8 @@ class Planner:
         refused = runner.refusal(allow_network=network)
         if refused is not None:
             raise refused  # before anyone is asked to approve what cannot be contained
+        if spec.session is not None:
+            self._check_session(name)
         command = runner.display_command(lang, file) or self.resolver.command(lang)
         blocked_label = destructive_label(lang, code, command)
         checks: list[Check] = [

@@ -4,7 +4,9 @@ The kernel listens on ZMQ ``ipc`` sockets (Unix sockets, no network) in its own 
 folder, which exists only in its sandbox's mount namespace (bubblewrap's private,
 size-capped stage): no other run, session or user can name them. The server reaches
 them through ``/proc/PID/root`` of the kernel's process, which only the server (the
-owner of the sandbox's user namespace) may enter. Each session has a key of its own.
+owner of the sandbox's user namespace) may enter; a server that is not root is no uid
+of the sandbox's, so the kernel gives search on its folders and read-write on its
+sockets (:func:`.kernel_boot.open_to_server`). Each session has a key of its own.
 """
 
 from __future__ import annotations
@@ -26,6 +28,18 @@ PORTS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "
 #: The engines whose runs have a run folder no other run can see (a mount namespace of
 #: their own): the only ones a session's sockets are kept shut on.
 SESSION_ENGINES = ("bwrap",)
+#: The folder of the session's own packages, in its run folder: ``pip install`` in a cell
+#: (``%pip``, ``!pip``, a subprocess) lands there, the kernel imports from it, and it goes
+#: with the session. (Not ``PYTHONUSERBASE``: pip refuses ``--user`` in a venv.)
+PACKAGES_DIR = ".packages"
+#: What ``%pip install`` says in a session whose network is off.
+PIP_OFFLINE_NOTE = (
+    "note: this session's network is off, so pip reaches no package index (a wheel or "
+    "folder in the session's own folder still installs). To install from an index, stop "
+    "the session (%sandbox session stop NAME) and start it again with network on: a "
+    "`%%sandbox --session NAME --network` cell (REST: allow_network in POST "
+    "/api/sandbox/sessions); the plan then says the network is on."
+)
 #: The first words of the line a bootstrap without ipykernel writes.
 NO_KERNEL_MARK = "gitpilot-session: no ipykernel:"
 #: The content key of a display the kernel did not send, past the cap: its size only.
@@ -72,14 +86,16 @@ def new_connection() -> Connection:
     return Connection(key=secrets.token_hex(32))
 
 
-def boot_code(connection: Connection, max_display_bytes: int) -> str:
-    """The session run's code: the connection and the display cap (one display's bytes)
-    in front of :mod:`.kernel_boot`."""
+def boot_code(connection: Connection, max_display_bytes: int, *, network: bool) -> str:
+    """The session run's code: the connection, the display cap (one display's bytes),
+    the session's network and its packages folder in front of :mod:`.kernel_boot`."""
     info = {**connection.for_kernel(), "file": CONNECTION_FILE}
-    # Strings and numbers only: their repr is a Python literal.
+    # Strings, numbers and booleans only: their repr is a Python literal.
     return (
         f"CONNECTION = {info!r}\nNO_KERNEL_MARK = {NO_KERNEL_MARK!r}\n"
         f"MAX_DISPLAY_BYTES = {max_display_bytes!r}\nTOO_BIG_KEY = {TOO_BIG_KEY!r}\n"
+        f"NETWORK = {network!r}\nPACKAGES_DIR = {PACKAGES_DIR!r}\n"
+        f"PIP_OFFLINE_NOTE = {PIP_OFFLINE_NOTE!r}\n"
         f"{_boot_source()}"
     )
 

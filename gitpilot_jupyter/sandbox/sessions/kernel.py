@@ -134,7 +134,9 @@ class KernelSession:
         boot = dataclasses.replace(
             request,
             language="python",
-            code=boot_code(connection, request.limits.display.item_mb * MIB),
+            code=boot_code(
+                connection, request.limits.display.item_mb * MIB, network=request.allow_network
+            ),
             stdin=None,
             file=None,
             filename=None,

@@ -11,6 +11,7 @@ a message past its socket's limit would be lost with the messages after it. (Thi
 no defence, the cell's code may undo it: the server checks every message itself.)
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -48,6 +49,67 @@ def guard_displays(session: Any, limit: int, key: str) -> None:
     session.send = guarded
 
 
+def own_packages(folder: str, network: bool) -> None:
+    """Make ``folder`` the session's packages folder: ``pip install`` (``%pip``, ``!pip``,
+    ``python -m pip`` in a subprocess) installs there (``PIP_TARGET``), the kernel and its
+    subprocesses import from it (``sys.path``, ``PYTHONPATH``). With the network off, pip
+    asks no index (``PIP_NO_INDEX``: it fails at once instead of retrying), and ``%pip``
+    says why and how to ask for network first."""
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.environ["PIP_TARGET"] = folder
+    path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = folder + (os.pathsep + path if path else "")
+    os.environ["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    if not network:
+        os.environ["PIP_NO_INDEX"] = "1"
+    import site
+
+    site.addsitedir(folder)  # (its .pth files too)
+
+
+def offline_pip(shell: Any, note: str) -> None:
+    """Make ``%pip`` say ``note`` (why pip reaches no index, and the fix) before it runs."""
+    magics = shell.magics_manager.magics["line"]
+    pip = magics.get("pip")
+    if pip is None:
+        return
+
+    def noted(line: str) -> Any:
+        if "install" in line.split():
+            sys.stderr.write(note + "\n")
+        return pip(line)
+
+    shell.register_magic_function(noted, "line", "pip")
+
+
+def open_to_server(folder: str, sockets: list[str]) -> None:
+    """Let the server reach the sockets when it is not root: search (not list) on each
+    folder of the kernel's on their way, read and write on the sockets themselves.
+
+    A server that is not root is no uid of the sandbox's (it owns the user namespace
+    its runs' ids are mapped in), and the run's folders are its uid's alone (0700).
+    Nothing else can name the sockets: the folders exist only in this sandbox's mount
+    namespace, which only the server and the session's own processes may enter
+    (``/proc/PID/root``: another run or session is another uid, in a namespace of its own).
+    """
+    uid, path = os.getuid(), folder
+    while True:
+        try:
+            info = os.stat(path)
+            if info.st_uid == uid and not info.st_mode & 0o001:
+                os.chmod(path, (info.st_mode & 0o7777) | 0o001)
+        except OSError:
+            pass  # (a folder of another's: the sandbox's own, searchable)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for socket in sockets:
+        # (The heartbeat's is bound by its thread, maybe not yet: the server does not use it.)
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(socket, 0o666)
+
+
 def main() -> None:
     """Write the connection file (0600, in the run folder) and serve the kernel on it."""
     connection, mark = globals()["CONNECTION"], globals()["NO_KERNEL_MARK"]
@@ -60,10 +122,18 @@ def main() -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as file:
         json.dump(connection, file)
+    network = globals()["NETWORK"]
+    own_packages(os.path.join(os.getcwd(), globals()["PACKAGES_DIR"]), network)
     # No history database: a session's state is its namespace, not a file of its past.
     app = IPKernelApp.instance()
     app.initialize(argv=["-f", path, "--HistoryManager.enabled=False"])  # type: ignore[no-untyped-call]
     guard_displays(app.session, globals()["MAX_DISPLAY_BYTES"], globals()["TOO_BIG_KEY"])
+    if not network:
+        offline_pip(app.shell, globals()["PIP_OFFLINE_NOTE"])
+    # Bound now (initialize): the server's poll sees the control socket once it may use it.
+    ports = [connection[key] for key in connection if key.endswith("_port")]
+    prefix = os.path.join(os.getcwd(), connection["ip"])
+    open_to_server(os.getcwd(), [f"{prefix}-{port}" for port in ports])
     app.start()  # type: ignore[no-untyped-call]
 
 
