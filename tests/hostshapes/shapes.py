@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gitpilot_jupyter.sandbox.local.bundled import BUNDLED_ENV
 from gitpilot_jupyter.sandbox.local.pool import POOL_ENV
 from tests.support.live_server import START_TIMEOUT_SEC, LiveServer, start_live_server
 
@@ -120,10 +121,11 @@ class Shape:
         return self.run([*self.cli_argv, *args])
 
 
-#: The administrator's setup a wrapper made for the shape (scripts/as_docker_user.py's
-#: delegated cgroup), passed on to the server, which gets no other GITPILOT_* variable (so
+#: The setup a wrapper made for the shape, passed on to the server: scripts/as_docker_user.py's
+#: delegated cgroup, and .ci/run's bundled bubblewrap turned off (the Ubuntu 24.04 shape, where
+#: only the namespace-free engine is left). The server gets no other GITPILOT_* variable (so
 #: never GITPILOT_SANDBOX_ALLOW_UNCONTAINED, the opt-in to uncontained runs).
-SHAPE_SETUP_ENV = ("GITPILOT_SANDBOX_CGROUP",)
+SHAPE_SETUP_ENV = ("GITPILOT_SANDBOX_CGROUP", BUNDLED_ENV)
 
 
 def start_local(name: str, pool: str) -> tuple[Shape, LiveServer]:

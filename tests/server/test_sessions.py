@@ -30,7 +30,7 @@ def jp_server_config() -> Any:
 
 async def start(api: Api, name: str, who: dict[str, str]) -> dict[str, Any]:
     answer = await api("POST", "api/sandbox/sessions", {"name": name}, headers=who)
-    if answer.code == 503:
+    if answer.code == 409 and answer.body.get("code") == "session_unavailable":
         require_system("bwrap", False, answer.body["message"])
     assert answer.code == 201, answer.text
     return dict(answer.body)
