@@ -14,7 +14,10 @@ import {
   Notification,
   showErrorMessage
 } from '@jupyterlab/apputils';
-import { IFileBrowserFactory } from '@jupyterlab/filebrowser';
+import {
+  IDefaultFileBrowser,
+  IFileBrowserFactory
+} from '@jupyterlab/filebrowser';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
@@ -25,6 +28,7 @@ import { listIcon, runIcon, settingsIcon } from '@jupyterlab/ui-components';
 import { DEFAULTS } from './defaults';
 import { confirmPassThrough } from './dialog';
 import { runFile, selectedRunnableFile } from './filerun';
+import { workspaceFilePicker } from './filepicker';
 import { messageOf } from './flow';
 import { trans, useTranslator } from './i18n';
 import { backendLabel, BACKENDS, saveOutcome } from './labels';
@@ -59,7 +63,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     IStatusBar,
     IFileBrowserFactory,
     ISettingRegistry,
-    ITranslator
+    ITranslator,
+    IDefaultFileBrowser
   ],
   activate: (
     app: JupyterFrontEnd,
@@ -68,7 +73,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     statusBar: IStatusBar | null,
     browsers: IFileBrowserFactory | null,
     settingRegistry: ISettingRegistry | null,
-    translator: ITranslator | null
+    translator: ITranslator | null,
+    defaultBrowser: IDefaultFileBrowser | null
   ) => {
     useTranslator(translator);
     const category = trans.__('Sandbox');
@@ -78,7 +84,19 @@ const plugin: JupyterFrontEndPlugin<void> = {
       ServerConnection.makeRequest(url, init, serverSettings)
     );
     const model = new SandboxModel(client);
-    const renderDisplay = addRunButtons(rendermime, client);
+    // Files… in the approval dialog browses the workspace with the lab's file dialog.
+    const pickFiles = () => {
+      const manager =
+        defaultBrowser?.model.manager ??
+        browsers?.tracker.currentWidget?.model.manager;
+      return manager ? workspaceFilePicker(manager, translator) : null;
+    };
+    const renderDisplay = addRunButtons(
+      rendermime,
+      client,
+      undefined,
+      pickFiles
+    );
     const blockFocus = new CodeBlockFocus();
     blockFocus.track();
 
@@ -177,7 +195,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       execute: () => {
         const path = selectedRunnableFile(browsers);
         if (path) {
-          return runFile(app, client, path, renderDisplay);
+          return runFile(app, client, path, renderDisplay, pickFiles());
         }
       }
     });
