@@ -23,7 +23,12 @@ import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator } from '@jupyterlab/translation';
-import { listIcon, runIcon, settingsIcon } from '@jupyterlab/ui-components';
+import {
+  listIcon,
+  runIcon,
+  runningIcon,
+  settingsIcon
+} from '@jupyterlab/ui-components';
 
 import { DEFAULTS } from './defaults';
 import { confirmPassThrough } from './dialog';
@@ -37,6 +42,7 @@ import { SandboxModel } from './model';
 import { SandboxPanel } from './panel';
 import { PendingPlansPanel } from './pending';
 import { SandboxClient } from './request';
+import { SessionsPanel } from './sessions';
 import { SettingsSync } from './settingsync';
 import { SandboxStatusItem } from './statusbar';
 
@@ -49,6 +55,7 @@ export const CommandIDs = {
   refresh: 'gitpilot-sandbox:refresh-status',
   useBackend: 'gitpilot-sandbox:use-backend',
   runFile: 'gitpilot-sandbox:run-file',
+  sessions: 'gitpilot-sandbox:sessions',
   runCodeBlock: 'gitpilot-sandbox:run-code-block'
 };
 
@@ -136,6 +143,21 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
 
+    // Sandbox Sessions: in the left sidebar, beside JupyterLab's Running panel.
+    const sessions = new SessionsPanel(client);
+    sessions.title.icon = runningIcon;
+    app.shell.add(sessions, 'left', { rank: 210 });
+    app.commands.addCommand(CommandIDs.sessions, {
+      label: trans.__('Sandbox: Sessions'),
+      caption: trans.__(
+        'List your sandbox sessions, with Restart and Stop for each'
+      ),
+      execute: () => {
+        app.shell.activateById(sessions.id);
+        return sessions.refresh();
+      }
+    });
+
     app.commands.addCommand(CommandIDs.refresh, {
       label: trans.__('Refresh Sandbox Status'),
       execute: () => model.refresh()
@@ -203,6 +225,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     if (palette) {
       palette.addItem({ command: CommandIDs.openSettings, category });
       palette.addItem({ command: CommandIDs.pendingPlans, category });
+      palette.addItem({ command: CommandIDs.sessions, category });
       palette.addItem({ command: CommandIDs.refresh, category });
       palette.addItem({ command: CommandIDs.runCodeBlock, category });
       for (const { name } of BACKENDS) {
