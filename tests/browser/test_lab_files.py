@@ -11,7 +11,7 @@ from playwright.sync_api import Page, expect
 
 from .flood import APPROVE, markdown_notebook, write_file
 from .lab import Lab
-from .ui import open_file, plan_dialog, run_button, run_palette_command, screenshot
+from .ui import open_file, plan_dialog, run_palette_command, screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -41,9 +41,10 @@ SESSION = "browser-session"
 def test_run_lists_its_out_files_downloads_them_and_shows_the_image(lab: Lab, page: Page) -> None:
     write_file(lab, OUT_NOTEBOOK, markdown_notebook("out", f"```python\n{OUT_CODE}```\n"))
     open_file(page, lab, OUT_NOTEBOOK)
-    run_button(page, "python").click()
+    cell = page.locator(".jp-MarkdownCell", has_text="out/table.csv")
+    cell.get_by_role("button", name="Run python code block in the sandbox").click()
     plan_dialog(page).get_by_role("button", name=APPROVE).click()
-    output = page.locator(".jp-gitpilot-output:visible")
+    output = cell.locator(".jp-gitpilot-output")
     expect(output.locator(".jp-gitpilot-result-summary")).to_contain_text("exit 0")
 
     files = output.get_by_role("region", name="Files out")
@@ -70,7 +71,7 @@ def test_run_lists_its_out_files_downloads_them_and_shows_the_image(lab: Lab, pa
         HISTORY_KEY,
     )
     page.reload()
-    files = page.locator(".jp-gitpilot-output:visible").get_by_role("region", name="Files out")
+    files = cell.locator(".jp-gitpilot-output").get_by_role("region", name="Files out")
     expect(files.locator('li[data-name="plots/red.png"]')).to_contain_text("no longer kept")
     files.get_by_role("link", name="Download table.csv (22 B)").click()
     expect(files.locator('li[data-name="table.csv"]')).to_contain_text("no longer kept")
@@ -91,7 +92,9 @@ def test_files_hands_a_workspace_file_to_a_code_block_run(lab: Lab, page: Page) 
     write_file(lab, INPUT_CSV, "region,total\nsouth,7\n")
     write_file(lab, INPUT_NOTEBOOK, markdown_notebook("in", f"```python\n{INPUT_CODE}```\n"))
     open_file(page, lab, INPUT_NOTEBOOK)
-    run_button(page, "python").click()
+    # The lab reopens the earlier tests' notebooks too: stay in this one's cell.
+    cell = page.locator(".jp-MarkdownCell", has_text=INPUT_CSV)
+    cell.get_by_role("button", name="Run python code block in the sandbox").click()
     dialog = plan_dialog(page)
     expect(dialog).not_to_contain_text("Files in")
     pick_in_file_dialog(page, INPUT_CSV)
@@ -103,7 +106,7 @@ def test_files_hands_a_workspace_file_to_a_code_block_run(lab: Lab, page: Page) 
     expect(inputs).to_contain_text("21 B")
     screenshot(page, "plan-files-in-light")
     dialog.get_by_role("button", name=APPROVE).click()
-    output = page.locator(".jp-gitpilot-output:visible")
+    output = cell.locator(".jp-gitpilot-output")
     expect(output.locator(".jp-gitpilot-result-summary")).to_contain_text("exit 0")
     expect(output.locator(".jp-gitpilot-output-text")).to_have_text("region,total\nsouth,7\n")
 
