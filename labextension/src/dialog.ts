@@ -109,6 +109,15 @@ async function currentStatus(
 /** The accessible name of the approve button (tests and screen readers find it by this). */
 export const APPROVE_LABEL = N_('Approve this plan and run it in the sandbox');
 
+/** The accessible name of the dialog's Files… button. */
+export const FILES_LABEL = N_('Choose workspace files to hand to the run');
+
+/** The `actions` mark of the Files… button, by which its answer is told apart. */
+const FILES_ACTION = 'gitpilot-files';
+
+/** What the user decided in the approval dialog. */
+export type PlanDecision = 'approve' | 'cancel' | 'files';
+
 /**
  * Show `plan`; true only when the user approved a plan that is not blocked.
  *
@@ -120,6 +129,19 @@ export async function confirmPlan(
   plan: IPlan,
   status?: () => Promise<IStatus>
 ): Promise<boolean> {
+  return (await decidePlan(plan, status)) === 'approve';
+}
+
+/**
+ * Show `plan` as `confirmPlan` does; with `offerFiles`, a Files… button (first in the
+ * footer) closes the dialog answering `files`, so the caller can pick inputs and plan
+ * again: the inputs are part of the plan and its digest, never added to an approved one.
+ */
+export async function decidePlan(
+  plan: IPlan,
+  status?: () => Promise<IStatus>,
+  offerFiles = false
+): Promise<PlanDecision> {
   const origin = document.activeElement;
   const risky = !plan.blocked && isRisky(plan);
   const unreachable = plan.blocked
@@ -170,6 +192,17 @@ export async function confirmPlan(
     label: risky ? trans.__('Run anyway') : trans.__('Approve and run'),
     ariaLabel: trans.__(APPROVE_LABEL)
   });
+  const files = Dialog.createButton({
+    label: trans.__('Files…'),
+    ariaLabel: trans.__(FILES_LABEL),
+    caption: trans.__(
+      'Hand workspace files to the run, read-only in its folder (you approve the new plan)'
+    ),
+    className: 'jp-gitpilot-files-button',
+    accept: false,
+    actions: [FILES_ACTION]
+  });
+  const buttons = [Dialog.cancelButton({ label: trans.__('Cancel') }), approve];
   const dialog = new Dialog({
     title: plan.blocked
       ? trans.__('Blocked: this snippet cannot run')
@@ -177,10 +210,12 @@ export async function confirmPlan(
         ? trans.__('Risky: read the warning before you run this')
         : trans.__('Run in the sandbox?'),
     body,
-    buttons: [Dialog.cancelButton({ label: trans.__('Cancel') }), approve],
+    buttons: offerFiles ? [files, ...buttons] : buttons,
     // Enter must never approve a blocked or risky plan, nor one whose backend does not
     // answer: Cancel is the default and has the focus.
-    defaultButton: plan.blocked || risky || unreachable !== null ? 0 : 1
+    defaultButton:
+      (offerFiles ? 1 : 0) +
+      (plan.blocked || risky || unreachable !== null ? 0 : 1)
   });
   dialog.addClass('jp-gitpilot-plan-dialog');
   if (risky || unreachable !== null) {
@@ -221,9 +256,12 @@ export async function confirmPlan(
     );
   }
   const answer = await launchTrapped(dialog, origin);
-  return (
-    answer.button.accept && !plan.blocked && (consent ? consent.checked : true)
-  );
+  if (answer.button.actions.includes(FILES_ACTION)) {
+    return 'files';
+  }
+  const approved =
+    answer.button.accept && !plan.blocked && (consent ? consent.checked : true);
+  return approved ? 'approve' : 'cancel';
 }
 
 /**

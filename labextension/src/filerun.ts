@@ -11,7 +11,7 @@ import { MainAreaWidget, Notification } from '@jupyterlab/apputils';
 import type { IFileBrowserFactory } from '@jupyterlab/filebrowser';
 import { Widget } from '@lumino/widgets';
 
-import { planAndRun } from './flow';
+import { type FilePicker, planAndRun } from './flow';
 import { trans } from './i18n';
 import { fileLanguage } from './labels';
 import {
@@ -91,7 +91,8 @@ export async function runFile(
   app: JupyterFrontEnd,
   client: SandboxClient,
   path: string,
-  renderDisplay: DisplayRenderer = plainDisplay
+  renderDisplay: DisplayRenderer = plainDisplay,
+  pickFiles: FilePicker | null = null
 ): Promise<void> {
   const name = path.split('/').pop() ?? path;
   const show = () => {
@@ -110,10 +111,10 @@ export async function runFile(
     client,
     { file: path, source: 'file_run' },
     () => {
-      const view = new OutputView(path, renderDisplay);
+      const view = new OutputView(path, renderDisplay, client);
       view.node.addEventListener(
         RERUN_EVENT,
-        () => void runFile(app, client, path, renderDisplay)
+        () => void runFile(app, client, path, renderDisplay, pickFiles)
       );
       const widget = resultPane(app);
       widget.title.label = trans.__('▶ %1', name);
@@ -123,6 +124,7 @@ export async function runFile(
       return view;
     },
     {
+      pickFiles,
       started: stop => {
         note = Notification.emit(
           trans.__('Running %1 in the sandbox…', name),

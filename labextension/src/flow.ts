@@ -4,11 +4,11 @@
 
 import { showErrorMessage } from '@jupyterlab/apputils';
 
-import { confirmPlan } from './dialog';
+import { decidePlan } from './dialog';
 import { trans } from './i18n';
 import { OutputView } from './render';
 import { newRunId, ResponseError, type SandboxClient } from './request';
-import type { IRunResult, PlanRequest } from './types';
+import type { IPlan, IRunResult, PlanRequest } from './types';
 
 /** Tell the user what failed, with the server's message (never raw JSON). */
 export function messageOf(error: unknown): string {
@@ -30,8 +30,18 @@ export function planFailureTitle(error: unknown): string {
   return trans.__('The sandbox could not plan this');
 }
 
+/**
+ * Asks the user for workspace files to hand to a run (paths under the server's root),
+ * starting from those chosen so far; null when they cancelled.
+ */
+export type FilePicker = (
+  current: readonly string[]
+) => Promise<string[] | null>;
+
 /** What a caller may follow of a run once the user approved it. */
 export interface IRunHooks {
+  /** Offer Files… in the approval dialog: the picked files become the plan's `inputs`. */
+  pickFiles?: FilePicker | null;
   /** The run started: `stop` ends it on the server (the view's Stop button does the same). */
   started?: (stop: () => void) => void;
   /** The run could not start or broke off: the server's (or the network's) message. */
@@ -66,6 +76,58 @@ export class RunStopper {
 }
 
 /**
+ * Plan `request` and show the plan until the user decides: the approved plan, or null
+ * (cancelled, blocked, or not plannable; a declined plan is dropped on the server).
+ * Files… (with `pickFiles`) drops the plan shown, plans again with the picked files as
+ * `inputs` and shows the new plan; a pick the server refuses (a symlink out of the tree,
+ * too many bytes) says why and goes back to the files chosen before.
+ */
+export async function decideWithFiles(
+  client: SandboxClient,
+  request: PlanRequest,
+  pickFiles: FilePicker | null
+): Promise<IPlan | null> {
+  let inputs: string[] = [...(request.inputs ?? [])];
+  let fallback: string[] | null = null;
+  for (;;) {
+    let plan: IPlan;
+    try {
+      plan = await client.plan(
+        inputs.length
+          ? { ...request, inputs }
+          : { ...request, inputs: undefined }
+      );
+    } catch (error) {
+      await showErrorMessage(planFailureTitle(error), messageOf(error));
+      if (fallback === null) {
+        return null;
+      }
+      inputs = fallback;
+      fallback = null;
+      continue;
+    }
+    const decision = await decidePlan(
+      plan,
+      () => client.status(),
+      pickFiles !== null
+    );
+    if (decision === 'approve') {
+      return plan;
+    }
+    // Declined, blocked, or to be planned again with other files: this plan never runs.
+    await client.reject(plan.plan_id).catch(() => undefined);
+    if (decision === 'cancel' || !pickFiles) {
+      return null;
+    }
+    const picked = await pickFiles(inputs);
+    fallback = inputs;
+    if (picked !== null) {
+      inputs = picked;
+    }
+  }
+}
+
+/**
  * Plan `request`, show the plan, and on Approve run it streaming into the view
  * `makeOutput` creates. Cancel (or a blocked plan) runs nothing and creates no view.
  */
@@ -75,16 +137,8 @@ export async function planAndRun(
   makeOutput: () => OutputView,
   hooks: IRunHooks = {}
 ): Promise<IRunResult | null> {
-  let plan;
-  try {
-    plan = await client.plan(request);
-  } catch (error) {
-    await showErrorMessage(planFailureTitle(error), messageOf(error));
-    return null;
-  }
-  if (!(await confirmPlan(plan, () => client.status()))) {
-    // Declined (or blocked): drop the plan server-side; nothing else happens.
-    await client.reject(plan.plan_id).catch(() => undefined);
+  const plan = await decideWithFiles(client, request, hooks.pickFiles ?? null);
+  if (!plan) {
     return null;
   }
   const view = makeOutput();

@@ -14,17 +14,26 @@ import {
   Notification,
   showErrorMessage
 } from '@jupyterlab/apputils';
-import { IFileBrowserFactory } from '@jupyterlab/filebrowser';
+import {
+  IDefaultFileBrowser,
+  IFileBrowserFactory
+} from '@jupyterlab/filebrowser';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator } from '@jupyterlab/translation';
-import { listIcon, runIcon, settingsIcon } from '@jupyterlab/ui-components';
+import {
+  listIcon,
+  runIcon,
+  runningIcon,
+  settingsIcon
+} from '@jupyterlab/ui-components';
 
 import { DEFAULTS } from './defaults';
 import { confirmPassThrough } from './dialog';
 import { runFile, selectedRunnableFile } from './filerun';
+import { workspaceFilePicker } from './filepicker';
 import { messageOf } from './flow';
 import { trans, useTranslator } from './i18n';
 import { backendLabel, BACKENDS, saveOutcome } from './labels';
@@ -33,6 +42,7 @@ import { SandboxModel } from './model';
 import { SandboxPanel } from './panel';
 import { PendingPlansPanel } from './pending';
 import { SandboxClient } from './request';
+import { SessionsPanel } from './sessions';
 import { SettingsSync } from './settingsync';
 import { SandboxStatusItem } from './statusbar';
 
@@ -45,6 +55,7 @@ export const CommandIDs = {
   refresh: 'gitpilot-sandbox:refresh-status',
   useBackend: 'gitpilot-sandbox:use-backend',
   runFile: 'gitpilot-sandbox:run-file',
+  sessions: 'gitpilot-sandbox:sessions',
   runCodeBlock: 'gitpilot-sandbox:run-code-block'
 };
 
@@ -59,7 +70,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     IStatusBar,
     IFileBrowserFactory,
     ISettingRegistry,
-    ITranslator
+    ITranslator,
+    IDefaultFileBrowser
   ],
   activate: (
     app: JupyterFrontEnd,
@@ -68,7 +80,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     statusBar: IStatusBar | null,
     browsers: IFileBrowserFactory | null,
     settingRegistry: ISettingRegistry | null,
-    translator: ITranslator | null
+    translator: ITranslator | null,
+    defaultBrowser: IDefaultFileBrowser | null
   ) => {
     useTranslator(translator);
     const category = trans.__('Sandbox');
@@ -78,7 +91,19 @@ const plugin: JupyterFrontEndPlugin<void> = {
       ServerConnection.makeRequest(url, init, serverSettings)
     );
     const model = new SandboxModel(client);
-    const renderDisplay = addRunButtons(rendermime, client);
+    // Files… in the approval dialog browses the workspace with the lab's file dialog.
+    const pickFiles = () => {
+      const manager =
+        defaultBrowser?.model.manager ??
+        browsers?.tracker.currentWidget?.model.manager;
+      return manager ? workspaceFilePicker(manager, translator) : null;
+    };
+    const renderDisplay = addRunButtons(
+      rendermime,
+      client,
+      undefined,
+      pickFiles
+    );
     const blockFocus = new CodeBlockFocus();
     blockFocus.track();
 
@@ -115,6 +140,21 @@ const plugin: JupyterFrontEndPlugin<void> = {
         }
         app.shell.activateById(pending.id);
         return pending.refresh();
+      }
+    });
+
+    // Sandbox Sessions: in the left sidebar, beside JupyterLab's Running panel.
+    const sessions = new SessionsPanel(client);
+    sessions.title.icon = runningIcon;
+    app.shell.add(sessions, 'left', { rank: 210 });
+    app.commands.addCommand(CommandIDs.sessions, {
+      label: trans.__('Sandbox: Sessions'),
+      caption: trans.__(
+        'List your sandbox sessions, with Restart and Stop for each'
+      ),
+      execute: () => {
+        app.shell.activateById(sessions.id);
+        return sessions.refresh();
       }
     });
 
@@ -177,7 +217,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       execute: () => {
         const path = selectedRunnableFile(browsers);
         if (path) {
-          return runFile(app, client, path, renderDisplay);
+          return runFile(app, client, path, renderDisplay, pickFiles());
         }
       }
     });
@@ -185,6 +225,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     if (palette) {
       palette.addItem({ command: CommandIDs.openSettings, category });
       palette.addItem({ command: CommandIDs.pendingPlans, category });
+      palette.addItem({ command: CommandIDs.sessions, category });
       palette.addItem({ command: CommandIDs.refresh, category });
       palette.addItem({ command: CommandIDs.runCodeBlock, category });
       for (const { name } of BACKENDS) {

@@ -11,7 +11,7 @@ import {
 
 import { blockAround, decorateCodeBlocks, ICodeBlock } from './codeblocks';
 import { rendermimeDisplay } from './display';
-import { planAndRun } from './flow';
+import { type FilePicker, planAndRun } from './flow';
 import { RunHistory } from './history';
 import {
   CLEAR_EVENT,
@@ -19,6 +19,7 @@ import {
   OutputView,
   plainDisplay
 } from './render';
+import type { RunFileSource } from './outfiles';
 import type { SandboxClient } from './request';
 
 /**
@@ -29,7 +30,8 @@ export async function runCodeBlock(
   client: SandboxClient,
   block: ICodeBlock,
   history: RunHistory | null = null,
-  renderDisplay: DisplayRenderer = plainDisplay
+  renderDisplay: DisplayRenderer = plainDisplay,
+  pickFiles: FilePicker | null = null
 ): Promise<void> {
   // One run per block at a time: the button is off from the click until the run ends.
   block.button.disabled = true;
@@ -40,10 +42,11 @@ export async function runCodeBlock(
       client,
       { language: block.language, code: block.code, source: 'code_block' },
       () => {
-        view = new OutputView('', renderDisplay);
+        view = new OutputView('', renderDisplay, client);
         block.outputHost.replaceChildren(view.node);
         return view;
-      }
+      },
+      { pickFiles }
     );
     if (result && view) {
       history?.put(
@@ -66,10 +69,16 @@ export async function runCodeBlock(
 }
 
 /** Show a block's last result again when it is rendered anew (the notebook was reopened). */
-export function restoreCodeBlock(block: ICodeBlock, history: RunHistory): void {
+export function restoreCodeBlock(
+  block: ICodeBlock,
+  history: RunHistory,
+  files: RunFileSource | null = null,
+  renderDisplay: DisplayRenderer = plainDisplay
+): void {
   const stored = history.get(block.language, block.code);
   if (stored && !block.outputHost.firstChild) {
-    const view = new OutputView();
+    // Its out/ files are listed again; those the server no longer keeps say so.
+    const view = new OutputView('', renderDisplay, files);
     view.replay(stored);
     block.outputHost.replaceChildren(view.node);
   }
@@ -89,7 +98,8 @@ export function forgetOnClear(block: ICodeBlock, history: RunHistory): void {
 export function addRunButtons(
   rendermime: IRenderMimeRegistry,
   client: SandboxClient,
-  history: RunHistory = new RunHistory()
+  history: RunHistory = new RunHistory(),
+  pickFiles: () => FilePicker | null = () => null
 ): DisplayRenderer {
   const renderDisplay = rendermimeDisplay(rendermime);
   class RunnableMarkdown extends RenderedMarkdown {
@@ -99,9 +109,10 @@ export function addRunButtons(
       await super.render(model);
       decorateCodeBlocks(
         this.node,
-        block => void runCodeBlock(client, block, history, renderDisplay),
+        block =>
+          void runCodeBlock(client, block, history, renderDisplay, pickFiles()),
         block => {
-          restoreCodeBlock(block, history);
+          restoreCodeBlock(block, history, client, renderDisplay);
           forgetOnClear(block, history);
         }
       );

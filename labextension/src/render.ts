@@ -10,7 +10,8 @@ import { codeLines, codePreview, escapeSegments, escapeText } from './escape';
 import type { IStoredRun, Segment } from './history';
 import { trans } from './i18n';
 import { backendLabel } from './labels';
-import type { IDisplayOutput, IPlan, IRunResult } from './types';
+import { formatSize, renderRunFiles, type RunFileSource } from './outfiles';
+import type { IDisplayOutput, IPlan, IRunInput, IRunResult } from './types';
 
 /**
  * Turns one display output into the node shown in the output box (in the lab: the
@@ -84,7 +85,14 @@ export function renderPlan(plan: IPlan): HTMLElement {
     plan.network ? trans.__('not blocked') : trans.__('blocked')
   );
   row(facts, trans.__('Command'), plan.command.join(' '));
+  if (plan.session) {
+    // A cell of a session: it runs in that session's kernel, where state stays.
+    row(facts, trans.__('Session'), escapeText(plan.session));
+  }
   root.appendChild(facts);
+  if (plan.inputs?.length) {
+    root.appendChild(renderInputs(plan.inputs));
+  }
 
   if (plan.checks.length) {
     const checks = el('ul', 'jp-gitpilot-plan-checks');
@@ -118,6 +126,51 @@ export function renderPlan(plan: IPlan): HTMLElement {
 
   root.appendChild(renderPlanCode(plan));
   return root;
+}
+
+/**
+ * "Files in": the files and folders the plan hands to the run, each with its size and
+ * the start of its hash (the digest binds them: a file changed after approval does not run).
+ */
+export function renderInputs(inputs: readonly IRunInput[]): HTMLElement {
+  const box = el('div', 'jp-gitpilot-plan-inputbox');
+  const titleId = 'jp-gitpilot-plan-inputs-title';
+  const title = el(
+    'div',
+    'jp-gitpilot-plan-inputs-title',
+    trans.__('Files in')
+  );
+  title.id = titleId;
+  const list = el('ul', 'jp-gitpilot-plan-inputs');
+  list.setAttribute('aria-labelledby', titleId);
+  for (const input of inputs) {
+    const item = el('li');
+    item.dataset.name = input.name;
+    const hash = input.sha256.replace(/^sha256:/, '').slice(0, 12);
+    const what =
+      input.kind === 'dir'
+        ? trans._n('%1 file', '%1 files', input.files ?? 0)
+        : formatSize(input.size);
+    item.append(
+      el(
+        'strong',
+        '',
+        escapeText(input.kind === 'dir' ? `${input.name}/` : input.name)
+      ),
+      document.createTextNode(' '),
+      el(
+        'span',
+        'jp-gitpilot-muted',
+        input.kind === 'dir'
+          ? trans.__('%1, %2 · sha256 %3', what, formatSize(input.size), hash)
+          : trans.__('%1 · sha256 %2', what, hash)
+      )
+    );
+    item.title = input.sha256;
+    list.appendChild(item);
+  }
+  box.append(title, list);
+  return box;
 }
 
 /**
@@ -166,7 +219,7 @@ export function renderPlanCode(plan: IPlan): HTMLElement {
     trans.__('Digest %1', plan.digest)
   );
   digest.title = trans.__(
-    'The approval is bound to this digest of the code, language, stdin, time limit, network and where it runs.'
+    'The approval is bound to this digest of the code, language, stdin, time limit, network, files in and where it runs.'
   );
   box.appendChild(digest);
   return box;
@@ -239,14 +292,18 @@ export class OutputView {
   private readonly appender: FrameAppender;
   private clock: ReturnType<typeof setInterval> | null = null;
   private shownDisplays = 0;
+  private filesNode: HTMLElement | null = null;
 
   /**
    * @param title a heading above the output (a file run names its file)
    * @param renderDisplay how display outputs (figures, HTML...) are shown among the text
+   * @param files where the run's `out/` files are downloaded from (without it they are
+   *   only listed)
    */
   constructor(
     title = '',
-    private readonly renderDisplay: DisplayRenderer = plainDisplay
+    private readonly renderDisplay: DisplayRenderer = plainDisplay,
+    private readonly files: RunFileSource | null = null
   ) {
     this.node = el('div', 'jp-gitpilot-output');
     if (title) {
@@ -382,6 +439,18 @@ export class OutputView {
       }
       this.state.appendChild(notes);
     }
+    this.filesNode?.remove();
+    this.filesNode = null;
+    if (result.files?.length && result.run_id) {
+      // What the snippet wrote under out/: listed below its output, images shown.
+      this.filesNode = renderRunFiles(
+        result.run_id,
+        result.files,
+        this.files,
+        this.renderDisplay
+      );
+      this.node.appendChild(this.filesNode);
+    }
   }
 
   /** Say the run was stopped when no envelope came back (its stream was closed). */
@@ -411,6 +480,8 @@ export class OutputView {
     this.shownDisplays = 0;
     this.appender.clear();
     this.output.classList.remove('jp-mod-rich');
+    this.filesNode?.remove();
+    this.filesNode = null;
   }
 
   private settle(): void {

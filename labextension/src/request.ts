@@ -17,6 +17,7 @@ import type {
   IPlanListing,
   IRunRequest,
   IRunResult,
+  ISession,
   IStatus,
   LifecycleAction,
   PlanRequest,
@@ -261,6 +262,57 @@ export class SandboxClient {
   /** `DELETE runs/{run_id}`: stop a run under way; its envelope then says `cancelled`. */
   cancelRun(runId: string): Promise<{ run_id: string; cancelled: boolean }> {
     return this.requestJSON(`runs/${encodeURIComponent(runId)}`, {
+      method: 'DELETE'
+    });
+  }
+
+  /**
+   * The URL of `GET runs/{run_id}/files/{name}`: a file the run left under `out/`
+   * (for the run's owner only). A name in a sub-folder keeps its `/`.
+   */
+  runFileUrl(runId: string, name: string): string {
+    const path = name.split('/').map(encodeURIComponent).join('/');
+    return this.url(`runs/${encodeURIComponent(runId)}/files/${path}`);
+  }
+
+  /**
+   * The bytes of a file the run handed back from `out/`. A file the server no longer
+   * keeps (expired, or another identity's) is a `ResponseError` of status 404
+   * (`run_file_not_found`).
+   */
+  async runFile(runId: string, name: string): Promise<Blob> {
+    const response = await this.send(this.runFileUrl(runId, name), {
+      method: 'GET'
+    });
+    if (!response.ok) {
+      throw errorFromBody(
+        response.status,
+        response.statusText,
+        await response.text()
+      );
+    }
+    return response.blob();
+  }
+
+  /** `GET sessions`: the caller's sessions, oldest first. */
+  async sessions(): Promise<ISession[]> {
+    const answer = await this.requestJSON<{ sessions?: ISession[] }>(
+      'sessions'
+    );
+    return Array.isArray(answer.sessions) ? answer.sessions : [];
+  }
+
+  /** `POST sessions/{name}/restart`: the session afresh (its state is gone). */
+  restartSession(name: string): Promise<ISession> {
+    return this.post<ISession>(
+      `sessions/${encodeURIComponent(name)}/restart`,
+      {}
+    );
+  }
+
+  /** `DELETE sessions/{name}`: stop the session (its processes and folder go). */
+  stopSession(name: string): Promise<{ name: string; stopped: boolean }> {
+    return this.requestJSON(`sessions/${encodeURIComponent(name)}`, {
       method: 'DELETE'
     });
   }

@@ -38,6 +38,45 @@ export interface IPlan {
   file?: string | null;
   /** The identity that made the plan; null under a shared (token) login. */
   owner?: string | null;
+  /** The files and folders handed to the run (`inputs`), as the digest binds them. */
+  inputs?: IRunInput[];
+  /** The session whose kernel runs this cell (the digest binds it); null for a single run. */
+  session: string | null;
+}
+
+/** A file or folder handed to a run, as its plan lists it (rest-api.yml `RunInput`). */
+export interface IRunInput {
+  /** Its name in the run's folder (`./NAME`). */
+  name: string;
+  kind: 'file' | 'dir';
+  /** Bytes (a folder: of all its files). */
+  size: number;
+  sha256: string;
+  /** Regular files (1 for a file). */
+  files?: number;
+}
+
+/** A file the run left under `out/` and handed back (rest-api.yml `RunFile`). */
+export interface IRunFile {
+  /** Relative to `out/`, `/` between folders. */
+  name: string;
+  size: number;
+  sha256: string;
+}
+
+/** One of the caller's sessions (rest-api.yml `Session`): a kernel that keeps state. */
+export interface ISession {
+  name: string;
+  owner: string | null;
+  state: 'idle' | 'busy';
+  /** Seconds since the epoch. */
+  started_at: number;
+  /** Seconds since the epoch. */
+  last_used: number;
+  cells: number;
+  network: boolean;
+  memory_mb: number | null;
+  isolation: string[];
 }
 
 /** An approved plan whose run is under way (`GET plans`, `running`): Stop ends it. */
@@ -59,10 +98,14 @@ export interface IPlanListing {
   running: IRunningPlan[];
 }
 
-/** A plan request: a snippet, or a file under the server's root. */
-export type PlanRequest =
-  | { language: string; code: string; source: string; timeout_sec?: number }
-  | { file: string; source: string; timeout_sec?: number };
+/**
+ * A plan request: a snippet, or a file under the server's root; `inputs` are paths
+ * under the server's root handed to the run read-only (the digest binds them).
+ */
+export type PlanRequest = (
+  | { language: string; code: string; source: string }
+  | { file: string; source: string }
+) & { timeout_sec?: number; inputs?: string[] };
 
 /** The answer of `POST /api/sandbox/approve`. */
 export interface IApproval {
@@ -118,6 +161,8 @@ export interface IRunResult {
   outputs?: IDisplayOutput[];
   /** What differed from what was asked (a dropped display output...), one sentence each. */
   notes?: string[];
+  /** The files it left under `out/`, handed back; their bytes by `runFile`. */
+  files?: IRunFile[];
 }
 
 /** The persisted settings, masked: the token is never sent back, only `has_token`. */

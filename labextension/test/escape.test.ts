@@ -80,7 +80,8 @@ describe('renderPlan (the lab dialog and Pending Plans) cannot be made to lie', 
       digest: 'sha256:' + 'ab'.repeat(32),
       created_at: 0,
       code,
-      file: 'evil\u202egnp.py'
+      file: 'evil\u202egnp.py',
+      session: null
     };
   }
 

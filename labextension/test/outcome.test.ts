@@ -24,7 +24,8 @@ const plan = (backend: string): IPlan => ({
   blocked: false,
   requires_approval: true,
   digest: 'd',
-  created_at: 0
+  created_at: 0,
+  session: null
 });
 
 describe('saveOutcome', () => {

@@ -30,6 +30,7 @@ function plan(overrides: Partial<IPlan> = {}): IPlan {
     digest: 'd',
     created_at: 0,
     code: "print(sum(1 for _ in open('data.csv')))",
+    session: null,
     ...overrides
   };
 }

@@ -34,6 +34,7 @@ function plan(overrides: Partial<IPlan> = {}): IPlan {
     digest: 'd',
     created_at: 0,
     code: 'print(2+2)',
+    session: null,
     ...overrides
   };
 }

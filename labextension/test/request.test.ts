@@ -383,3 +383,40 @@ describe('SandboxClient.run with display outputs', () => {
     expect(events).toEqual(['stdout:a\n', 'display:fig', 'stdout:b\n']);
   });
 });
+
+describe('run files and sessions', () => {
+  it('downloads a run file by its URL, a sub-folder keeping its slash', async () => {
+    const { client, calls } = clientAnswering(new Response('a,b\n'));
+    const blob = await client.runFile('run_1', 'plots/my chart.png');
+    expect(await blob.text()).toBe('a,b\n');
+    expect(calls[0].url).toBe(
+      '/lab-base/api/sandbox/runs/run_1/files/plots/my%20chart.png'
+    );
+  });
+
+  it('makes a file no longer kept a 404 ResponseError', async () => {
+    const { client } = clientAnswering(
+      json({ message: 'no such file', code: 'run_file_not_found' }, 404)
+    );
+    await expect(client.runFile('run_1', 'gone.csv')).rejects.toMatchObject({
+      status: 404,
+      code: 'run_file_not_found'
+    });
+  });
+
+  it('lists, restarts and stops sessions by name', async () => {
+    const { client, calls } = clientAnswering(
+      json({ sessions: [{ name: 'a' }] }),
+      json({ name: 'a' }),
+      json({ name: 'a', stopped: true })
+    );
+    expect((await client.sessions()).map(s => s.name)).toEqual(['a']);
+    await client.restartSession('a');
+    await client.stopSession('a');
+    expect(calls.map(c => `${c.init.method ?? 'GET'} ${c.url}`)).toEqual([
+      'GET /lab-base/api/sandbox/sessions',
+      'POST /lab-base/api/sandbox/sessions/a/restart',
+      'DELETE /lab-base/api/sandbox/sessions/a'
+    ]);
+  });
+});
