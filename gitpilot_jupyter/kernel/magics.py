@@ -285,7 +285,7 @@ class SandboxMagics(Magics):
             echo.flush()
             raise
         if planned.result is None:  # a high warning: the card asks a person first
-            return self._show_card(planned.plan, client, args.out)
+            return self._show_card(planned.plan, client, args)
         result = planned.result
         echo.finish()  # a large output's scroll box, before the footer
         self._store(result, args.out)
@@ -297,23 +297,30 @@ class SandboxMagics(Magics):
             echo.write("stdout", footer(result, client.path) + "\n")
         if result.files:
             echo.flush()
-            saved = save_run_files(
-                client,
-                result,
-                args.output_dir,
-                force=args.force,
-                caps=planned.plan.spec.limits.display,
-            )
-            for refused in saved:
-                print(f"sandbox: {refused}", file=sys.stderr)
+            self._save_files(client, result, planned.plan, args)
         raise_error = self.raise_error if args.raise_error is None else args.raise_error
         if raise_error and not result.ok:
             echo.flush()
             raise SandboxRunError(result)
         return None
 
-    def _show_card(self, plan: ExecutionPlan, client: SandboxClient, out: str | None) -> None:
-        card = self.views.approval_card(plan, client, on_result=lambda r: self._store(r, out))
+    @staticmethod
+    def _save_files(
+        client: SandboxClient, result: RunResult, plan: ExecutionPlan, args: Any
+    ) -> None:
+        """Save what the run left under ``out/`` where the cell's options say."""
+        caps = plan.spec.limits.display
+        for refused in save_run_files(client, result, args.output_dir, force=args.force, caps=caps):
+            print(f"sandbox: {refused}", file=sys.stderr)
+
+    def _show_card(self, plan: ExecutionPlan, client: SandboxClient, args: Any) -> None:
+        def on_result(result: RunResult) -> None:
+            # Called in the card's output area: the files' lines and images show there.
+            self._store(result, args.out)
+            if result.files and not result.cancelled:
+                self._save_files(client, result, plan, args)
+
+        card = self.views.approval_card(plan, client, on_result=on_result)
         self.card = card
         display(card)
         focus(card)

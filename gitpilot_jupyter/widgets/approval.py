@@ -295,7 +295,8 @@ class ApprovalCard(ipw.VBox):  # type: ignore[misc]
             self.state = "failed"
             self.status.value = f"<b>{html.escape(failure_message(result))}</b>"
         if self.on_result is not None:
-            self.on_result(result)
+            with self.output:  # what the callback prints or displays goes into the card
+                self.on_result(result)
 
     async def _approve_and_run(self, run_id: str) -> RunResult:
         approval = await self.client.approve(self.plan.plan_id, approved_by="user")

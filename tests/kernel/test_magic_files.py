@@ -18,8 +18,10 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from gitpilot_jupyter.client.base import SandboxClient
 from gitpilot_jupyter.kernel import outfiles
+from gitpilot_jupyter.kernel.magics import SandboxMagics
 from gitpilot_jupyter.sandbox.outfiles import OutFile
 from gitpilot_jupyter.sandbox.results import RunResult
+from tests.support.cards import approve
 
 #: The smallest valid PNG (1x1, transparent).
 PNG = base64.b64decode(
@@ -126,3 +128,23 @@ def test_names_a_server_gives_never_lead_outside_the_folder(
     ]
     assert not Path("/tmp/absolute.txt").exists()
     assert "[file out/fine.txt:" in capsys.readouterr().out
+
+
+def test_a_cell_approved_on_its_card_saves_its_files_too(
+    shell: InteractiveShell,
+    magics: SandboxMagics,
+    notebook_folder: Path,
+    shown: list[dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `import subprocess` is a high warning: the card asks first, and the run is its click's.
+    risky = f"import subprocess\n{CELL}"
+    shell.run_cell_magic("sandbox", "--out r --output-dir saved", risky)
+    assert not (notebook_folder / "saved").exists()  # nothing ran yet
+    approve(magics.card)
+    assert magics.card.state == "done"
+    out = capsys.readouterr().out
+    assert set(re.findall(r"\[file out/(\S+): ", out)) == {"chart.csv", "plot.png"}, out
+    assert (notebook_folder / "saved" / "chart.csv").read_text() == "a,b\n"
+    assert (notebook_folder / "saved" / "plot.png").read_bytes() == PNG
+    assert [data for data in shown if "image/png" in data]  # and the image is shown
