@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..backend import ResourceLimits
 from ..inputs import StagedInput
@@ -21,9 +20,6 @@ from ..records import IsolationGap, IsolationReport
 from .inputs import move_inputs
 from .launcherclient import LaunchedRun
 from .outfiles import OutHold
-
-if TYPE_CHECKING:
-    from .namespaces import Hidden
 
 #: Caps the containment engine: ``auto`` (bwrap, else landlock), ``bwrap``, ``landlock``,
 #: ``unshare`` (namespaces alone, no file-system wall) or ``none``.
@@ -139,7 +135,7 @@ class Isolator:
         """What the engine in force cannot keep from a run, for its plan (before approval)."""
         return []
 
-    def hidden_paths(self) -> Hidden:
+    def hidden_paths(self) -> tuple[Sequence[Path], Sequence[Path]]:
         """The credential folders and files (resolved) a run gets empty ones in place of,
         as ``(folders, files)``: what a plan's home check asks of any isolator. None here
         (no file-system wall); an engine with one answers what its runs hide now."""
