@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 
 from gitpilot_jupyter.sandbox.backend import RunRequest
-from gitpilot_jupyter.sandbox.errors import SessionUnavailable
+from gitpilot_jupyter.sandbox.errors import ContainmentUnavailable, SessionUnavailable
 from gitpilot_jupyter.sandbox.languages import Interpreters
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.sessions import SessionManager
 from gitpilot_jupyter.sandbox.sessions.boot import PORTS
-from tests.support.system import require_system
 
 from .conftest import make_backend
 from .sessionkit import cell, start_request, with_sessions
@@ -106,13 +105,17 @@ def test_network_off_holds_inside_the_session(bwrap: SubprocessSandbox, listener
 def test_network_on_is_a_sessions_own_stack_without_the_hosts_loopback(
     bwrap: SubprocessSandbox, listener: int
 ) -> None:
-    require_system(
-        "slirp4netns",
-        bwrap.isolator.refusal(allow_network=True) is None,
-        "no egress-only network for bwrap runs here",
-    )
+    refused = bwrap.refusal(allow_network=True)
 
     async def body(manager: SessionManager) -> None:
+        if refused is not None:
+            # No stack of its own here (a user without /dev/net/tun): the start is refused,
+            # and nothing of the session is left, as a network-on run is refused.
+            with pytest.raises(ContainmentUnavailable) as failed:
+                await manager.start("nb", owner=None, request=start_request(network=True))
+            assert failed.value.code == refused.code == "network_unavailable"
+            assert manager.list() == []
+            return
         info = await manager.start("nb", owner=None, request=start_request(network=True))
         assert "egress-only" in info["isolation"] and "netns" not in info["isolation"]
         spec = dataclasses.replace(cell("nb", NETWORK.format(port=listener)), network=True)
