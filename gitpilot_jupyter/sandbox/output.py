@@ -17,10 +17,12 @@ def utf8_boundary(data: bytes, limit: int) -> int:
     if limit >= len(data):
         return len(data)
     cut = limit
-    # Step back over continuation bytes (10xxxxxx) to the start of a character.
-    while cut > 0 and (data[cut] & 0xC0) == 0x80:
+    # Step back over continuation bytes (10xxxxxx) to the start of a character: at most
+    # three, as a UTF-8 character has at most four bytes. Past that the bytes are no
+    # character (binary output): cut at the limit, keeping all the cap allows.
+    while cut > max(limit - 3, 0) and (data[cut] & 0xC0) == 0x80:
         cut -= 1
-    return cut
+    return limit if (data[cut] & 0xC0) == 0x80 else cut
 
 
 class CappedText:
