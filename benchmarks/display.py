@@ -40,7 +40,7 @@ from typing import Any
 from gitpilot_jupyter.sandbox.backend import RunRequest
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.pool import PoolConfig
-from gitpilot_jupyter.sandbox.rich import DISPLAY_STREAM, parse_display, python_command
+from gitpilot_jupyter.sandbox.rich import DISPLAY_STREAM, parse_display, python_command, shim_env
 from gitpilot_jupyter.sandbox.rich.wire import FrameSplitter, new_nonce
 
 from .common import Context, Measure, loadavg, median
@@ -113,7 +113,8 @@ def interpreter(runs: int) -> dict[str, list[float]]:
             for side, command in commands.items():
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 started = time.perf_counter()
-                subprocess.run(command, cwd=folder, env=env, capture_output=True, check=True)
+                given = {**env, **shim_env(command)}  # (the shim compiled, as runs get it)
+                subprocess.run(command, cwd=folder, env=given, capture_output=True, check=True)
                 wall = time.perf_counter() - started
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime

@@ -21,7 +21,7 @@ from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 from gitpilot_jupyter.sandbox.local.pool import PRESTART_ENV, PoolConfig
 from gitpilot_jupyter.sandbox.results import RunResult
-from gitpilot_jupyter.sandbox.rich.wire import SHIM_SHOWN, shim_source
+from gitpilot_jupyter.sandbox.rich.wire import SHIM_LOADER, SHIM_SHOWN, shim_source
 
 from .pooling import PATH as PATH_ENV
 from .pooling import own_uids_named, request, scenario, the_pool, until, waiting_slot
@@ -175,8 +175,9 @@ def test_the_slot_holds_the_started_interpreter_waiting() -> None:
         for pid in _tree(slot.popen.pid):
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             words = [a.decode() for a in cmdline if a]
-            # The display shim's text is one word: shown by its name.
-            shown = [SHIM_SHOWN if w == shim_source() else os.path.basename(w) for w in words]
+            # The display shim's loader (or its text) is one word: shown by its name.
+            shim = (shim_source(), SHIM_LOADER)
+            shown = [SHIM_SHOWN if w in shim else os.path.basename(w) for w in words]
             commands.append(" ".join(shown))
         seen.append((slot.prestarted, commands))
 

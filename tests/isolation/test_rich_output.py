@@ -23,6 +23,8 @@ from gitpilot_jupyter.sandbox.local.backends import NullSandbox, SubprocessSandb
 from gitpilot_jupyter.sandbox.local.layered import LayeredIsolator
 from gitpilot_jupyter.sandbox.local.pool import PoolConfig
 from gitpilot_jupyter.sandbox.results import RunResult
+from gitpilot_jupyter.sandbox.rich import python_command, shim_source
+from gitpilot_jupyter.sandbox.rich.wire import SHIM_LOADER
 
 from .conftest import make_backend, require_landlock
 from .pooling import until
@@ -219,6 +221,28 @@ def test_a_failing_snippet_keeps_its_traceback_and_its_outputs() -> None:
     assert lines[-1] == "ZeroDivisionError: division by zero"
     exits = run("bwrap", "import sys\ndisplay(1)\nsys.exit(3)")
     assert exits.exit_code == 3 and exits.stderr == "" and len(exits.outputs) == 1
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_compiled_shim_stays_out_of_the_snippets_sight(engine: str) -> None:
+    """The server's own interpreter gets the shim compiled, through its environment: the
+    snippet, its children and its tracebacks see none of it; another interpreter gets
+    the shim's text (a marshal is only certain to load in the binary that wrote it)."""
+    assert python_command(sys.executable, "inline.py")[2] == SHIM_LOADER
+    assert python_command("/opt/python3.12/bin/python3", "inline.py")[2] == shim_source()
+    code = (
+        "import os, subprocess, sys\n"
+        "print(sorted(k for k in os.environ if 'SHIM' in k))\n"
+        "child = 'import os; print(sorted(k for k in os.environ if \"SHIM\" in k))'\n"
+        "print(subprocess.run([sys.executable, '-c', child], capture_output=True).stdout.decode())"
+        "\n"
+        "print(sorted(k for k in globals() if not k.startswith('__')))\n"
+        "1 / 0"
+    )
+    result = run(engine, code)
+    assert result.stdout == "[]\n[]\n\n['child', 'os', 'subprocess', 'sys']\n", result.stdout
+    lines = result.stderr.splitlines()
+    assert lines[1].endswith('/inline.py", line 6, in <module>'), lines  # no shim frame
 
 
 def test_a_bash_snippet_writes_a_frame_with_printf() -> None:

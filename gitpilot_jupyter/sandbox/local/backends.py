@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -27,7 +27,7 @@ from ..errors import ContainmentUnavailable, SandboxError
 from ..languages import Interpreters, canonical_language, run_filename, snippet_filename
 from ..records import PoolReport
 from ..results import RunResult
-from ..rich import NONCE_ENV, new_nonce, python_command
+from ..rich import NONCE_ENV, new_nonce, python_command, shim_env
 from . import mplfonts, nsfree, outfiles, prestart
 from .cleanup import (
     SPARE_DIRS,
@@ -49,12 +49,16 @@ log = logging.getLogger(__name__)
 BASE_LAYERS = ["tempdir", "env-scrub"]
 
 
-def run_env(env: dict[str, str], workdir: Path, nonce: str = "") -> dict[str, str]:
+def run_env(
+    env: dict[str, str], workdir: Path, nonce: str = "", argv: Sequence[str] = ()
+) -> dict[str, str]:
     """The snippet's environment: ``HOME`` and ``TMPDIR`` point into its own run folder,
-    and the run's display nonce (see :mod:`..rich.wire`), if it has one, is in
-    ``GITPILOT_DISPLAY``."""
+    the run's display nonce (see :mod:`..rich.wire`), if it has one, is in
+    ``GITPILOT_DISPLAY``, and a python command ``argv`` gets its compiled display shim
+    (:func:`..rich.wire.shim_env`)."""
     home = {"HOME": str(workdir), "TMPDIR": str(workdir)}
-    return {**env, **home, NONCE_ENV: nonce} if nonce else {**env, **home}
+    extra = {NONCE_ENV: nonce} if nonce else {}
+    return {**env, **home, **extra, **shim_env(argv)}
 
 
 def run_command(language: str, interpreter: str, filename: str) -> list[str]:
@@ -221,7 +225,8 @@ class SubprocessSandbox(SandboxBackend):
         try:
             filename = snippet_filename(key.language)
             nonce = new_nonce()  # the slot's: one run takes it
-            env = run_env(dict(key.env), workdir, nonce)
+            argv = run_command(key.language, key.interpreter, filename)
+            env = run_env(dict(key.env), workdir, nonce, argv)
             fifo = workdir / filename
             started = self.pool_config.prestart and prestart.applies(key.language)
             walled = self.isolator.engine == nsfree.ENGINE
@@ -246,7 +251,6 @@ class SubprocessSandbox(SandboxBackend):
                 chain = workdir / prestart.CHAIN_FIFO
                 os.mkfifo(chain, 0o600)
                 fds.append(os.open(chain, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
-            argv = run_command(key.language, key.interpreter, filename)
             fingerprint = self.isolator.fingerprint(argv, allow_network=key.allow_network)
             launch = self.isolator.prepare(
                 argv, workdir=workdir, allow_network=key.allow_network, limits=key.limits
@@ -507,7 +511,7 @@ class SubprocessSandbox(SandboxBackend):
         nonce: str = "",
     ) -> asyncio.subprocess.Process | LaunchedRun | None:
         """Start a cold run's chain; None (the reason in ``result.stderr``) if it failed."""
-        env = run_env(request.env, workdir, nonce)
+        env = run_env(request.env, workdir, nonce, launch.argv)
         try:
             started = await launch.start(cwd=str(workdir), env=env, stdin=request.stdin is not None)
             proc = started or await asyncio.create_subprocess_exec(

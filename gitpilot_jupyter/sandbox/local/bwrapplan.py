@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..inputs import StagedInput
 from ..outfiles import OUT_DIR
-from ..rich import shim_source
+from ..rich import is_shim_command
 from . import launchplan, mplfonts, outfiles, prestart
 from .blockednets import blocked_networks
 from .confine import (
@@ -143,8 +143,7 @@ def host_facts(
         None,
     )
     hook, code_fifo = workdir / prestart.HOOK_FILE, workdir / prestart.CODE_FIFO
-    shimmed = len(argv) > 2 and argv[1] == "-c" and argv[2] == shim_source()
-    fonts = mplfonts.shared_font_list(argv[0]) if shimmed else None
+    fonts = mplfonts.shared_font_list(argv[0]) if is_shim_command(argv) else None
     return HostFacts(
         system=tuple(system),
         resolv=resolv,

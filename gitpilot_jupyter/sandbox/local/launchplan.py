@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..rich.wire import SHIM_SHOWN, shim_source
+from ..rich.wire import SHIM_ENV_SHOWN, SHIM_SHOWN, shim_env, shim_source
 
 
 @dataclass(frozen=True)
@@ -194,6 +194,8 @@ def render(plan: LaunchPlan) -> str:
         out += [f"     {call}" for call in step.calls]
     out.append(f"  {len(plan.steps) + 1}. the snippet")
     out += _joined(plan.command)
+    if shim_env(plan.command):
+        out.append(f"     (in its environment: {SHIM_ENV_SHOWN})")
     out += ["", "fds:"]
     out += [f"  {fd.number} {fd.name}: {what}  ({fd.job})" for fd, what in plan.fds] or ["  -"]
     if plan.mounts:

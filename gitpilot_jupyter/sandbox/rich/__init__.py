@@ -21,7 +21,7 @@ from typing import Any
 
 from .bundles import ALLOWED_TYPES, OUTPUT_TYPE, DisplayCaps, DisplayOutputs, InlineImages
 from .trusted import for_trusted_view
-from .wire import NONCE_ENV, new_nonce, python_command, shim_source
+from .wire import NONCE_ENV, is_shim_command, new_nonce, python_command, shim_env, shim_source
 
 #: The stream name of a display output (``on_output``'s first argument).
 DISPLAY_STREAM = "display"
@@ -39,9 +39,11 @@ __all__ = [
     "InlineImages",
     "encode_display",
     "for_trusted_view",
+    "is_shim_command",
     "new_nonce",
     "parse_display",
     "python_command",
+    "shim_env",
     "shim_source",
 ]
 
