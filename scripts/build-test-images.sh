@@ -44,7 +44,7 @@ else
 fi
 
 # The stand-in's files (its image is rebuilt when their hash changes).
-standin_sha="$(cd "$here/tests/support" && cat __init__.py runner_standin.py standin_runs.py \
+standin_sha="$(cd "$here/tests/support" && cat __init__.py runner_standin.py standin_runs.py standin_docker.py \
     | sha256sum | cut -c1-64)"
 if [ "${FORCE:-0}" = 1 ] || ! have_image "$runner" \
     || [ "$(docker image inspect -f '{{index .Config.Labels "standin.sha"}}' "$runner")" != \

@@ -69,7 +69,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.support.standin_runs import DOCKER_SOCKET, OUTPUT_CAP, Invalid, Runs
+from tests.support.standin_docker import DOCKER_SOCKET
+from tests.support.standin_runs import OUTPUT_CAP, Invalid, Runs
 
 VERSION = "0.1.0"
 PROTOCOL = "matrixlab.runner.v1"

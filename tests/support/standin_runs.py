@@ -2,22 +2,21 @@
 
 :class:`Runs` checks a ``/code/run`` or ``/run`` body as the Runner does, runs its step
 as a local process group (the stand-in playing the container) or, with
-``--docker-image``, as a real container on the Docker engine, and answers it with the
-Runner's quirks. Standard library only, like the stand-in.
+``--docker-image``, as a real container on the Docker engine
+(:mod:`tests.support.standin_docker`), and answers it with the Runner's quirks.
+Standard library only, like the stand-in.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import http.client
 import io
 import json
 import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ import uuid
 import zipfile
 from collections.abc import Iterator
 from typing import Any
+
+from tests.support.standin_docker import attach, docker
 
 BANNER = "== Matrix Lab step: command ==\n"
 OUTPUT_CAP = 10 * 1024 * 1024
@@ -48,7 +49,6 @@ IMAGE_ENV = {
 }
 #: Repositories the stand-in's "Docker" can run; any other image fails to pull (exit 125).
 RUNNABLE_REPOSITORIES = ("python", "node", "debian", "ubuntu", "python3-only")
-DOCKER_SOCKET = "/var/run/docker.sock"
 STDIN_MAX = 1_000_000
 
 
@@ -112,62 +112,6 @@ def python3_only_path() -> str:
         if found:
             os.symlink(found, os.path.join(folder, tool))
     return folder
-
-
-def _docker_socket() -> str:
-    host = os.environ.get("DOCKER_HOST", "")
-    return host[len("unix://") :] if host.startswith("unix://") else DOCKER_SOCKET
-
-
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    """HTTP to the Docker engine's unix socket."""
-
-    def __init__(self, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(_docker_socket())
-
-
-def _docker(
-    method: str, path: str, body: dict[str, Any] | None = None, timeout: float = 120
-) -> tuple[int, bytes]:
-    """One call of the Docker engine API: (status, body)."""
-    connection = _UnixHTTPConnection(timeout)
-    try:
-        data = json.dumps(body).encode() if body is not None else None
-        connection.request(method, path, body=data, headers={"Content-Type": "application/json"})
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
-
-
-def _attach(cid: str, timeout: float) -> tuple[bytes, bytes, bool]:
-    """A container's stdout and stderr until it exits, or ``timeout``: (out, err, timed out)."""
-    connection = _UnixHTTPConnection(timeout)
-    streams = {1: bytearray(), 2: bytearray()}
-    deadline = time.monotonic() + timeout
-    try:
-        connection.request("POST", f"/containers/{cid}/attach?logs=1&stream=1&stdout=1&stderr=1")
-        sock = connection.sock  # the response takes it over (a close-delimited stream)
-        assert sock is not None
-        response = connection.getresponse()
-        while True:
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
-            header = response.read(8)
-            if len(header) < 8:
-                return bytes(streams[1]), bytes(streams[2]), False
-            size = int.from_bytes(header[4:8], "big")
-            streams.get(header[0], streams[1]).extend(response.read(size))
-    except TimeoutError:
-        return bytes(streams[1]), bytes(streams[2]), True
-    except (ConnectionError, http.client.HTTPException):
-        return bytes(streams[1]), bytes(streams[2]), False  # removed under us
-    finally:
-        connection.close()
 
 
 class Invalid(Exception):
@@ -435,19 +379,19 @@ class Runs:
                 "Tmpfs": {"/tmp": "rw,noexec,nosuid,size=256m"},
             },
         }
-        status, answer = _docker("POST", f"/containers/create?name={name}", create)
+        status, answer = docker("POST", f"/containers/create?name={name}", create)
         if status != 201:
             return self._result(sandbox_id, 125, "", f"docker: {answer.decode()}\n", started)
         cid = json.loads(answer)["Id"]
-        _docker("POST", f"/containers/{cid}/start")
+        docker("POST", f"/containers/{cid}/start")
         remaining = max(0.01, common["timeout"] - (time.monotonic() - started))
-        out, err, timed_out = _attach(cid, remaining)
+        out, err, timed_out = attach(cid, remaining)
         if timed_out:
-            _docker("POST", f"/containers/{cid}/kill")
-        status, answer = _docker("POST", f"/containers/{cid}/wait")
+            docker("POST", f"/containers/{cid}/kill")
+        status, answer = docker("POST", f"/containers/{cid}/wait")
         code = json.loads(answer)["StatusCode"] if status == 200 else 137
         for _ in range(20):  # --rm (the engine may still be finishing the exit)
-            if _docker("DELETE", f"/containers/{cid}?force=1")[0] in (204, 404):
+            if docker("DELETE", f"/containers/{cid}?force=1")[0] in (204, 404):
                 break
             time.sleep(0.1)
         return self._answer(sandbox_id, code, out, err, started, timed_out=timed_out)
