@@ -20,6 +20,7 @@ from gitpilot_jupyter.sandbox.matrixlab.config import (
     STATE_ENV,
     LifecycleConfig,
     state_path,
+    url_port,
 )
 from gitpilot_jupyter.sandbox.report import status_text
 from gitpilot_jupyter.sandbox.service import SandboxService
@@ -110,6 +111,13 @@ async def test_status_and_plans_say_an_unmanaged_runner_keeps_copies(
     assert (await matrixlab_service.status())["kept"] is None
     plan, _ = await run_here(matrixlab_service, language="python", code="print(2)")
     assert not any("keeps copies" in c["label"] for c in plan.checks)
+    # The flag on, but the URL is not where the lifecycle's container answers (another
+    # port): that Runner is someone else's, and keeps its copies.
+    url = matrixlab_service.settings.effective().settings.matrixlab_url
+    monkeypatch.setenv("GITPILOT_MATRIXLAB_PORT", str(url_port(url) % 65535 + 1))
+    assert (await matrixlab_service.status())["kept"] == KEPT_NOTE
+    plan, result = await run_here(matrixlab_service, language="python", code="print(3)")
+    assert {"label": KEPT_NOTE, "ok": False} in plan.checks and KEPT_NOTE in result.notes
 
 
 async def test_each_run_leaves_no_job_folder(jobs_runner: tuple[StandinRunner, Path]) -> None:

@@ -145,6 +145,7 @@ class MatrixLabSandbox(SandboxBackend):
         max_workspace_mb: int = RUNNER_MAX_WORKSPACE_MB,
         jobs_dir: str | None = None,
         runner_container: str | None = None,
+        managed: bool = False,
     ) -> None:
         self.url = url.rstrip("/")
         self.token = token
@@ -159,6 +160,9 @@ class MatrixLabSandbox(SandboxBackend):
         #: The lifecycle's Runner container, where it manages one: removes the Runner's
         #: root-owned copies this server may not.
         self.runner_container = runner_container
+        #: The lifecycle manages this Runner (:meth:`.config.LifecycleConfig.manages`): the
+        #: copies it keeps of each run are removed here.
+        self.managed = managed
 
     def _client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -190,7 +194,7 @@ class MatrixLabSandbox(SandboxBackend):
 
     def kept(self) -> str | None:
         """What the Runner keeps of each run that this server cannot remove (None: nothing)."""
-        return kept_copies(self.environ)
+        return kept_copies(self.managed)
 
     def refusal(self, *, allow_network: bool = False) -> ContainmentUnavailable | None:
         """Network on is refused unless the administrator says the Runner isolates it."""

@@ -9,6 +9,7 @@ The mutating calls need ``GITPILOT_ENABLE_MATRIXLAB_LIFECYCLE=1``.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import shlex
 from collections.abc import Mapping
@@ -69,10 +70,28 @@ KEPT_NOTE = (
 )
 
 
-def kept_copies(environ: Mapping[str, str]) -> str | None:
-    """:data:`KEPT_NOTE` unless the lifecycle manages the Runner (then the backend
-    removes each run's copies, see :mod:`.jobs`)."""
-    return None if lifecycle_enabled(environ) else KEPT_NOTE
+def kept_copies(managed: bool) -> str | None:
+    """:data:`KEPT_NOTE` unless the lifecycle manages the Runner (``managed``: then the
+    backend removes each run's copies, see :mod:`.jobs`)."""
+    return None if managed else KEPT_NOTE
+
+
+def url_port(url: str) -> int:
+    """The port ``url`` names, or its scheme's (443 for https, else 80)."""
+    parsed = urlparse(url)
+    return parsed.port or (443 if parsed.scheme == "https" else 80)
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """True for ``localhost`` and a loopback address (a URL's host name)."""
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def require_enabled(environ: Mapping[str, str]) -> None:
@@ -138,10 +157,16 @@ class LifecycleConfig:
 
     def port_for(self, url: str) -> int:
         """The host port: configured, else the port of ``url`` (default 80 / 443)."""
-        if self.host_port:
-            return self.host_port
-        parsed = urlparse(url)
-        return parsed.port or (443 if parsed.scheme == "https" else 80)
+        return self.host_port or url_port(url)
+
+    def manages(self, url: str, environ: Mapping[str, str]) -> bool:
+        """True when the lifecycle is on and ``url`` is where its container's Runner
+        answers (this host, the published port); a Runner elsewhere is not its own."""
+        if not lifecycle_enabled(environ):
+            return False
+        host = urlparse(url).hostname
+        here = is_loopback_host(host) or host == self.bind_address
+        return here and url_port(url) == self.port_for(url)
 
     def published_url(self, url: str) -> str:
         """Where the container's Runner answers on this host: the bind address and host port."""

@@ -95,6 +95,7 @@ class MatrixLabLifecycle:
             environ=self.environ,
             jobs_dir=self.jobs_dir,
             runner_container=self.config.container_name,
+            managed=True,
         )
 
     # -- inspection -----------------------------------------------------------------------

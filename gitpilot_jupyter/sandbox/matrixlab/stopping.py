@@ -13,12 +13,11 @@ plans and results say so.
 from __future__ import annotations
 
 import importlib.util
-import ipaddress
 import secrets
 from collections.abc import Mapping
 from urllib.parse import urlparse
 
-from .config import lifecycle_enabled
+from .config import is_loopback_host, lifecycle_enabled
 from .docker_steps import docker_client
 
 #: The variable each run's tag travels in (it ends up in the container's command line).
@@ -32,22 +31,11 @@ def new_run_tag() -> str:
     return secrets.token_hex(12)
 
 
-def _loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def stop_unavailable(url: str, environ: Mapping[str, str]) -> str | None:
     """Why Stop cannot remove a run's container on the Runner at ``url`` (None: it can)."""
     if importlib.util.find_spec("docker") is None:
         return "the Docker SDK for Python is not installed (pip install 'gitpilot-jupyter[docker]')"
-    if lifecycle_enabled(environ) or _loopback(urlparse(url).hostname):
+    if lifecycle_enabled(environ) or is_loopback_host(urlparse(url).hostname):
         return None
     return "it is on another host and not managed here, so its Docker engine is out of reach"
 

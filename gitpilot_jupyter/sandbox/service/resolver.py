@@ -106,11 +106,12 @@ class BackendResolver:
         if name in self.local:
             return self.local[name]
         from ..matrixlab.backend import MatrixLabSandbox
-        from ..matrixlab.config import LifecycleConfig, lifecycle_enabled
+        from ..matrixlab.config import LifecycleConfig
 
         if settings is None:
             settings = self.settings.effective().settings
         host = (self.matrixlab_config or LifecycleConfig()).with_env(self.settings.environ)
+        managed = host.manages(settings.matrixlab_url, self.settings.environ)
         return MatrixLabSandbox(
             url=settings.matrixlab_url,
             token=settings.matrixlab_token,
@@ -118,9 +119,8 @@ class BackendResolver:
             network_isolated=host.network_isolated,
             max_workspace_mb=host.max_workspace_mb,
             jobs_dir=host.jobs_path(self.settings.config_dir),
-            runner_container=host.container_name
-            if lifecycle_enabled(self.settings.environ)
-            else None,
+            runner_container=host.container_name if managed else None,
+            managed=managed,
             environ=self.settings.environ,
         )
 
