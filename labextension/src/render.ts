@@ -45,6 +45,58 @@ export function badge(text: string, kind: string): HTMLElement {
   return el('span', `jp-gitpilot-badge jp-gitpilot-badge-${kind}`, text);
 }
 
+/**
+ * Show `text` in a panel's message line: an error (`failed`) is announced at once as an
+ * alert, anything else is plain text; an empty `text` clears the line.
+ */
+export function setMessage(
+  node: HTMLElement,
+  text: string,
+  failed: boolean
+): void {
+  node.textContent = text;
+  node.classList.toggle('jp-gitpilot-error', failed);
+  if (failed) {
+    node.setAttribute('role', 'alert');
+  } else {
+    node.removeAttribute('role');
+  }
+}
+
+/**
+ * Keep `parent`'s rows in step with `items`, in place by key, so a refresh never moves
+ * the focus: a row whose item is gone `leave`s, a known one is `update`d, a new one is
+ * made and appended.
+ */
+export function syncRows<T, R extends { readonly node: HTMLElement }>(
+  rows: Map<string, R>,
+  items: readonly T[],
+  keyOf: (item: T) => string,
+  parent: HTMLElement,
+  make: (item: T) => R,
+  update: (row: R, item: T) => void,
+  leave: (row: R) => void = row => row.node.remove()
+): void {
+  const keys = new Set(items.map(keyOf));
+  for (const [key, row] of rows) {
+    if (!keys.has(key)) {
+      leave(row);
+      rows.delete(key);
+    }
+  }
+  for (const item of items) {
+    const key = keyOf(item);
+    const row = rows.get(key);
+    if (row) {
+      update(row, item);
+      continue;
+    }
+    const fresh = make(item);
+    rows.set(key, fresh);
+    parent.appendChild(fresh.node);
+  }
+}
+
 /** A display output's `text/plain`, shown as text (where no registry renders it). */
 export const plainDisplay: DisplayRenderer = item => {
   const text = item.data['text/plain'];
