@@ -112,8 +112,14 @@ function row(list: HTMLElement, term: string, value: string): void {
   list.appendChild(el('dd', '', value));
 }
 
-/** The body of the approval dialog: what would run, where, and what the scan found. */
-export function renderPlan(plan: IPlan): HTMLElement {
+/**
+ * The body of the approval dialog: what would run, where, and what the scan found.
+ * With `onRemoveInput`, each input listed has a button that takes it out (by its name).
+ */
+export function renderPlan(
+  plan: IPlan,
+  onRemoveInput?: (name: string) => void
+): HTMLElement {
   const root = el('div', 'jp-gitpilot-plan');
   if (plan.blocked) {
     const banner = el('div', 'jp-gitpilot-plan-blocked');
@@ -143,7 +149,7 @@ export function renderPlan(plan: IPlan): HTMLElement {
   }
   root.appendChild(facts);
   if (plan.inputs?.length) {
-    root.appendChild(renderInputs(plan.inputs));
+    root.appendChild(renderInputs(plan.inputs, onRemoveInput));
   }
 
   if (plan.checks.length) {
@@ -182,9 +188,13 @@ export function renderPlan(plan: IPlan): HTMLElement {
 
 /**
  * "Files in": the files and folders the plan hands to the run, each with its size and
- * the start of its hash (the digest binds them: a file changed after approval does not run).
+ * the start of its hash (the digest binds them: a file changed after approval does not run);
+ * with `onRemove`, each with a button that takes it out.
  */
-export function renderInputs(inputs: readonly IRunInput[]): HTMLElement {
+export function renderInputs(
+  inputs: readonly IRunInput[],
+  onRemove?: (name: string) => void
+): HTMLElement {
   const box = el('div', 'jp-gitpilot-plan-inputbox');
   const titleId = 'jp-gitpilot-plan-inputs-title';
   const title = el(
@@ -219,6 +229,22 @@ export function renderInputs(inputs: readonly IRunInput[]): HTMLElement {
       )
     );
     item.title = input.sha256;
+    if (onRemove) {
+      const remove = el(
+        'button',
+        'jp-mod-styled jp-gitpilot-input-remove',
+        '✕'
+      );
+      remove.type = 'button';
+      const label = trans.__(
+        "Remove %1 from the run's files",
+        escapeText(input.name)
+      );
+      remove.title = label;
+      remove.setAttribute('aria-label', label);
+      remove.addEventListener('click', () => onRemove(input.name));
+      item.append(document.createTextNode(' '), remove);
+    }
     list.appendChild(item);
   }
   box.append(title, list);
@@ -325,8 +351,23 @@ export function renderSummary(result: IRunResult): HTMLElement {
   return summary;
 }
 
-/** The event a result's Re-run button sends (it bubbles to whoever made the run). */
+/**
+ * The event a result's Re-run button sends (it bubbles to whoever made the run); its
+ * `detail` is an `IRerun`.
+ */
 export const RERUN_EVENT = 'jp-gitpilot-rerun';
+
+/** What a Re-run hands over: the inputs the run was planned with, to plan it again so. */
+export interface IRerun {
+  /** Input paths under the server's root; empty for none. */
+  inputs: string[];
+}
+
+/** The inputs a Re-run event asks for (none from an event without them). */
+export function rerunInputs(event: Event): string[] {
+  const detail = (event as CustomEvent<Partial<IRerun> | null>).detail;
+  return Array.isArray(detail?.inputs) ? [...detail.inputs] : [];
+}
 /** The event a result's Clear button sends (it bubbles: whoever kept the run forgets it). */
 export const CLEAR_EVENT = 'jp-gitpilot-clear';
 
@@ -345,6 +386,8 @@ export class OutputView {
   private clock: ReturnType<typeof setInterval> | null = null;
   private shownDisplays = 0;
   private filesNode: HTMLElement | null = null;
+  /** The input paths the run was planned with: its Re-run plans with them again. */
+  inputs: string[] = [];
 
   /**
    * @param title a heading above the output (a file run names its file)
@@ -576,7 +619,12 @@ export class OutputView {
       trans.__('↻ Re-run'),
       trans.__('Run this again (you approve the plan first)'),
       () =>
-        this.node.dispatchEvent(new CustomEvent(RERUN_EVENT, { bubbles: true }))
+        this.node.dispatchEvent(
+          new CustomEvent<IRerun>(RERUN_EVENT, {
+            bubbles: true,
+            detail: { inputs: [...this.inputs] }
+          })
+        )
     );
     button(trans.__('Copy'), trans.__('Copy the output'), node => {
       const done = (text: string) => {
