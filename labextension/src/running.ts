@@ -34,7 +34,7 @@ export function sessionTooltip(
     trans.__('Python session %1', escapeText(session.name)),
     session.state === 'busy'
       ? trans.__('busy: a cell is running')
-      : trans.__('idle since %1', agoText(session.last_used, now)),
+      : trans.__('idle, last used %1', agoText(session.last_used, now)),
     sessionFacts(session, now)
   ].join('\n');
 }
@@ -79,7 +79,7 @@ export function sessionsRunningManager(
       ),
     shutdownAllConfirmationText: () =>
       trans._n(
-        'Stop your %1 sandbox session? Its variables, processes and files go.',
+        'Stop %1 sandbox session? Its variables, processes and files go.',
         'Stop all %1 of your sandbox sessions? Their variables, processes and files go.',
         model.sessions.length
       )

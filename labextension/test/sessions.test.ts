@@ -162,7 +162,7 @@ describe('one SessionsModel behind the tab and the Running panel', () => {
   it('says language, state and idle time on hover', () => {
     const text = sessionTooltip(session('analysis'), 1000 + 180);
     expect(text).toContain('Python session analysis');
-    expect(text).toContain('idle since 3 min ago');
+    expect(text).toContain('idle, last used 3 min ago');
     expect(text).toContain('2 cells');
     expect(text).toContain('network blocked');
     expect(sessionTooltip(session('plots', { state: 'busy' }), 1000)).toContain(

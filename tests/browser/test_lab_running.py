@@ -13,6 +13,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from .lab import Lab
+from .ui import screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -79,7 +80,8 @@ def test_running_panel_lists_sessions_restarts_and_shuts_them_down(
     expect(item).to_contain_text("idle")
     label = item.locator(".jp-RunningSessions-itemLabel")
     tooltip = label.get_attribute("title") or ""
-    assert f"Python session {first}" in tooltip and "idle since" in tooltip, tooltip
+    assert f"Python session {first}" in tooltip and "idle, last used" in tooltip, tooltip
+    screenshot(panel, "running-panel-sessions-light")
 
     # Restart from the item's context menu: the lab says so; the session starts afresh.
     before = started_at(lab)
