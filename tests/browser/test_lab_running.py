@@ -83,6 +83,13 @@ def test_running_panel_lists_sessions_restarts_and_shuts_them_down(
     assert f"Python session {first}" in tooltip and "idle, last used" in tooltip, tooltip
     screenshot(panel, "running-panel-sessions-light")
 
+    # Its name opens the Sandbox Sessions tab, on that session's row.
+    label.click()
+    tab = page.locator("#gitpilot-sandbox-sessions")
+    expect(tab.locator(f'[data-name="{first}"]')).to_contain_text("0 cells")
+    expect(tab.locator(f'[data-name="{first}"] button').first).to_be_focused()
+    panel = running_panel(page)
+
     # Restart from the item's context menu: the lab says so; the session starts afresh.
     before = started_at(lab)
     label.click(button="right")
