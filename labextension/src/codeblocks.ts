@@ -7,7 +7,7 @@
 
 import { trans } from './i18n';
 import { fenceLanguage } from './labels';
-import { el, RERUN_EVENT } from './render';
+import { el, RERUN_EVENT, rerunInputs } from './render';
 
 /** What a ▶ Run click hands over: the block's language, its code and where output goes. */
 export interface ICodeBlock {
@@ -31,10 +31,13 @@ export function codeLanguage(code: Element): string | null {
   return null;
 }
 
-/** Add a ▶ Run button to every runnable code block under `root`; idempotent. */
+/**
+ * Add a ▶ Run button to every runnable code block under `root`; idempotent. `onRun` gets
+ * the inputs to plan with: none for ▶ Run, the run's own for its result's Re-run.
+ */
 export function decorateCodeBlocks(
   root: HTMLElement,
-  onRun: (block: ICodeBlock) => void,
+  onRun: (block: ICodeBlock, inputs: string[]) => void,
   onDecorated: (block: ICodeBlock) => void = () => undefined
 ): number {
   let count = 0;
@@ -67,14 +70,14 @@ export function decorateCodeBlocks(
       // A click inside a rendered Markdown cell must not also select or edit the cell.
       event.stopPropagation();
       if (!button.disabled) {
-        onRun(block);
+        onRun(block, []);
       }
     });
-    // A result's Re-run plans the block again, as its ▶ Run does.
+    // A result's Re-run plans the block again, with the inputs that run had.
     outputHost.addEventListener(RERUN_EVENT, event => {
       event.stopPropagation();
       if (!button.disabled) {
-        onRun(block);
+        onRun(block, rerunInputs(event));
       }
     });
     bar.appendChild(button);

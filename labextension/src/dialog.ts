@@ -115,8 +115,11 @@ export const FILES_LABEL = N_('Choose workspace files to hand to the run');
 /** The `actions` mark of the Files… button, by which its answer is told apart. */
 const FILES_ACTION = 'gitpilot-files';
 
-/** What the user decided in the approval dialog. */
-export type PlanDecision = 'approve' | 'cancel' | 'files';
+/**
+ * What the user decided in the approval dialog: `files` to pick more inputs, `remove`
+ * to take the input of that name out (either way the caller plans again).
+ */
+export type PlanDecision = 'approve' | 'cancel' | 'files' | { remove: string };
 
 /**
  * Show `plan`; true only when the user approved a plan that is not blocked.
@@ -135,7 +138,8 @@ export async function confirmPlan(
 /**
  * Show `plan` as `confirmPlan` does; with `offerFiles`, a Files… button (first in the
  * footer) closes the dialog answering `files`, so the caller can pick inputs and plan
- * again: the inputs are part of the plan and its digest, never added to an approved one.
+ * again, and each input listed has a remove button (answering `{remove: name}`): the
+ * inputs are part of the plan and its digest, never changed on an approved one.
  */
 export async function decidePlan(
   plan: IPlan,
@@ -147,7 +151,19 @@ export async function decidePlan(
   const unreachable = plan.blocked
     ? null
     : unreachableReason(plan, await currentStatus(status));
-  const body = new Widget({ node: renderPlan(plan) });
+  let removed: string | null = null;
+  let close = () => undefined as void;
+  const body = new Widget({
+    node: renderPlan(
+      plan,
+      offerFiles
+        ? name => {
+            removed = name;
+            close();
+          }
+        : undefined
+    )
+  });
   if (unreachable !== null) {
     const alert = el('div', 'jp-gitpilot-unreachable');
     alert.setAttribute('role', 'alert');
@@ -217,6 +233,7 @@ export async function decidePlan(
       (offerFiles ? 1 : 0) +
       (plan.blocked || risky || unreachable !== null ? 0 : 1)
   });
+  close = () => dialog.reject();
   dialog.addClass('jp-gitpilot-plan-dialog');
   if (risky || unreachable !== null) {
     dialog.addClass('jp-mod-risky');
@@ -256,6 +273,9 @@ export async function decidePlan(
     );
   }
   const answer = await launchTrapped(dialog, origin);
+  if (removed !== null) {
+    return { remove: removed };
+  }
   if (answer.button.actions.includes(FILES_ACTION)) {
     return 'files';
   }

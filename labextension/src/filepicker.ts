@@ -1,6 +1,7 @@
 /**
  * Files…: the lab's own file dialog, to pick workspace files and folders a run gets as
- * its `inputs` (read-only in its folder, bound into the plan's digest).
+ * its `inputs` (read-only in its folder, bound into the plan's digest). Each pick is
+ * added to the earlier ones (flow.ts `addInputs`).
  */
 
 import { FileDialog } from '@jupyterlab/filebrowser';
@@ -33,7 +34,7 @@ export function workspaceFilePicker(
       title: trans.__('Files for the run'),
       label: current.length
         ? trans.__(
-            'Select the files and folders to hand to the run (Ctrl or Shift for several). They replace: %1',
+            'Select the files and folders to hand to the run (Ctrl or Shift for several). They are added to: %1',
             current.join(', ')
           )
         : trans.__(

@@ -19,7 +19,8 @@ import {
   formatDuration,
   OutputView,
   plainDisplay,
-  RERUN_EVENT
+  RERUN_EVENT,
+  rerunInputs
 } from './render';
 import type { SandboxClient } from './request';
 import type { IRunResult } from './types';
@@ -86,13 +87,17 @@ function resultPane(app: JupyterFrontEnd): MainAreaWidget {
   return pane;
 }
 
-/** Plan a file (the server reads it under its root) and stream its run into the result pane. */
+/**
+ * Plan a file (the server reads it under its root) with `inputs` handed to it, and stream
+ * its run into the result pane; the result's Re-run plans it again with the same inputs.
+ */
 export async function runFile(
   app: JupyterFrontEnd,
   client: SandboxClient,
   path: string,
   renderDisplay: DisplayRenderer = plainDisplay,
-  pickFiles: FilePicker | null = null
+  pickFiles: FilePicker | null = null,
+  inputs: readonly string[] = []
 ): Promise<void> {
   const name = path.split('/').pop() ?? path;
   const show = () => {
@@ -109,12 +114,24 @@ export async function runFile(
   let failed = false;
   const result = await planAndRun(
     client,
-    { file: path, source: 'file_run' },
+    {
+      file: path,
+      source: 'file_run',
+      ...(inputs.length ? { inputs: [...inputs] } : {})
+    },
     () => {
       const view = new OutputView(path, renderDisplay, client);
       view.node.addEventListener(
         RERUN_EVENT,
-        () => void runFile(app, client, path, renderDisplay, pickFiles)
+        event =>
+          void runFile(
+            app,
+            client,
+            path,
+            renderDisplay,
+            pickFiles,
+            rerunInputs(event)
+          )
       );
       const widget = resultPane(app);
       widget.title.label = trans.__('▶ %1', name);

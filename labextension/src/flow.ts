@@ -27,12 +27,19 @@ export function planFailureTitle(error: unknown): string {
   if (code === 'network_unavailable') {
     return trans.__('This host cannot give the snippet a contained network');
   }
+  // The caps on what a run may take are the administrator's (the message says which).
+  if (code === 'inputs_too_large' || code === 'inputs_too_many_files') {
+    return trans.__('Too much for one run: the files were not added');
+  }
+  if (code.startsWith('input')) {
+    return trans.__('These files cannot be handed to the run');
+  }
   return trans.__('The sandbox could not plan this');
 }
 
 /**
- * Asks the user for workspace files to hand to a run (paths under the server's root),
- * starting from those chosen so far; null when they cancelled.
+ * Asks the user for more workspace files to hand to a run (paths under the server's
+ * root), told those chosen so far (the answer is added to them); null when they cancelled.
  */
 export type FilePicker = (
   current: readonly string[]
@@ -75,20 +82,51 @@ export class RunStopper {
   }
 }
 
+/** The name an input path has in the run's folder (its base name, as the server gives it). */
+export function inputName(path: string): string {
+  return path.replace(/\/+$/, '').split('/').pop() ?? path;
+}
+
+/** The inputs chosen so far with a new pick added after them, each path once. */
+export function addInputs(
+  current: readonly string[],
+  picked: readonly string[]
+): string[] {
+  return Array.from(new Set([...current, ...picked]));
+}
+
+/** The inputs without the one the run would see as `name`. */
+export function removeInput(
+  current: readonly string[],
+  name: string
+): string[] {
+  return current.filter(path => inputName(path) !== name);
+}
+
+/** The plan the user approved, and the input paths it was planned with. */
+export interface IDecidedPlan {
+  plan: IPlan;
+  /** Paths under the server's root (the request's `inputs`); empty for none. */
+  inputs: string[];
+}
+
 /**
- * Plan `request` and show the plan until the user decides: the approved plan, or null
- * (cancelled, blocked, or not plannable; a declined plan is dropped on the server).
- * Files… (with `pickFiles`) drops the plan shown, plans again with the picked files as
- * `inputs` and shows the new plan; a pick the server refuses (a symlink out of the tree,
- * too many bytes) says why and goes back to the files chosen before.
+ * Plan `request` and show the plan until the user decides: the approved plan with its
+ * inputs, or null (cancelled, blocked, or not plannable; a declined plan is dropped on
+ * the server). The dialog lists the inputs, each with a remove button; Files… (with
+ * `pickFiles`) adds the picked files to them. Either change drops the plan shown and plans
+ * again: the inputs are part of the plan and its digest. A change the server refuses
+ * (past the caps on count and bytes, a symlink out of the tree, a file gone) says why
+ * and goes back to the inputs chosen before; a request whose own inputs are refused
+ * (a Re-run whose file was since removed) goes on without them.
  */
 export async function decideWithFiles(
   client: SandboxClient,
   request: PlanRequest,
   pickFiles: FilePicker | null
-): Promise<IPlan | null> {
+): Promise<IDecidedPlan | null> {
   let inputs: string[] = [...(request.inputs ?? [])];
-  let fallback: string[] | null = null;
+  let fallback: string[] | null = inputs.length ? [] : null;
   for (;;) {
     let plan: IPlan;
     try {
@@ -112,17 +150,21 @@ export async function decideWithFiles(
       pickFiles !== null
     );
     if (decision === 'approve') {
-      return plan;
+      return { plan, inputs };
     }
     // Declined, blocked, or to be planned again with other files: this plan never runs.
     await client.reject(plan.plan_id).catch(() => undefined);
-    if (decision === 'cancel' || !pickFiles) {
+    if (decision === 'cancel') {
       return null;
     }
-    const picked = await pickFiles(inputs);
     fallback = inputs;
-    if (picked !== null) {
-      inputs = picked;
+    if (decision === 'files') {
+      const picked = pickFiles ? await pickFiles(inputs) : null;
+      if (picked !== null) {
+        inputs = addInputs(inputs, picked);
+      }
+    } else {
+      inputs = removeInput(inputs, decision.remove);
     }
   }
 }
@@ -137,11 +179,18 @@ export async function planAndRun(
   makeOutput: () => OutputView,
   hooks: IRunHooks = {}
 ): Promise<IRunResult | null> {
-  const plan = await decideWithFiles(client, request, hooks.pickFiles ?? null);
-  if (!plan) {
+  const decided = await decideWithFiles(
+    client,
+    request,
+    hooks.pickFiles ?? null
+  );
+  if (!decided) {
     return null;
   }
+  const { plan, inputs } = decided;
   const view = makeOutput();
+  // Its Re-run plans again with the same inputs.
+  view.inputs = inputs;
   const stopper = new RunStopper(client);
   const stop = () => stopper.stop();
   view.running(stop);

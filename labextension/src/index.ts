@@ -19,6 +19,10 @@ import {
   IFileBrowserFactory
 } from '@jupyterlab/filebrowser';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+import {
+  IRunningSessionManagers,
+  IRunningSessionSidebar
+} from '@jupyterlab/running';
 import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
@@ -29,6 +33,7 @@ import {
   runningIcon,
   settingsIcon
 } from '@jupyterlab/ui-components';
+import { Widget } from '@lumino/widgets';
 
 import { DEFAULTS } from './defaults';
 import { confirmPassThrough } from './dialog';
@@ -42,7 +47,8 @@ import { SandboxModel } from './model';
 import { SandboxPanel } from './panel';
 import { PendingPlansPanel } from './pending';
 import { SandboxClient } from './request';
-import { SessionsPanel } from './sessions';
+import { RESTART_SELECTOR, sessionsRunningManager } from './running';
+import { SessionsModel, SessionsPanel } from './sessions';
 import { SettingsSync } from './settingsync';
 import { SandboxStatusItem } from './statusbar';
 
@@ -56,6 +62,7 @@ export const CommandIDs = {
   useBackend: 'gitpilot-sandbox:use-backend',
   runFile: 'gitpilot-sandbox:run-file',
   sessions: 'gitpilot-sandbox:sessions',
+  restartSession: 'gitpilot-sandbox:restart-session',
   runCodeBlock: 'gitpilot-sandbox:run-code-block'
 };
 
@@ -71,7 +78,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     IFileBrowserFactory,
     ISettingRegistry,
     ITranslator,
-    IDefaultFileBrowser
+    IDefaultFileBrowser,
+    IRunningSessionManagers,
+    IRunningSessionSidebar
   ],
   activate: (
     app: JupyterFrontEnd,
@@ -81,7 +90,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     browsers: IFileBrowserFactory | null,
     settingRegistry: ISettingRegistry | null,
     translator: ITranslator | null,
-    defaultBrowser: IDefaultFileBrowser | null
+    defaultBrowser: IDefaultFileBrowser | null,
+    runningManagers: IRunningSessionManagers | null,
+    runningSidebar: IRunningSessionSidebar | null
   ) => {
     useTranslator(translator);
     const category = trans.__('Sandbox');
@@ -143,19 +154,79 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
 
-    // Sandbox Sessions: in the left sidebar, beside JupyterLab's Running panel.
-    const sessions = new SessionsPanel(client);
+    // Sandbox sessions: one model behind JupyterLab's Running panel and our own tab
+    // (the tab adds each session's facts and a Restart button).
+    const sessionModel = new SessionsModel(client);
+    const sessions = new SessionsPanel(sessionModel);
     sessions.title.icon = runningIcon;
     app.shell.add(sessions, 'left', { rank: 210 });
+    const showSessions = (name?: string) => {
+      app.shell.activateById(sessions.id);
+      void sessions.refresh().then(() => {
+        if (name) {
+          sessions.node
+            .querySelector<HTMLButtonElement>(
+              `[data-name="${CSS.escape(name)}"] button`
+            )
+            ?.focus();
+        }
+      });
+    };
     app.commands.addCommand(CommandIDs.sessions, {
       label: trans.__('Sandbox: Sessions'),
       caption: trans.__(
         'List your sandbox sessions, with Restart and Stop for each'
       ),
-      execute: () => {
-        app.shell.activateById(sessions.id);
-        return sessions.refresh();
+      execute: () => showSessions()
+    });
+    if (runningManagers) {
+      runningManagers.add(
+        sessionsRunningManager(sessionModel, {
+          icon: runningIcon,
+          open: showSessions,
+          failed: message =>
+            void showErrorMessage(
+              trans.__('The sandbox session was not stopped'),
+              message
+            )
+        })
+      );
+      // The Running panel fetches nothing itself: poll while it is shown.
+      sessionModel.watch(
+        () => runningSidebar instanceof Widget && runningSidebar.isVisible
+      );
+      void sessionModel.refresh();
+    }
+    app.commands.addCommand(CommandIDs.restartSession, {
+      label: trans.__('Restart Sandbox Session'),
+      caption: trans.__('Restart this session: its variables are lost'),
+      execute: async args => {
+        const name =
+          typeof args.name === 'string'
+            ? args.name
+            : app.contextMenuHitTest(node => node.matches(RESTART_SELECTOR))
+                ?.dataset.context;
+        if (!name) {
+          return;
+        }
+        try {
+          await sessionModel.restart(name);
+          Notification.success(
+            trans.__('Session %1 restarted: its state is gone.', name),
+            { autoClose: 5000 }
+          );
+        } catch (error) {
+          await showErrorMessage(
+            trans.__('The sandbox session was not restarted'),
+            messageOf(error)
+          );
+        }
       }
+    });
+    app.contextMenu.addItem({
+      command: CommandIDs.restartSession,
+      selector: RESTART_SELECTOR,
+      rank: 0
     });
 
     app.commands.addCommand(CommandIDs.refresh, {

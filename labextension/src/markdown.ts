@@ -23,15 +23,16 @@ import type { RunFileSource } from './outfiles';
 import type { SandboxClient } from './request';
 
 /**
- * Plan a code block (`source: code_block`) and stream its run under the block, its
- * display outputs shown by `renderDisplay` among the text.
+ * Plan a code block (`source: code_block`, with `inputs` handed to it) and stream its run
+ * under the block, its display outputs shown by `renderDisplay` among the text.
  */
 export async function runCodeBlock(
   client: SandboxClient,
   block: ICodeBlock,
   history: RunHistory | null = null,
   renderDisplay: DisplayRenderer = plainDisplay,
-  pickFiles: FilePicker | null = null
+  pickFiles: FilePicker | null = null,
+  inputs: readonly string[] = []
 ): Promise<void> {
   // One run per block at a time: the button is off from the click until the run ends.
   block.button.disabled = true;
@@ -40,7 +41,12 @@ export async function runCodeBlock(
   try {
     const result = await planAndRun(
       client,
-      { language: block.language, code: block.code, source: 'code_block' },
+      {
+        language: block.language,
+        code: block.code,
+        source: 'code_block',
+        ...(inputs.length ? { inputs: [...inputs] } : {})
+      },
       () => {
         view = new OutputView('', renderDisplay, client);
         block.outputHost.replaceChildren(view.node);
@@ -109,8 +115,15 @@ export function addRunButtons(
       await super.render(model);
       decorateCodeBlocks(
         this.node,
-        block =>
-          void runCodeBlock(client, block, history, renderDisplay, pickFiles()),
+        (block, inputs) =>
+          void runCodeBlock(
+            client,
+            block,
+            history,
+            renderDisplay,
+            pickFiles(),
+            inputs
+          ),
         block => {
           restoreCodeBlock(block, history, client, renderDisplay);
           forgetOnClear(block, history);

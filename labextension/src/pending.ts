@@ -17,7 +17,15 @@ import { AGENT_SOURCE, SandboxModel } from './model';
 import { escapeText } from './escape';
 import { VisiblePoll } from './poll';
 import { ResponseError } from './request';
-import { badge, el, formatDuration, isRisky, renderPlan } from './render';
+import {
+  badge,
+  el,
+  formatDuration,
+  isRisky,
+  renderPlan,
+  setMessage,
+  syncRows
+} from './render';
 import type { IPlan, IRunningPlan } from './types';
 
 /** How often the open panel asks the server for pending plans. */
@@ -430,15 +438,14 @@ export class PendingPlansPanel extends Widget {
     try {
       ({ plans, running } = await this.model.client.planListing());
     } catch (error) {
-      this.message.textContent =
-        error instanceof Error ? error.message : String(error);
-      this.message.className = 'jp-gitpilot-message jp-gitpilot-error';
-      this.message.setAttribute('role', 'alert');
+      setMessage(
+        this.message,
+        error instanceof Error ? error.message : String(error),
+        true
+      );
       return;
     }
-    this.message.textContent = '';
-    this.message.className = 'jp-gitpilot-message';
-    this.message.removeAttribute('role');
+    setMessage(this.message, '', false);
     this.model.setPlans(plans);
     const ids = new Set(plans.map(plan => plan.plan_id));
     const now = Date.now();
@@ -467,27 +474,22 @@ export class PendingPlansPanel extends Widget {
 
   private showRunning(running: IRunningPlan[]): void {
     const now = Date.now();
-    const ids = new Set(running.map(run => run.run_id));
-    for (const [id, card] of this.runningCards) {
-      if (!ids.has(id)) {
-        card.node.remove(); // the run ended (or was stopped): it leaves
-        this.runningCards.delete(id);
-      }
-    }
-    for (const run of running) {
-      const card = this.runningCards.get(run.run_id);
-      if (card) {
-        card.update(run, now);
-        continue;
-      }
-      const fresh = new RunningCard(run, this.model, () => {
-        // Stopped: look again soon, so the card leaves once the run has ended.
-        window.setTimeout(() => void this.refresh(), 1000);
-      });
-      fresh.node.setAttribute('role', 'listitem');
-      this.runningCards.set(run.run_id, fresh);
-      this.runningList.appendChild(fresh.node);
-    }
+    // A run that ended (or was stopped) leaves.
+    syncRows(
+      this.runningCards,
+      running,
+      run => run.run_id,
+      this.runningList,
+      run => {
+        const card = new RunningCard(run, this.model, () => {
+          // Stopped: look again soon, so the card leaves once the run has ended.
+          window.setTimeout(() => void this.refresh(), 1000);
+        });
+        card.node.setAttribute('role', 'listitem');
+        return card;
+      },
+      (card, run) => card.update(run, now)
+    );
     this.runningSection.hidden = this.runningCards.size === 0;
   }
 

@@ -45,6 +45,58 @@ export function badge(text: string, kind: string): HTMLElement {
   return el('span', `jp-gitpilot-badge jp-gitpilot-badge-${kind}`, text);
 }
 
+/**
+ * Show `text` in a panel's message line: an error (`failed`) is announced at once as an
+ * alert, anything else is plain text; an empty `text` clears the line.
+ */
+export function setMessage(
+  node: HTMLElement,
+  text: string,
+  failed: boolean
+): void {
+  node.textContent = text;
+  node.classList.toggle('jp-gitpilot-error', failed);
+  if (failed) {
+    node.setAttribute('role', 'alert');
+  } else {
+    node.removeAttribute('role');
+  }
+}
+
+/**
+ * Keep `parent`'s rows in step with `items`, in place by key, so a refresh never moves
+ * the focus: a row whose item is gone `leave`s, a known one is `update`d, a new one is
+ * made and appended.
+ */
+export function syncRows<T, R extends { readonly node: HTMLElement }>(
+  rows: Map<string, R>,
+  items: readonly T[],
+  keyOf: (item: T) => string,
+  parent: HTMLElement,
+  make: (item: T) => R,
+  update: (row: R, item: T) => void,
+  leave: (row: R) => void = row => row.node.remove()
+): void {
+  const keys = new Set(items.map(keyOf));
+  for (const [key, row] of rows) {
+    if (!keys.has(key)) {
+      leave(row);
+      rows.delete(key);
+    }
+  }
+  for (const item of items) {
+    const key = keyOf(item);
+    const row = rows.get(key);
+    if (row) {
+      update(row, item);
+      continue;
+    }
+    const fresh = make(item);
+    rows.set(key, fresh);
+    parent.appendChild(fresh.node);
+  }
+}
+
 /** A display output's `text/plain`, shown as text (where no registry renders it). */
 export const plainDisplay: DisplayRenderer = item => {
   const text = item.data['text/plain'];
@@ -60,8 +112,14 @@ function row(list: HTMLElement, term: string, value: string): void {
   list.appendChild(el('dd', '', value));
 }
 
-/** The body of the approval dialog: what would run, where, and what the scan found. */
-export function renderPlan(plan: IPlan): HTMLElement {
+/**
+ * The body of the approval dialog: what would run, where, and what the scan found.
+ * With `onRemoveInput`, each input listed has a button that takes it out (by its name).
+ */
+export function renderPlan(
+  plan: IPlan,
+  onRemoveInput?: (name: string) => void
+): HTMLElement {
   const root = el('div', 'jp-gitpilot-plan');
   if (plan.blocked) {
     const banner = el('div', 'jp-gitpilot-plan-blocked');
@@ -91,7 +149,7 @@ export function renderPlan(plan: IPlan): HTMLElement {
   }
   root.appendChild(facts);
   if (plan.inputs?.length) {
-    root.appendChild(renderInputs(plan.inputs));
+    root.appendChild(renderInputs(plan.inputs, onRemoveInput));
   }
 
   if (plan.checks.length) {
@@ -130,9 +188,13 @@ export function renderPlan(plan: IPlan): HTMLElement {
 
 /**
  * "Files in": the files and folders the plan hands to the run, each with its size and
- * the start of its hash (the digest binds them: a file changed after approval does not run).
+ * the start of its hash (the digest binds them: a file changed after approval does not run);
+ * with `onRemove`, each with a button that takes it out.
  */
-export function renderInputs(inputs: readonly IRunInput[]): HTMLElement {
+export function renderInputs(
+  inputs: readonly IRunInput[],
+  onRemove?: (name: string) => void
+): HTMLElement {
   const box = el('div', 'jp-gitpilot-plan-inputbox');
   const titleId = 'jp-gitpilot-plan-inputs-title';
   const title = el(
@@ -167,6 +229,22 @@ export function renderInputs(inputs: readonly IRunInput[]): HTMLElement {
       )
     );
     item.title = input.sha256;
+    if (onRemove) {
+      const remove = el(
+        'button',
+        'jp-mod-styled jp-gitpilot-input-remove',
+        '✕'
+      );
+      remove.type = 'button';
+      const label = trans.__(
+        "Remove %1 from the run's files",
+        escapeText(input.name)
+      );
+      remove.title = label;
+      remove.setAttribute('aria-label', label);
+      remove.addEventListener('click', () => onRemove(input.name));
+      item.append(document.createTextNode(' '), remove);
+    }
     list.appendChild(item);
   }
   box.append(title, list);
@@ -273,8 +351,23 @@ export function renderSummary(result: IRunResult): HTMLElement {
   return summary;
 }
 
-/** The event a result's Re-run button sends (it bubbles to whoever made the run). */
+/**
+ * The event a result's Re-run button sends (it bubbles to whoever made the run); its
+ * `detail` is an `IRerun`.
+ */
 export const RERUN_EVENT = 'jp-gitpilot-rerun';
+
+/** What a Re-run hands over: the inputs the run was planned with, to plan it again so. */
+export interface IRerun {
+  /** Input paths under the server's root; empty for none. */
+  inputs: string[];
+}
+
+/** The inputs a Re-run event asks for (none from an event without them). */
+export function rerunInputs(event: Event): string[] {
+  const detail = (event as CustomEvent<Partial<IRerun> | null>).detail;
+  return Array.isArray(detail?.inputs) ? [...detail.inputs] : [];
+}
 /** The event a result's Clear button sends (it bubbles: whoever kept the run forgets it). */
 export const CLEAR_EVENT = 'jp-gitpilot-clear';
 
@@ -293,6 +386,8 @@ export class OutputView {
   private clock: ReturnType<typeof setInterval> | null = null;
   private shownDisplays = 0;
   private filesNode: HTMLElement | null = null;
+  /** The input paths the run was planned with: its Re-run plans with them again. */
+  inputs: string[] = [];
 
   /**
    * @param title a heading above the output (a file run names its file)
@@ -524,7 +619,12 @@ export class OutputView {
       trans.__('↻ Re-run'),
       trans.__('Run this again (you approve the plan first)'),
       () =>
-        this.node.dispatchEvent(new CustomEvent(RERUN_EVENT, { bubbles: true }))
+        this.node.dispatchEvent(
+          new CustomEvent<IRerun>(RERUN_EVENT, {
+            bubbles: true,
+            detail: { inputs: [...this.inputs] }
+          })
+        )
     );
     button(trans.__('Copy'), trans.__('Copy the output'), node => {
       const done = (text: string) => {

@@ -1,9 +1,16 @@
-// Files in: Files… in the approval dialog plans again with the picked files as `inputs`,
-// the dialog lists them, and only the plan shown last (with its files) is approved.
+// Files in: Files… in the approval dialog plans again with the picked files added to the
+// `inputs`, the dialog lists them (each removable), only the plan shown last (with its
+// files) is approved, and a result's Re-run plans again with the inputs its run had.
 
-import { decideWithFiles } from '../src/flow';
+import { decorateCodeBlocks } from '../src/codeblocks';
+import {
+  addInputs,
+  decideWithFiles,
+  inputName,
+  removeInput
+} from '../src/flow';
 import { inputPaths } from '../src/filepicker';
-import { renderPlan } from '../src/render';
+import { OutputView, renderPlan } from '../src/render';
 import type { IPlan } from '../src/types';
 import { buttonNamed, click, flush, scripted, status } from './support';
 
@@ -37,19 +44,23 @@ function plan(id: string, overrides: Partial<IPlan> = {}): IPlan {
   };
 }
 
-/** The open approval dialog, once it shows. */
-async function dialog(): Promise<HTMLElement> {
+/** The first dialog matching `selector`, once it shows. */
+async function shown(selector: string): Promise<HTMLElement> {
   for (let i = 0; i < 20; i++) {
     await flush();
-    const node = document.querySelector<HTMLElement>(
-      '.jp-gitpilot-plan-dialog'
-    );
+    const node = document.querySelector<HTMLElement>(selector);
     if (node) {
       return node;
     }
   }
-  throw new Error('no approval dialog');
+  throw new Error(`no dialog ${selector}`);
 }
+
+/** The open approval dialog, once it shows. */
+const dialog = () => shown('.jp-gitpilot-plan-dialog');
+
+/** The error dialog shown over the plan dialog, once it shows. */
+const errorDialog = () => shown('.jp-Dialog:not(.jp-gitpilot-plan-dialog)');
 
 async function closed(): Promise<void> {
   for (
@@ -132,7 +143,8 @@ describe('decideWithFiles', () => {
     expect(node.textContent).toContain('sales.csv');
     click(node.querySelector('.jp-mod-accept'));
     const approved = await decided;
-    expect(approved?.plan_id).toBe('plan_b');
+    expect(approved?.plan.plan_id).toBe('plan_b');
+    expect(approved?.inputs).toEqual(['data/sales.csv']);
     expect(picked).toEqual([[]]);
     const planned = sent.filter(s => s.endpoint === 'plan').map(s => s.body);
     expect(planned).toEqual([
@@ -207,5 +219,188 @@ describe('decideWithFiles', () => {
     click(buttonNamed(node, 'Cancel'));
     expect(await decided).toBeNull();
     expect(sent.filter(s => s.endpoint === 'plan')).toHaveLength(3);
+  });
+});
+
+/** A plan answer listing an input for each requested path (named as the server does). */
+function planFor(body: unknown, id: string): { plan: IPlan } {
+  const paths = (body as { inputs?: string[] }).inputs ?? [];
+  return {
+    plan: plan(id, {
+      inputs: paths.map(path => ({ ...INPUT, name: inputName(path) }))
+    })
+  };
+}
+
+describe('inputs chosen across picks', () => {
+  afterEach(() => {
+    document.body.replaceChildren();
+  });
+
+  it('adds a pick to the earlier ones, each path once, and names them as the run sees them', () => {
+    expect(addInputs(['a.csv'], ['b.csv', 'a.csv'])).toEqual([
+      'a.csv',
+      'b.csv'
+    ]);
+    expect(inputName('data/2024/')).toBe('2024');
+    expect(removeInput(['d/a.csv', 'b.csv'], 'a.csv')).toEqual(['b.csv']);
+  });
+
+  it('a second pick adds to the first; a removed input leaves the next plan', async () => {
+    let planned = 0;
+    const { client, sent } = scripted({
+      'GET status': status(),
+      'POST plan': (body: unknown) => planFor(body, `plan_${++planned}`),
+      'POST reject': { rejected: true }
+    });
+    const picks = [['sales.csv'], ['data/costs.csv', 'sales.csv']];
+    const told: Array<readonly string[]> = [];
+    const decided = decideWithFiles(
+      client,
+      { language: 'python', code: 'x', source: 'code_block' },
+      async current => {
+        told.push([...current]);
+        return picks.shift() ?? null;
+      }
+    );
+    click(buttonNamed(await dialog(), 'Files…'));
+    await closed();
+    click(buttonNamed(await dialog(), 'Files…'));
+    await closed();
+    let node = await dialog();
+    const list = node.querySelector('.jp-gitpilot-plan-inputs');
+    expect(
+      Array.from(list?.querySelectorAll('li') ?? []).map(li => li.dataset.name)
+    ).toEqual(['sales.csv', 'costs.csv']);
+    // Each can be taken out again.
+    click(
+      node.querySelector(
+        'button[aria-label="Remove sales.csv from the run\'s files"]'
+      )
+    );
+    await closed();
+    node = await dialog();
+    expect(
+      Array.from(node.querySelectorAll('.jp-gitpilot-plan-inputs li')).map(
+        li => (li as HTMLElement).dataset.name
+      )
+    ).toEqual(['costs.csv']);
+    click(node.querySelector('.jp-mod-accept'));
+    expect(await decided).toMatchObject({
+      plan: { plan_id: 'plan_4' },
+      inputs: ['data/costs.csv']
+    });
+    expect(told).toEqual([[], ['sales.csv']]);
+    expect(
+      sent.filter(s => s.endpoint === 'plan').map(s => s.body)
+    ).toMatchObject([
+      {},
+      { inputs: ['sales.csv'] },
+      { inputs: ['sales.csv', 'data/costs.csv'] },
+      { inputs: ['data/costs.csv'] }
+    ]);
+    // Every plan but the approved one was dropped.
+    expect(sent.filter(s => s.endpoint === 'reject')).toHaveLength(3);
+  });
+
+  it('a pick past the caps says so and keeps the files chosen before', async () => {
+    let planned = 0;
+    const { client } = scripted({
+      'GET status': status(),
+      'POST plan': (body: unknown) =>
+        ((body as { inputs?: string[] }).inputs ?? []).length > 1
+          ? [
+              400,
+              {
+                message:
+                  "inputs hold more than 100 MB (the administrator's max_input_bytes)",
+                code: 'inputs_too_large'
+              }
+            ]
+          : planFor(body, `plan_${++planned}`),
+      'POST reject': { rejected: true }
+    });
+    const picks = [['sales.csv'], ['big.bin']];
+    const decided = decideWithFiles(
+      client,
+      { language: 'python', code: 'x', source: 'code_block' },
+      async () => picks.shift() ?? null
+    );
+    click(buttonNamed(await dialog(), 'Files…'));
+    await closed();
+    click(buttonNamed(await dialog(), 'Files…'));
+    await closed();
+    const error = await errorDialog();
+    expect(error.textContent).toContain(
+      'Too much for one run: the files were not added'
+    );
+    expect(error.textContent).toContain('max_input_bytes');
+    click(error.querySelector('button'));
+    const node = await dialog();
+    expect(
+      node.querySelector('.jp-gitpilot-plan-inputs')?.textContent
+    ).toContain('sales.csv');
+    expect(node.textContent).not.toContain('big.bin');
+    click(node.querySelector('.jp-mod-accept'));
+    expect((await decided)?.inputs).toEqual(['sales.csv']);
+  });
+
+  it('a request whose own inputs are refused goes on without them', async () => {
+    const { client } = scripted({
+      'GET status': status(),
+      'POST plan': (body: unknown) =>
+        (body as { inputs?: string[] }).inputs
+          ? [
+              400,
+              { message: 'input gone.csv: no such file', code: 'input_missing' }
+            ]
+          : planFor(body, 'plan_a'),
+      'POST reject': { rejected: true }
+    });
+    const decided = decideWithFiles(
+      client,
+      {
+        language: 'python',
+        code: 'x',
+        source: 'code_block',
+        inputs: ['gone.csv']
+      },
+      async () => null
+    );
+    const error = await errorDialog();
+    expect(error.textContent).toContain('no such file');
+    click(error.querySelector('button'));
+    click((await dialog()).querySelector('.jp-mod-accept'));
+    expect((await decided)?.inputs).toEqual([]);
+  });
+});
+
+describe('Re-run keeps the inputs', () => {
+  it("hands the run's inputs to the block's Re-run, none to its ▶ Run", () => {
+    const root = document.createElement('div');
+    root.innerHTML = '<pre><code class="language-python">print(1)</code></pre>';
+    const runs: string[][] = [];
+    decorateCodeBlocks(root, (_block, inputs) => runs.push(inputs));
+    click(root.querySelector('.jp-gitpilot-run-button'));
+    const view = new OutputView();
+    view.inputs = ['sales.csv', 'data'];
+    root.querySelector('.jp-gitpilot-codeblock-output')?.appendChild(view.node);
+    view.finish({
+      backend: 'subprocess',
+      language: 'python',
+      command: ['python'],
+      exit_code: 0,
+      stdout: '1\n',
+      stderr: '',
+      duration_ms: 5,
+      truncated: false,
+      timed_out: false,
+      sandbox_id: null,
+      run_id: 'run_1',
+      plan_id: 'plan_1',
+      isolation: []
+    });
+    click(buttonNamed(view.node, '↻ Re-run'));
+    expect(runs).toEqual([[], ['sales.csv', 'data']]);
   });
 });

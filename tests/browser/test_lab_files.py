@@ -1,13 +1,14 @@
 """Files and sessions in a real lab: ▶ Run lists what a snippet wrote under ``out/`` with
-download links (and an image shown), Files… hands workspace files to a run, and the
-Sandbox Sessions panel lists a session started over REST, whose Stop ends it."""
+download links (and an image shown), Files… hands workspace files to a run (a second pick
+adds to the first; Re-run hands the same files again, each removable), and the Sandbox
+Sessions panel lists a session started over REST, whose Stop ends it."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 
 from .flood import APPROVE, markdown_notebook, write_file
 from .lab import Lab
@@ -34,6 +35,12 @@ INPUT_NOTEBOOK = "inputs.ipynb"
 INPUT_CSV = "sales.csv"
 INPUT_CODE = f'print(open("{INPUT_CSV}").read().strip())\n'
 INPUT_SCRIPT = "read_sales.py"
+COSTS_CSV = "costs.csv"
+PICKS_NOTEBOOK = "picks.ipynb"
+PICKS_CODE = f'print(open("{INPUT_CSV}").read() + open("{COSTS_CSV}").read(), end="")\n'
+RERUN_NOTEBOOK = "rerun.ipynb"
+#: Its own code (a block's kept result is found by its code, and its cell by its text).
+RERUN_CODE = f"# re-run keeps its inputs\n{INPUT_CODE}"
 HISTORY_KEY = "gitpilot-jupyter:code-block-runs"
 SESSION = "browser-session"
 
@@ -109,6 +116,69 @@ def test_files_hands_a_workspace_file_to_a_code_block_run(lab: Lab, page: Page) 
     output = cell.locator(".jp-gitpilot-output")
     expect(output.locator(".jp-gitpilot-result-summary")).to_contain_text("exit 0")
     expect(output.locator(".jp-gitpilot-output-text")).to_have_text("region,total\nsouth,7\n")
+
+
+def file_names(dialog: Locator) -> list[str]:
+    """The names the approval dialog lists under "Files in", in order."""
+    return (
+        dialog.get_by_role("list", name="Files in")
+        .locator("li")
+        .evaluate_all("items => items.map(item => item.dataset.name)")
+    )
+
+
+def test_a_second_pick_adds_to_the_first(lab: Lab, page: Page) -> None:
+    write_file(lab, INPUT_CSV, "region,total\nwest,5\n")
+    write_file(lab, COSTS_CSV, "region,cost\nwest,2\n")
+    write_file(lab, PICKS_NOTEBOOK, markdown_notebook("picks", f"```python\n{PICKS_CODE}```\n"))
+    open_file(page, lab, PICKS_NOTEBOOK)
+    cell = page.locator(".jp-MarkdownCell", has_text=COSTS_CSV)
+    cell.get_by_role("button", name="Run python code block in the sandbox").click()
+    pick_in_file_dialog(page, INPUT_CSV)
+    expect(plan_dialog(page).get_by_role("list", name="Files in")).to_contain_text(INPUT_CSV)
+    # The same file again, then another: each is listed once, the first pick kept.
+    pick_in_file_dialog(page, INPUT_CSV)
+    expect(plan_dialog(page).get_by_role("list", name="Files in")).to_contain_text(INPUT_CSV)
+    pick_in_file_dialog(page, COSTS_CSV)
+    dialog = plan_dialog(page)
+    expect(dialog.get_by_role("list", name="Files in")).to_contain_text(COSTS_CSV)
+    assert file_names(dialog) == [INPUT_CSV, COSTS_CSV]
+    dialog.get_by_role("button", name=APPROVE).click()
+    output = cell.locator(".jp-gitpilot-output")
+    expect(output.locator(".jp-gitpilot-result-summary")).to_contain_text("exit 0")
+    expect(output.locator(".jp-gitpilot-output-text")).to_have_text(
+        "region,total\nwest,5\nregion,cost\nwest,2\n"
+    )
+
+
+def test_rerun_plans_again_with_the_runs_inputs(lab: Lab, page: Page) -> None:
+    write_file(lab, INPUT_CSV, "region,total\nnorth,9\n")
+    write_file(lab, RERUN_NOTEBOOK, markdown_notebook("rerun", f"```python\n{RERUN_CODE}```\n"))
+    open_file(page, lab, RERUN_NOTEBOOK)
+    cell = page.locator(".jp-MarkdownCell", has_text="re-run keeps its inputs")
+    cell.get_by_role("button", name="Run python code block in the sandbox").click()
+    pick_in_file_dialog(page, INPUT_CSV)
+    plan_dialog(page).get_by_role("button", name=APPROVE).click()
+    output = cell.locator(".jp-gitpilot-output")
+    expect(output.locator(".jp-gitpilot-output-text")).to_have_text("region,total\nnorth,9\n")
+
+    # The file changed since: Re-run hands it again (a new plan binds its new content).
+    write_file(lab, INPUT_CSV, "region,total\nnorth,10\n")
+    output.get_by_role("button", name="Run this again (you approve the plan first)").click()
+    dialog = plan_dialog(page)
+    expect(dialog.get_by_role("list", name="Files in")).to_contain_text(INPUT_CSV)
+    assert file_names(dialog) == [INPUT_CSV]
+    dialog.get_by_role("button", name=APPROVE).click()
+    expect(output.locator(".jp-gitpilot-output-text")).to_have_text("region,total\nnorth,10\n")
+
+    # In the Re-run's dialog an input can be taken out: the new plan has none.
+    output.get_by_role("button", name="Run this again (you approve the plan first)").click()
+    dialog = plan_dialog(page)
+    dialog.get_by_role("button", name=f"Remove {INPUT_CSV} from the run's files").click()
+    expect(plan_dialog(page)).not_to_contain_text("Files in")
+    plan_dialog(page).get_by_role("button", name=APPROVE).click()
+    expect(output.locator(".jp-gitpilot-result-summary")).to_contain_text("exit 1")
+    expect(output.locator(".jp-gitpilot-output-text")).to_contain_text("FileNotFoundError")
 
 
 def test_run_in_sandbox_of_a_file_takes_inputs(lab: Lab, page: Page) -> None:
