@@ -4,8 +4,6 @@ real sandbox (bubblewrap), inputs as approved and read-only, out/ by a run's rul
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -168,7 +166,7 @@ def test_out_keeps_a_runs_rules_no_symlink_no_fifo_and_the_caps(
 
 def test_the_inbox_goes_with_the_session(bwrap: SubprocessSandbox, project: Path) -> None:
     inputs = resolve_inputs(project, ["sales.csv"], caps=InputCaps())
-    before = set(os.listdir(tempfile.gettempdir()))
+    inboxes: list[Path] = []
 
     async def body(manager: SessionManager) -> None:
         await manager.start("nb", owner=None, request=start_request())
@@ -177,9 +175,10 @@ def test_the_inbox_goes_with_the_session(bwrap: SubprocessSandbox, project: Path
         )
         done = await manager.run_cell(spec, user=None)
         assert done.result.exit_code == 0, done.result.stderr
+        inboxes.append(manager._sessions[(None, "nb")].kernel.files.private)
+        assert any(inboxes[0].rglob("sales.csv"))
         await manager.stop("nb", user=None)
+        assert not inboxes[0].exists()
 
     with_sessions(bwrap, body)
     assert untouched(project)
-    left = set(os.listdir(tempfile.gettempdir())) - before
-    assert not [n for n in left if n.startswith("gitpilot")], left
