@@ -4,11 +4,13 @@ real sandbox (bubblewrap), inputs as approved and read-only, out/ by a run's rul
 from __future__ import annotations
 
 import dataclasses
+import os
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from gitpilot_jupyter.sandbox.errors import ApprovalError
+from gitpilot_jupyter.sandbox.errors import ApprovalError, InputRefused
 from gitpilot_jupyter.sandbox.inputs import InputCaps, resolve_inputs
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.outfiles import OutCaps
@@ -105,7 +107,7 @@ def test_each_cell_hands_back_what_it_wrote_or_changed_under_out(
                 "open('out/plots/b.txt', 'w').write('bb')",
             ),
             user=None,
-            out_dir=_out(tmp_path, 1),
+            out_folder=partial(_out, tmp_path, 1),
         )
         assert first.result.exit_code == 0, first.result.stderr
         assert sorted((f["name"], f["size"]) for f in first.result.files) == [
@@ -113,12 +115,14 @@ def test_each_cell_hands_back_what_it_wrote_or_changed_under_out(
             ("plots/b.txt", 2),
         ]
         # Nothing written: nothing listed; one file changed: that one only.
-        quiet = await manager.run_cell(cell("nb", "x = 1"), user=None, out_dir=_out(tmp_path, 2))
+        quiet = await manager.run_cell(
+            cell("nb", "x = 1"), user=None, out_folder=partial(_out, tmp_path, 2)
+        )
         assert quiet.result.files == []
         changed = await manager.run_cell(
             cell("nb", "open('out/a.txt', 'w').write('again')"),
             user=None,
-            out_dir=_out(tmp_path, 3),
+            out_folder=partial(_out, tmp_path, 3),
         )
         assert [(f["name"], f["size"]) for f in changed.result.files] == [("a.txt", 5)]
         assert (tmp_path / "out-3" / "000000").read_bytes() == b"again"
@@ -142,7 +146,7 @@ def test_out_keeps_a_runs_rules_no_symlink_no_fifo_and_the_caps(
     async def body(manager: SessionManager) -> None:
         await manager.start("nb", owner=None, request=start_request())
         outcome = await manager.run_cell(
-            cell("nb", hostile), user=None, out_dir=_out(tmp_path, 1), out_caps=caps
+            cell("nb", hostile), user=None, out_folder=partial(_out, tmp_path, 1), out_caps=caps
         )
         result = outcome.result
         assert result.exit_code == 0, result.stderr
@@ -152,12 +156,12 @@ def test_out_keeps_a_runs_rules_no_symlink_no_fifo_and_the_caps(
         assert [p.read_bytes() for p in (tmp_path / "out-1").iterdir()] == [b"kept"]
         # The cap on files holds per cell; those left out come with a later cell.
         capped = await manager.run_cell(
-            cell("nb", many), user=None, out_dir=_out(tmp_path, 2), out_caps=caps
+            cell("nb", many), user=None, out_folder=partial(_out, tmp_path, 2), out_caps=caps
         )
         assert len(capped.result.files) == 3
         assert "cap of 3 files" in " ".join(capped.result.notes)
         rest = await manager.run_cell(
-            cell("nb", "pass"), user=None, out_dir=_out(tmp_path, 3), out_caps=caps
+            cell("nb", "pass"), user=None, out_folder=partial(_out, tmp_path, 3), out_caps=caps
         )
         assert len(rest.result.files) == 2
 
@@ -182,3 +186,24 @@ def test_the_inbox_goes_with_the_session(bwrap: SubprocessSandbox, project: Path
 
     with_sessions(bwrap, body)
     assert untouched(project)
+
+
+def test_an_input_whose_name_is_a_folder_of_the_session_is_refused(
+    bwrap: SubprocessSandbox, project: Path
+) -> None:
+    inputs = resolve_inputs(project, ["sales.csv"], caps=InputCaps())
+
+    async def body(manager: SessionManager) -> None:
+        await manager.start("nb", owner=None, request=start_request())
+        await manager.run_cell(cell("nb", "import os\nos.mkdir('sales.csv')"), user=None)
+        spec = dataclasses.replace(cell("nb", "open('ran', 'w')"), inputs=inputs)
+        with pytest.raises(InputRefused, match=r"has a folder 'sales\.csv'"):
+            await manager.run_cell(spec, user=None)
+        after = await manager.run_cell(
+            cell("nb", "import os\nprint(os.path.isdir('sales.csv'), os.path.exists('ran'))"),
+            user=None,
+        )
+        assert after.result.stdout == "True False\n", after.result.stderr
+        assert len(os.listdir(manager._sessions[(None, "nb")].kernel.files.inbox)) == 0
+
+    with_sessions(bwrap, body)

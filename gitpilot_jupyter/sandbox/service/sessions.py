@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ..backend import OutputCallback
 from ..errors import InvalidRequest, SandboxError, SessionNotFound
-from ..outfiles import OutFile
 from ..plans import Approval
 from ..policy import SandboxPolicy
 from ..request import Caller, RunOptions
@@ -161,8 +161,6 @@ class SessionDoor:
             "session": spec.session,
         }
         policy = self._policy()
-        out_dir = self.runs.out_folder(run_id)
-        files: list[OutFile] = []
         try:
             outcome = await self.manager.run_cell(
                 spec,
@@ -172,10 +170,9 @@ class SessionDoor:
                 plan_id=plan_id,
                 stop=stop,
                 max_output_bytes=policy.max_output_bytes,
-                out_dir=out_dir,
+                out_folder=functools.partial(self.runs.out_folder, run_id),
                 out_caps=policy.out_caps,
             )
-            files = outcome.result.files
         except SessionNotFound:
             if approval is not None:  # stopped between the start and the cell: nothing ran
                 self.planner.plans.unspend(approval)
@@ -194,9 +191,8 @@ class SessionDoor:
             )
             self._emit("run", event)
             raise
-        finally:
-            if out_dir is not None:
-                self.runs.out_store.keep(run_id, caller.user, files, out_dir)
+        if outcome.out_dir is not None:
+            self.runs.out_store.keep(run_id, caller.user, outcome.result.files, outcome.out_dir)
         result = outcome.result
         if outcome.outputs and not result.outputs:
             result = dataclasses.replace(result, outputs=list(outcome.outputs))

@@ -26,7 +26,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,8 +62,12 @@ MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 BOOT_FILE = "inline.py"
 #: How long the kernel may take to link a cell's inputs (it is idle: one cell at a time).
 LINK_TIMEOUT_SEC = 30.0
+#: How much of the kernel's reason a refused link quotes.
+MAX_REASON_CHARS = 300
 #: The result's notes when a cell ended its session.
 LOST_NOTE = "session lost: its kernel ended, and its state with it; start it again"
+#: Makes the folder a cell's ``out/`` files are copied into (None: none could be made).
+OutFolder = Callable[[], "Path | None"]
 _POLL_SEC = 0.005
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
@@ -80,6 +84,8 @@ class CellOutcome:
 
     result: RunResult
     lost: bool = False
+    #: The folder the cell's ``out/`` files were copied into (None: nothing was collected).
+    out_dir: Path | None = None
 
     @property
     def outputs(self) -> list[dict[str, Any]]:
@@ -211,15 +217,17 @@ class KernelSession:
         run_id: str | None = None,
         plan_id: str | None = None,
         inputs: Sequence[RunInput] = (),
-        out_dir: Path | None = None,
+        out_folder: OutFolder | None = None,
         out_caps: OutCaps | None = None,
     ) -> CellOutcome:
         """Run one (approved) cell in the kernel; see the module docstring.
 
         ``inputs`` are the cell's (as approved: a changed one raises
         :class:`~..errors.ApprovalError` before the cell runs); what the cell wrote or
-        changed under ``out/`` is copied into ``out_dir`` (None: nothing is collected)
-        within ``out_caps`` and listed in ``result.files``.
+        changed under ``out/`` is copied within ``out_caps`` into the folder
+        ``out_folder`` makes (called only when ``out/`` holds something; None, or a
+        folder of None: nothing is collected), listed in ``result.files``, and the folder
+        is the outcome's ``out_dir``.
         """
         async with self._lock:
             self.busy = True
@@ -229,9 +237,12 @@ class KernelSession:
                 outcome = await self._run(
                     code, timeout_sec, max_output_bytes, on_output, stop, run_id, plan_id
                 )
-                if out_dir is not None and not outcome.lost and not self.files.nothing_out():
+                if out_folder is not None and not outcome.lost and not self.files.nothing_out():
+                    # (A folder only then: most cells leave out/ as it was.)
+                    outcome.out_dir = out_folder()
+                if outcome.out_dir is not None:
                     found = await asyncio.to_thread(
-                        self.files.collect, out_dir, out_caps or self.request.out_caps
+                        self.files.collect, outcome.out_dir, out_caps or self.request.out_caps
                     )
                     outcome.result.files = found.files
                     outcome.result.notes += found.notes
@@ -252,9 +263,10 @@ class KernelSession:
             except TimeoutError:
                 reply = {"status": "error", "evalue": "the kernel did not answer"}
             if reply.get("status") != "ok":
+                why = str(reply.get("evalue") or reply.get("status"))  # (the kernel's words)
                 raise InputRefused(
                     f"the inputs could not be put in session {self.name!r}'s folder: "
-                    f"{reply.get('evalue') or reply.get('status')}"
+                    f"{why[:MAX_REASON_CHARS]}"
                 )
         except BaseException:
             await asyncio.to_thread(self.files.unstage, seen_as)

@@ -19,7 +19,6 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..backend import OutputCallback, RunRequest
@@ -30,7 +29,7 @@ from ..plans import belongs_to
 from ..settings import DEFAULT_SESSION_IDLE_MIN
 from ..spec import RunSpec
 from .boot import engine_refusal
-from .kernel import CellOutcome, KernelSession
+from .kernel import CellOutcome, KernelSession, OutFolder
 from .spare import Spare
 
 if TYPE_CHECKING:
@@ -195,7 +194,7 @@ class SessionManager:
         plan_id: str | None = None,
         stop: asyncio.Event | None = None,
         max_output_bytes: int = DEFAULT_OUTPUT_CAP,
-        out_dir: Path | None = None,
+        out_folder: OutFolder | None = None,
         out_caps: OutCaps | None = None,
     ) -> CellOutcome:
         """Run the approved cell ``spec`` in its session (``spec.session``), as ``user``.
@@ -204,7 +203,8 @@ class SessionManager:
         sends code to a kernel. The spec must agree with the session it names: python,
         this backend, and the network the session was started with. Its inputs are
         handed to the cell as approved (:mod:`.files`); what the cell wrote or changed
-        under ``out/`` is copied into ``out_dir`` (None: nothing is) within ``out_caps``.
+        under ``out/`` is copied within ``out_caps`` into the folder ``out_folder`` makes
+        (:meth:`.kernel.KernelSession.run_cell`).
         """
         if spec.session is None:
             raise InvalidRequest("this plan is not a session's cell", code="invalid_session")
@@ -236,7 +236,7 @@ class SessionManager:
                 run_id=run_id,
                 plan_id=plan_id,
                 inputs=spec.inputs,
-                out_dir=out_dir,
+                out_folder=out_folder,
                 out_caps=out_caps,
             )
         finally:
