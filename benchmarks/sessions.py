@@ -1,12 +1,12 @@
-"""Benchmark 15, sessions (issue #32, the core only): start time and a warm cell's round trip.
+"""Benchmark 15, sessions (issue #32): start time and a warm cell's round trip.
 
 A session's start is ``SessionManager.start`` until the kernel answers: with a kernel
 started ahead (the pool on, each start once the one ahead is up: a user's pace), and
 cold (the pool off: its run started as a cold run is, the kernel's imports, the
-client connected). A warm cell
-is ``SessionManager.run_cell`` of a one-line cell in a started session, until its
-envelope is back; the reference is the same cell sent by ``jupyter_client`` to a
-plain ipykernel on the host (no sandbox), until its reply and idle status. Over
+client connected). A warm cell is ``SessionManager.run_cell`` of a one-line cell in a
+started session, until its envelope is back (also with a 1 kB input, and writing a
+1 kB file under ``out/``); the reference is the same cell sent by ``jupyter_client``
+to a plain ipykernel on the host (no sandbox), until its reply and idle status. Over
 REST (the issue's target), a warm cell is ``POST /plan`` with ``session``,
 ``POST /approve`` and ``POST /run`` by the token on one keep-alive connection to a
 live server (pool auto), in turn with the same plain ipykernel cell.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import tempfile
 import time
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gitpilot_jupyter.sandbox.backend import ResourceLimits, RunRequest
+from gitpilot_jupyter.sandbox.inputs import InputCaps, resolve_inputs
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.pool import PoolConfig
 from gitpilot_jupyter.sandbox.sessions import SessionManager
@@ -35,6 +37,10 @@ from .common import Context, Measure, loadavg, median, plan_and_approve
 
 BENCH = "sessions"
 CELL = "y = 2 + 2"
+#: A cell that writes (again) one 1 kB file under out/: each one hands it back.
+WRITE_OUT = (
+    "import os\nos.makedirs('out', exist_ok=True)\n_ = open('out/o.txt', 'w').write('x' * 1000)"
+)
 
 
 def _cell(name: str) -> RunSpec:
@@ -111,6 +117,34 @@ async def _cells(manager: SessionManager, cells: int, folder: Path) -> tuple[lis
     return core_s, plain_s
 
 
+async def _file_cells(manager: SessionManager, cells: int, folder: Path) -> tuple[list[float], ...]:
+    """Warm cells of session ``b0`` with a 1 kB input (copied as approved, linked by the
+    kernel), and cells that each write a 1 kB file under ``out/`` (collected after)."""
+    (folder / "in.csv").write_bytes(b"x" * 1000)
+    inputs = resolve_inputs(folder, ["in.csv"], caps=InputCaps())
+    with_input = dataclasses.replace(_cell("b0"), inputs=inputs)
+    writes = dataclasses.replace(_cell("b0"), code=WRITE_OUT)
+    counter = iter(range(10**9))
+
+    def out_folder() -> Path:
+        made = folder / f"out-{next(counter)}"
+        made.mkdir()
+        return made
+
+    in_s: list[float] = []
+    out_s: list[float] = []
+    for _ in range(cells):
+        began = time.perf_counter()
+        outcome = await manager.run_cell(with_input, user=None)
+        in_s.append(time.perf_counter() - began)
+        assert outcome.result.exit_code == 0, outcome.result.stderr
+        began = time.perf_counter()
+        outcome = await manager.run_cell(writes, user=None, out_folder=out_folder)
+        out_s.append(time.perf_counter() - began)
+        assert len(outcome.result.files) == 1, outcome.result.notes
+    return in_s, out_s
+
+
 async def _measure(starts: int, cells: int, folder: Path) -> dict[str, list[float]]:
     cold = SessionManager(SubprocessSandbox(pool=PoolConfig(mode="off")))
     try:
@@ -122,9 +156,17 @@ async def _measure(starts: int, cells: int, folder: Path) -> dict[str, list[floa
         # (The first start has no kernel ahead yet: it is a cold one.)
         start_s = (await _starts(manager, starts + 1))[1:]
         core_s, plain_s = await _cells(manager, cells, folder)
+        in_s, out_s = await _file_cells(manager, max(10, cells // 4), folder)
     finally:
         await manager.aclose()
-    return {"start": start_s, "cold": cold_s, "cell": core_s, "plain": plain_s}
+    return {
+        "start": start_s,
+        "cold": cold_s,
+        "cell": core_s,
+        "plain": plain_s,
+        "input": in_s,
+        "out": out_s,
+    }
 
 
 def measure(starts: int, cells: int) -> dict[str, list[float]]:
@@ -215,6 +257,20 @@ def run(ctx: Context) -> list[Measure]:
             "warm cell: core / plain ipykernel",
             ratio,
             "the core alone: the REST face's plan + approve + run comes on top (below)",
+        ),
+        Measure(
+            BENCH,
+            "warm cell with a 1 kB input through the core, median",
+            round(median(found["input"]) * 1000, 2),
+            "ms",
+            note=f"{len(found['input'])} cells: copied as approved, linked by the kernel",
+        ),
+        Measure(
+            BENCH,
+            "warm cell writing a 1 kB out/ file through the core, median",
+            round(median(found["out"]) * 1000, 2),
+            "ms",
+            note=f"{len(found['out'])} cells: the file collected after each",
         ),
         *rest_measures(ctx),
     ]

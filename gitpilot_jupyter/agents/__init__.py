@@ -9,6 +9,7 @@ The plain functions below answer the text a model should read. They share one
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 from ..client.server import TOKEN_ENV, URL_ENV
 from .approval import APPROVAL_ENV, APPROVAL_MODES
@@ -67,9 +68,16 @@ def open_session(name: str | None = None) -> str:
     return default_sandbox().open_session(name).text
 
 
-def run_in_session(session: str, code: str, timeout_sec: int | None = None) -> str:
-    """Run a python cell in ``session`` (planned and approved as any run); the result as text."""
-    return default_sandbox().run_in_session(session, code, timeout_sec).text
+def run_in_session(
+    session: str,
+    code: str,
+    timeout_sec: int | None = None,
+    inputs: Sequence[str] | None = None,
+) -> str:
+    """Run a python cell in ``session`` (planned and approved as any run; ``inputs``:
+    paths of files or folders, each ``./NAME`` in the session's folder from this cell on,
+    listed in the plan); the result as text."""
+    return default_sandbox().run_in_session(session, code, timeout_sec, inputs).text
 
 
 def close_session(session: str) -> str:

@@ -164,15 +164,21 @@ def build_server(
 
     @server.tool(annotations=_hints("Run a Python cell in a session"))
     async def run_in_session(
-        session: str, code: str, ctx: Context, timeout_sec: int | None = None
+        session: str,
+        code: str,
+        ctx: Context,
+        timeout_sec: int | None = None,
+        inputs: list[str] | None = None,
     ) -> CallToolResult:
         """Run Python code in an open session; it sees what earlier cells defined.
 
-        Returns the exit code, duration, stdout, stderr and figures, as run_in_sandbox does.
+        Returns the exit code, duration, stdout, stderr, figures and out/ files, as
+        run_in_sandbox does (the files this cell wrote or changed under out/).
         session: the name open_session gave. timeout_sec: 1..600 for this cell (on expiry it
-        is interrupted and the session keeps its state).
+        is interrupted and the session keeps its state). inputs: as for run_in_sandbox
+        (project files or folders, each as ./NAME in the session's folder from now on).
         """
-        reply = await agent.async_run_in_session(session, code, timeout_sec)
+        reply = await agent.async_run_in_session(session, code, timeout_sec, inputs)
         return await settle(reply, ctx)
 
     @server.tool(annotations=_hints("Close a session"))

@@ -218,13 +218,21 @@ class AgentSandbox:
         return AgentReply("completed", render.render_session_opened(info), sessions=[info])
 
     async def async_run_in_session(
-        self, session: str, code: str, timeout_sec: int | None = None
+        self,
+        session: str,
+        code: str,
+        timeout_sec: int | None = None,
+        inputs: Sequence[str] | None = None,
     ) -> AgentReply:
         """Plan a python cell in ``session`` and run it there as the approval mode allows
         (as :meth:`async_run_in_sandbox`): the plan names the session, and the cell sees
         what the session's earlier cells left (variables, imports, files). A session not
-        open yet is opened by its first cell."""
-        return await self._execute("python", code, timeout_sec, shown=None, session=session)
+        open yet is opened by its first cell. ``inputs`` as for run_in_sandbox: each is
+        ``./NAME`` in the session's folder from this cell on (read-only); what the cell
+        writes or changes under ``out/`` comes back in its result."""
+        return await self._execute(
+            "python", code, timeout_sec, shown=None, inputs=inputs, session=session
+        )
 
     async def async_close_session(self, session: str) -> AgentReply:
         """Stop ``session``: its kernel, processes and files are gone."""
@@ -390,9 +398,15 @@ class AgentSandbox:
         """Synchronous :meth:`async_open_session`."""
         return _sync(self.async_open_session(name))
 
-    def run_in_session(self, session: str, code: str, timeout_sec: int | None = None) -> AgentReply:
+    def run_in_session(
+        self,
+        session: str,
+        code: str,
+        timeout_sec: int | None = None,
+        inputs: Sequence[str] | None = None,
+    ) -> AgentReply:
         """Synchronous :meth:`async_run_in_session`."""
-        return _sync(self.async_run_in_session(session, code, timeout_sec))
+        return _sync(self.async_run_in_session(session, code, timeout_sec, inputs))
 
     def close_session(self, session: str) -> AgentReply:
         """Synchronous :meth:`async_close_session`."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from gitpilot_jupyter.agents import AgentReply, AgentSandbox
 from tests.agents.test_mcp import envelope, run_session, text_of
 from tests.server.test_cancel import new_marker, processes_with
 from tests.support.figures import RED_FIGURE, assert_red_figure, require_matplotlib
+from tests.support.inputs import READ_BOTH, READ_BOTH_OUT, make_project
 from tests.support.live_server import LiveServer
 from tests.support.system import require_system
 
@@ -206,3 +208,47 @@ def test_the_mcp_session_tools_keep_state_and_return_figures() -> None:
         assert gone.is_error and envelope(gone)["error_code"] == "session_not_found"
 
     run_session(["--approval", "auto", "--server", "local"], {}, scenario)
+
+
+def test_an_agents_cell_takes_inputs_and_hands_back_its_out_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = make_project(tmp_path / "project")
+    monkeypatch.chdir(project)
+    agent = AgentSandbox(approval="auto", server="local")
+    opened(agent, "data")
+    code = (
+        READ_BOTH
+        + "import os\nos.makedirs('out', exist_ok=True)\nopen('out/total.txt', 'w').write('42')"
+    )
+    first = agent.run_in_session("data", code, inputs=["sales.csv", "data"])
+    assert first.ok, first.text
+    assert first.plan is not None
+    assert [i["name"] for i in first.plan["inputs"]] == ["sales.csv", "data"]
+    result = first.to_dict()["result"]
+    assert result["stdout"] == READ_BOTH_OUT
+    assert [(f["name"], f["size"]) for f in result["files"]] == [("total.txt", 2)]
+    # A later cell still reads them; it wrote nothing new under out/.
+    later = agent.run_in_session("data", "print(open('data/notes.txt').read(), end='')")
+    assert later.ok and later.to_dict()["result"]["files"] == [], later.text
+    outside = agent.run_in_session("data", "pass", inputs=["../elsewhere.csv"])
+    assert (outside.status, outside.error_code) == ("error", "invalid_input"), outside.text
+    agent.close_session("data")
+
+
+def test_the_mcp_run_in_session_takes_inputs(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "project")
+
+    async def scenario(session: ClientSession) -> None:
+        opened = await session.call_tool("open_session", {"name": "files"})
+        if "session_unavailable" in text_of(opened):
+            require_system("bwrap", False, text_of(opened))
+        ran = await session.call_tool(
+            "run_in_session",
+            {"session": "files", "code": READ_BOTH, "inputs": ["sales.csv", "data"]},
+        )
+        assert not ran.is_error, text_of(ran)
+        assert envelope(ran)["result"]["stdout"] == READ_BOTH_OUT
+        await session.call_tool("close_session", {"session": "files"})
+
+    run_session(["--approval", "auto", "--server", "local"], {}, scenario, cwd=project)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import nbformat
@@ -12,6 +13,7 @@ import pytest
 from nbclient import NotebookClient
 
 from tests.notebooks.test_notebooks import execute_in_session
+from tests.support.inputs import CSV, READ_BOTH, READ_BOTH_OUT, make_project
 from tests.support.live_server import LiveServer, start_live_server
 from tests.support.system import require_system
 
@@ -94,3 +96,35 @@ def test_a_session_keeps_state_across_cells_and_the_line_magic_drives_it(
     assert error(c[8]).startswith("UsageError: sandbox:") and "session" in error(c[8])
     assert "invalid_session" in error(c[8]) or "'../x'" in error(c[8])
     assert error(c[9]).startswith("UsageError:") and "session_not_found" in error(c[9])
+
+
+def test_a_session_cell_takes_inputs_and_saves_its_out_files(tmp_path: Path) -> None:
+    require_system("bwrap", shutil.which("bwrap") is not None, "sessions need bubblewrap")
+    make_project(tmp_path)
+    write = "import os\nos.makedirs('out', exist_ok=True)\nopen('out/total.txt', 'w').write('42')"
+    cells = [
+        "%load_ext gitpilot_jupyter\n%config SandboxMagics.server = 'local'",
+        "%%sandbox --session f --input sales.csv --input data --output-dir saved\n"
+        + READ_BOTH
+        + write,
+        "%%sandbox --session f --output-dir again\nprint(open('sales.csv').read(), end='')",
+        "%sandbox session stop f",
+    ]
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(src, id=f"c{i}") for i, src in enumerate(cells)],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+    )
+    NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT_SEC,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    ).execute()
+    c = nb.cells
+    for i in range(len(cells)):
+        assert error(c[i]) == "", (i, error(c[i]))
+    assert text(c[1]).startswith(READ_BOTH_OUT), text(c[1])
+    assert (tmp_path / "saved" / "total.txt").read_text() == "42"
+    # The next cell wrote nothing new under out/: nothing saved; the inputs stayed.
+    assert text(c[2]).startswith(CSV)
+    assert not (tmp_path / "again").exists()

@@ -71,18 +71,19 @@ async def test_plan_and_run_takes_inputs(api: Api, data: Path) -> None:
         (["out"], "input_name_clash"),
     ],
 )
+@pytest.mark.parametrize("session", [None, "nb"])
 async def test_refused_inputs_are_400_with_their_code(
-    api: Api, data: Path, inputs: list[str], code: str
+    api: Api, data: Path, inputs: list[str], code: str, session: str | None
 ) -> None:
+    """The same refusals for a single run and for a session's cell (``session``)."""
     outside = data.parent / "outside.csv"
     outside.write_text("secret\n")
     os.symlink(outside, data / "link.csv")
     os.symlink(outside, data / "data" / "leak.csv")
     (data / ".env").write_text("API_KEY=hunter2\n")
     (data / "out").mkdir()
-    answer = await api(
-        "POST", "api/sandbox/plan", {"language": "python", "code": READ, "inputs": inputs}
-    )
+    body = {"language": "python", "code": READ, "inputs": inputs, "session": session}
+    answer = await api("POST", "api/sandbox/plan", body)
     assert (answer.code, answer.body["code"]) == (400, code)
     assert "secret" not in answer.text and "hunter2" not in answer.text
 

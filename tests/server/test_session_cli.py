@@ -14,6 +14,7 @@ import pytest
 
 from gitpilot_jupyter.client.server import TOKEN_ENV
 from gitpilot_jupyter.wiring import cli_main
+from tests.support.inputs import NOTES, READ_BOTH, READ_BOTH_OUT, make_project
 from tests.support.live_server import LiveServer, start_live_server
 from tests.support.system import require_system
 
@@ -94,3 +95,38 @@ def test_cli_cells_of_a_session_keep_their_state_and_ctrl_c_interrupts_only_the_
     assert "session nb keeps its kernel and its state" in err, err
     code, out, err = cli("run", "--yes", "-c", "print(x)")
     assert (code, out) == (0, "41\n"), err
+
+
+def test_cli_cells_of_a_session_take_inputs_and_save_their_out_files(
+    live: LiveServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(TOKEN_ENV, live.token)
+    make_project(live.root_dir)
+    monkeypatch.chdir(live.root_dir)
+    with live.client() as http:
+        started = http.post("/api/sandbox/sessions", json={"name": "files"})
+        if started.status_code == 409 and started.json()["code"] == "session_unavailable":
+            require_system("bwrap", False, started.json()["message"])
+        assert started.status_code == 201, started.text
+    write = "import os\nos.makedirs('out', exist_ok=True)\nopen('out/total.txt', 'w').close()"
+    saved = live.root_dir / "saved"
+    argv = ["run", "--yes", "--session", "files", "--server", live.url]
+    code = cli_main(
+        [
+            *argv,
+            "--input",
+            "sales.csv",
+            "--input",
+            "data",
+            "--output-dir",
+            str(saved),
+            "-c",
+            READ_BOTH + write,
+        ]
+    )
+    captured = capsys.readouterr()
+    assert (code, captured.out) == (0, READ_BOTH_OUT), captured.err
+    assert (saved / "total.txt").read_text() == ""
+    # The inputs stay for the session's next cells.
+    code = cli_main([*argv, "-c", "print(open('data/notes.txt').read(), end='')"])
+    assert (code, capsys.readouterr().out) == (0, NOTES)

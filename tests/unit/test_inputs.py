@@ -278,11 +278,17 @@ def test_an_input_may_not_take_the_name_a_file_run_runs_under(
     assert again.value.code == "input_name_clash"
 
 
-def test_a_sessions_cell_takes_no_inputs(service: SandboxService, project: Path) -> None:
-    cell = RunOptions(language="python", code="print()", session="s1", inputs=("sales.csv",))
-    with pytest.raises(InvalidRequest) as refused:
+def test_a_sessions_input_may_not_take_a_name_its_folder_holds(
+    service: SandboxService, project: Path
+) -> None:
+    (project / ".packages").mkdir()
+    cell = RunOptions(language="python", code="print()", session="s1", inputs=(".packages",))
+    with pytest.raises(InvalidRequest) as clash:
         asyncio.run(service.plan(cell))
-    assert refused.value.code == "invalid_input" and "session" in refused.value.message
+    assert clash.value.code == "input_name_clash"
+    # The same name in a single run is only a folder's.
+    run = RunOptions(language="python", code="print()", inputs=(".packages",))
+    assert asyncio.run(service.plan(run)).spec.inputs[0].name == ".packages"
 
 
 def test_a_folder_past_the_file_cap_is_not_walked_to_its_end(project: Path) -> None:

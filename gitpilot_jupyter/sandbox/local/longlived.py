@@ -114,6 +114,8 @@ class LongLived:
 
     def _remove(self) -> None:
         try:
+            if self.launch.out_hold is not None:
+                self.launch.out_hold.close()  # (a session's out/, open since its start)
             self.launch.cleanup()
         finally:
             remove_tree(self.workdir)

@@ -9,6 +9,10 @@ again. Each file is copied into the service's folder under a number, never under
 its own name, at most its ``fstat`` size: one that grew while it was copied is cut
 there, with a note. The walk stops at the count cap, and after a bounded number of
 entries of any kind: 100,000 tiny files cost one folder listing's worth of work.
+
+A session collects its ``out/`` after each cell (:mod:`..sessions`): given the stamps
+of the files kept before (``seen``), a file whose stamp is the same is left out (it
+was handed back already), so each cell's result lists what that cell wrote or changed.
 """
 
 from __future__ import annotations
@@ -40,6 +44,15 @@ _EXTRA_ENTRIES = 1000
 _NAMES_QUOTED = 3
 
 
+#: What tells a file of ``out/`` unchanged since the last look: inode, size, mtime, ctime
+#: (ctime: a cell that writes and then sets the old mtime back still changes it).
+Stamp = tuple[int, int, int, int]
+
+
+def _stamp(info: os.stat_result) -> Stamp:
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
 def stored_name(index: int) -> str:
     """The name the ``index``-th collected file has in the service's folder."""
     return f"{index:06d}"
@@ -66,6 +79,9 @@ class Collected:
     notes: list[str] = field(default_factory=list)
     #: Bytes kept, all files together.
     size: int = 0
+    #: The stamp of each file kept, or left out as unchanged (by name): the next
+    #: look's ``seen``.
+    stamps: dict[str, Stamp] = field(default_factory=dict)
     _skipped: dict[str, list[str]] = field(default_factory=dict)
 
     def skip(self, why: str, name: str) -> None:
@@ -85,9 +101,10 @@ class Collected:
 class _Walk:
     """One collection (see the module docstring)."""
 
-    def __init__(self, dest: Path, caps: OutCaps) -> None:
+    def __init__(self, dest: Path, caps: OutCaps, seen: dict[str, Stamp] | None) -> None:
         self.dest = dest
         self.caps = caps
+        self.seen = seen or {}
         self.found = Collected()
         self.entries = 0
         self.stopped: str | None = None
@@ -113,6 +130,8 @@ class _Walk:
                     os.close(fd)
         if self.stopped is not None:
             self.found.notes.append(self.stopped)
+            for name, stamp in self.seen.items():  # not looked at: as they were
+                self.found.stamps.setdefault(name, stamp)
         return self.found.finish()
 
     def _list(self, fd: int) -> list[os.DirEntry[str]]:
@@ -149,13 +168,17 @@ class _Walk:
             self.found.skip(f"a name longer than {MAX_OUT_NAME_CHARS} characters", name[:80])
             return None
         try:
-            mode = entry.stat(follow_symlinks=False).st_mode
+            info = entry.stat(follow_symlinks=False)
         except OSError:
             return None  # gone meanwhile
+        mode = info.st_mode
         if stat.S_ISDIR(mode):
             return self._enter(fd, name, entry.name, depth)
         if not stat.S_ISREG(mode):
             self.found.skip(f"not a regular file ({_kind(mode)})", name)
+            return None
+        if self.seen.get(name) == _stamp(info):
+            self.found.stamps[name] = _stamp(info)  # handed back already, as it is
             return None
         if len(self.found.files) >= self.caps.max_files:
             self.stopped = (
@@ -163,7 +186,8 @@ class _Walk:
                 "the rest was left out"
             )
             return None
-        self._keep(fd, name, entry.name)
+        if self._keep(fd, name, entry.name):
+            self.found.stamps[name] = _stamp(info)
         return None
 
     def _enter(
@@ -184,19 +208,20 @@ class _Walk:
             self.found.skip(f"a folder that could not be read ({_reason(exc)})", name + "/")
             return None
 
-    def _keep(self, fd: int, name: str, base: str) -> None:
-        """Copy one regular file into the service's folder, within the caps."""
+    def _keep(self, fd: int, name: str, base: str) -> bool:
+        """Copy one regular file into the service's folder, within the caps; True when
+        it was kept."""
         try:
             src = os.open(base, _FILE_FLAGS, dir_fd=fd)
         except OSError as exc:
             why = "a symlink (not followed)" if exc.errno == errno.ELOOP else _reason(exc)
             self.found.skip(f"could not be opened ({why})", name)
-            return
+            return False
         try:
             info = os.fstat(src)
             if not stat.S_ISREG(info.st_mode):
                 self.found.skip(f"not a regular file ({_kind(info.st_mode)})", name)
-                return
+                return False
             left = self.caps.max_bytes - self.found.size
             if info.st_size > left:
                 self.found.skip(
@@ -204,12 +229,12 @@ class _Walk:
                     f"({human_bytes(left)} were left)",
                     name,
                 )
-                return
-            self._copy(src, name, info.st_size)
+                return False
+            return self._copy(src, name, info.st_size)
         finally:
             os.close(src)
 
-    def _copy(self, src: int, name: str, size: int) -> None:
+    def _copy(self, src: int, name: str, size: int) -> bool:
         index = len(self.found.files)
         target = self.dest / stored_name(index)
         digest = hashlib.sha256()
@@ -218,7 +243,7 @@ class _Walk:
             out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         except OSError as exc:  # the server's own disk: nothing more can be kept
             self.stopped = f"{OUT_DIR}/: stopped, the server could not keep more ({_reason(exc)})"
-            return
+            return False
         failed: str | None = None
         try:
             while copied < size:
@@ -247,13 +272,14 @@ class _Walk:
         if failed is not None:
             with contextlib.suppress(OSError):
                 os.unlink(target)
-            return
+            return False
         if grew:
             self.found.skip(f"grew while it was collected: kept its first {size} bytes", name)
         self.found.files.append(
             {"name": name, "size": copied, "sha256": "sha256:" + digest.hexdigest()}
         )
         self.found.size += copied
+        return True
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -274,9 +300,13 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
-def collect_dir(out: int, dest: Path, caps: OutCaps) -> Collected:
-    """Collect the folder open on ``out`` (an fd, which stays open) into ``dest``."""
-    return _Walk(dest, caps).run(out)
+def collect_dir(
+    out: int, dest: Path, caps: OutCaps, seen: dict[str, Stamp] | None = None
+) -> Collected:
+    """Collect the folder open on ``out`` (an fd, which stays open) into ``dest``,
+    leaving out the files whose stamp is the one ``seen`` has (the last look's
+    :attr:`Collected.stamps`)."""
+    return _Walk(dest, caps, seen).run(out)
 
 
 #: In a bubblewrap run's folder on the host: the FIFO its holder reads, and its pid.
@@ -425,7 +455,7 @@ async def hand_back(
     # tmpfs may take a while).
     if hold is not None:
         hold.grab()  # (done already, before the run's processes were killed)
-        if hold.fd >= 0 and _empty(hold.fd):
+        if hold.fd >= 0 and empty_dir(hold.fd):
             return
         found = await asyncio.to_thread(hold.collect, dest, request.out_caps)
     else:
@@ -436,7 +466,7 @@ async def hand_back(
     result.notes += found.notes
 
 
-def _empty(fd: int) -> bool:
+def empty_dir(fd: int) -> bool:
     """True when the folder open on ``fd`` has no entry (False when it cannot be read)."""
     try:
         with os.scandir(fd) as entries:
@@ -452,6 +482,6 @@ def _empty_folder(path: Path) -> bool:
     except OSError:
         return False  # (missing, or a symlink: the collection says which)
     try:
-        return _empty(fd)
+        return empty_dir(fd)
     finally:
         os.close(fd)

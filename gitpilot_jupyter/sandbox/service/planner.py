@@ -32,6 +32,7 @@ from ..records import Check, PlanWarning
 from ..request import RunOptions
 from ..rich import NOT_ON_MATRIXLAB
 from ..scan import scan
+from ..sessions.boot import RESERVED_NAMES as SESSION_NAMES
 from ..sessions.boot import engine_refusal
 from ..settings import SettingsStore
 from ..spec import RunSpec
@@ -125,12 +126,6 @@ class Planner:
         (blocking: a face calls it in a worker thread)."""
         if not options.inputs:
             return ()
-        if options.session is not None:
-            # A session's kernel keeps its own folder between cells: not staged (yet).
-            raise InvalidRequest(
-                "inputs are handed to single runs only, not to a session's cells",
-                code="invalid_input",
-            )
         if options.language is not None:
             language = canonical_language(options.language)
         elif options.file is not None:
@@ -141,7 +136,11 @@ class Planner:
         return resolve_inputs(
             self.root_dir or Path.cwd().resolve(),
             options.inputs,
-            reserved=[run_filename(language, options.file or options.filename)],
+            # A session's folder holds its own files too (its inbox, packages, kernel's).
+            reserved=[
+                run_filename(language, options.file or options.filename),
+                *(SESSION_NAMES if options.session is not None else ()),
+            ],
             hidden=[*dirs, *files],
             caps=self._policy().input_caps,
         )
@@ -227,8 +226,18 @@ class Planner:
         checks += env_checks(names, self._policy().allowed_vars)
         # bubblewrap binds the copies read-only; elsewhere the run could change its copy.
         bound = name == "subprocess" and self.resolver.subprocess.isolator.engine == "bwrap"
-        checks += input_checks(spec.inputs, self._policy().input_caps, read_only=bound)
-        checks.append(out_check(name, self._policy().out_caps, collected=runner.hands_back_files()))
+        in_session = spec.session is not None
+        checks += input_checks(
+            spec.inputs, self._policy().input_caps, read_only=bound, session=in_session
+        )
+        checks.append(
+            out_check(
+                name,
+                self._policy().out_caps,
+                collected=runner.hands_back_files(),
+                session=in_session,
+            )
+        )
         lines = code.count("\n") + (0 if code.endswith("\n") else 1)
         size = f"{lines} line{'s' * (lines != 1)}"
         if spec.session is not None:  # every face shows the goal: it names the session
@@ -422,14 +431,22 @@ def env_checks(named: Sequence[str], every_run: Iterable[str]) -> list[Check]:
     return checks
 
 
-def input_checks(inputs: Sequence[RunInput], caps: InputCaps, *, read_only: bool) -> list[Check]:
+def input_checks(
+    inputs: Sequence[RunInput], caps: InputCaps, *, read_only: bool, session: bool = False
+) -> list[Check]:
     """The plan's lines on the files and folders handed to the run: one each (name,
-    size, hash), then how the run sees them (``read_only``: bound so) and the caps;
-    none without inputs."""
+    size, hash), then how the run sees them (``read_only``: bound so; ``session``: in
+    the session's folder, where they stay) and the caps; none without inputs."""
     if not inputs:
         return []
     checks: list[Check] = [{"label": one.label(), "ok": True} for one in inputs]
     seen = "read-only copies" if read_only else "copies the run may change"
-    label = f"inputs: {seen} in the run folder, never the originals; {caps.describe()}"
+    where = (
+        "the session's folder (kept until the session stops or an input of the same "
+        "name replaces them)"
+        if session
+        else "the run folder"
+    )
+    label = f"inputs: {seen} in {where}, never the originals; {caps.describe()}"
     checks.append({"label": label, "ok": True})
     return checks

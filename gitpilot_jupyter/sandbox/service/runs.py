@@ -219,7 +219,7 @@ class RunExecutor:
                 self.admission.release(ticket)
             if staging is not None:
                 await asyncio.to_thread(remove_tree, staging)
-            self._refused(refusal, spec, plan_id=plan_id, user=user, approval=approval)
+            self.refused(refusal, spec, plan_id=plan_id, user=user, approval=approval)
             raise
         result: RunResult | None = None
         failure: BaseException | None = None
@@ -228,7 +228,7 @@ class RunExecutor:
             if backend.hands_back_files():
                 # One mkdir, on the loop: nothing may await between the run's registration
                 # and the call that removes it whatever happens.
-                request.out_dir = self._out_folder(request.run_id)
+                request.out_dir = self.out_folder(request.run_id)
             result = await self._run_stoppable(backend, request, on_output, active, grace, approval)
         except BaseException as exc:
             failure = exc
@@ -265,7 +265,7 @@ class RunExecutor:
             self._emit("run", event)
         return result
 
-    def _out_folder(self, run_id: str) -> Path | None:
+    def out_folder(self, run_id: str) -> Path | None:
         """A folder for what the run hands back; None (nothing collected) if none can be made."""
         try:
             return self.out_store.folder(run_id)
@@ -376,7 +376,7 @@ class RunExecutor:
             if store is not None:
                 store.run_ended(run_id)
 
-    def _refused(
+    def refused(
         self,
         refusal: SandboxError,
         spec: RunSpec,

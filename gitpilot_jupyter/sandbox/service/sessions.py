@@ -6,6 +6,8 @@ with it, so no kernel outlives the server). A cell reaches a kernel only here, w
 the spec an approval token stood for (:meth:`SessionDoor.run_cell`); a cell of a
 session the caller has not opened starts it with that spec's network, limits and
 environment. Every call acts on the caller's own sessions only (the plans' rule).
+A cell's ``out/`` files are kept for the caller under the cell's run id, as a run's
+(:class:`~.outstore.OutStore`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -157,6 +160,7 @@ class SessionDoor:
             "backend": spec.backend,
             "session": spec.session,
         }
+        policy = self._policy()
         try:
             outcome = await self.manager.run_cell(
                 spec,
@@ -165,11 +169,18 @@ class SessionDoor:
                 run_id=run_id,
                 plan_id=plan_id,
                 stop=stop,
-                max_output_bytes=self._policy().max_output_bytes,
+                max_output_bytes=policy.max_output_bytes,
+                out_folder=functools.partial(self.runs.out_folder, run_id),
+                out_caps=policy.out_caps,
             )
         except SessionNotFound:
             if approval is not None:  # stopped between the start and the cell: nothing ran
                 self.planner.plans.unspend(approval)
+            raise
+        except SandboxError as refusal:
+            # Refused before the cell ran (an input changed since its approval, its links
+            # failed): the token is unspent, a ``refused`` event as for a run.
+            self.runs.refused(refusal, spec, plan_id=plan_id, user=caller.user, approval=approval)
             raise
         except BaseException as exc:
             event.update(
@@ -180,6 +191,8 @@ class SessionDoor:
             )
             self._emit("run", event)
             raise
+        if outcome.out_dir is not None:
+            self.runs.out_store.keep(run_id, caller.user, outcome.result.files, outcome.out_dir)
         result = outcome.result
         if outcome.outputs and not result.outputs:
             result = dataclasses.replace(result, outputs=list(outcome.outputs))

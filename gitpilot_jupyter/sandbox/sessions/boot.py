@@ -32,6 +32,15 @@ SESSION_ENGINES = ("bwrap",)
 #: (``%pip``, ``!pip``, a subprocess) lands there, the kernel imports from it, and it goes
 #: with the session. (Not ``PYTHONUSERBASE``: pip refuses ``--user`` in a venv.)
 PACKAGES_DIR = ".packages"
+#: The folder, in the session's folder, where each cell's verified input copies are seen
+#: (read-only: the server's folder of them, bound when the session starts); a cell's
+#: inputs are then linked at ``./NAME`` (:data:`HELPER_MODULE`).
+INBOX_DIR = ".inbox"
+#: The names of the session's folder an input may not take (besides a run's own).
+RESERVED_NAMES = (INBOX_DIR, PACKAGES_DIR, CONNECTION_FILE)
+#: The module the bootstrap leaves in the kernel's ``sys.modules`` with the helper the
+#: server calls before a cell with inputs (``link_inputs``).
+HELPER_MODULE = "_gitpilot_session"
 #: What ``%pip install`` says in a session whose network is off.
 PIP_OFFLINE_NOTE = (
     "note: this session's network is off, so pip reaches no package index (a wheel or "
@@ -95,9 +104,16 @@ def boot_code(connection: Connection, max_display_bytes: int, *, network: bool) 
         f"CONNECTION = {info!r}\nNO_KERNEL_MARK = {NO_KERNEL_MARK!r}\n"
         f"MAX_DISPLAY_BYTES = {max_display_bytes!r}\nTOO_BIG_KEY = {TOO_BIG_KEY!r}\n"
         f"NETWORK = {network!r}\nPACKAGES_DIR = {PACKAGES_DIR!r}\n"
-        f"PIP_OFFLINE_NOTE = {PIP_OFFLINE_NOTE!r}\n"
+        f"PIP_OFFLINE_NOTE = {PIP_OFFLINE_NOTE!r}\nHELPER_MODULE = {HELPER_MODULE!r}\n"
         f"{_boot_source()}"
     )
+
+
+def link_code(folder: str, names: list[str]) -> str:
+    """The code the server runs (silently) before a cell with inputs: link each of
+    ``names`` at ``./NAME`` to its verified copy in ``folder`` (below :data:`INBOX_DIR`).
+    Strings only: their repr is a Python literal."""
+    return f"__import__({HELPER_MODULE!r}).link_inputs({folder!r}, {names!r})"
 
 
 def engine_refusal(engine: str) -> SessionUnavailable | None:

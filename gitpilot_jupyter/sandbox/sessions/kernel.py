@@ -9,6 +9,8 @@ the run envelope: stream output as ``on_output("stdout"/"stderr", text)``; rich
 outputs (``display_data``, ``execute_result``) checked as a run's display frames are
 (:class:`..rich.DisplayOutputs`, the session's caps per cell), streamed as
 ``on_output(DISPLAY_STREAM, encode_display(item))`` and kept in ``result.outputs``.
+A cell's inputs are copied as approved and linked at ``./NAME`` before it runs, and
+what it wrote or changed under ``out/`` is collected after it (:mod:`.files`).
 A cell over its timeout (or stopped) is interrupted; one that does not stop within
 :data:`INTERRUPT_GRACE_SEC` ends the session, which the result then reports lost.
 Everything the kernel sends is its code's: checked and capped, never trusted.
@@ -24,17 +26,21 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..backend import OutputCallback, RunRequest
-from ..errors import SandboxError
+from ..errors import InputRefused, SandboxError
+from ..inputs import RunInput
+from ..outfiles import OutCaps
 from ..output import CappedText
 from ..results import MEMORY_EXCEEDED, RunResult, new_run_id
 from ..rich import DISPLAY_STREAM, DisplayOutputs, encode_display
 from ..rich.bundles import MIB
-from .boot import NO_KERNEL_MARK, Connection, boot_code, new_connection, no_kernel
+from .boot import NO_KERNEL_MARK, Connection, boot_code, link_code, new_connection, no_kernel
+from .files import SessionFiles
 from .outputs import frame_of
 
 if TYPE_CHECKING:
@@ -54,8 +60,14 @@ INTERRUPT_GRACE_SEC = 5.0
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 #: The run's file name (the kernel's process is the one whose last argument it is).
 BOOT_FILE = "inline.py"
+#: How long the kernel may take to link a cell's inputs (it is idle: one cell at a time).
+LINK_TIMEOUT_SEC = 30.0
+#: How much of the kernel's reason a refused link quotes.
+MAX_REASON_CHARS = 300
 #: The result's notes when a cell ended its session.
 LOST_NOTE = "session lost: its kernel ended, and its state with it; start it again"
+#: Makes the folder a cell's ``out/`` files are copied into (None: none could be made).
+OutFolder = Callable[[], "Path | None"]
 _POLL_SEC = 0.005
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
@@ -72,6 +84,8 @@ class CellOutcome:
 
     result: RunResult
     lost: bool = False
+    #: The folder the cell's ``out/`` files were copied into (None: nothing was collected).
+    out_dir: Path | None = None
 
     @property
     def outputs(self) -> list[dict[str, Any]]:
@@ -106,6 +120,7 @@ class KernelSession:
         kernel_pid: int,
         request: RunRequest,
         backend: str,
+        files: SessionFiles,
     ) -> None:
         self.name = name
         self.process = process
@@ -116,6 +131,8 @@ class KernelSession:
         #: What the session was started with (network, limits, environment).
         self.request = request
         self.backend = backend
+        #: Its files in (the inbox) and out (``out/``).
+        self.files = files
         self.busy = False
         self._lock = asyncio.Lock()
         self._closed = False
@@ -131,6 +148,22 @@ class KernelSession:
         does not come up.
         """
         connection = new_connection()
+        files = await asyncio.to_thread(SessionFiles)
+        try:
+            return await cls._start(backend, name, request, connection, files)
+        except BaseException:
+            await asyncio.to_thread(files.close)
+            raise
+
+    @classmethod
+    async def _start(
+        cls,
+        backend: SubprocessSandbox,
+        name: str,
+        request: RunRequest,
+        connection: Connection,
+        files: SessionFiles,
+    ) -> KernelSession:
         boot = dataclasses.replace(
             request,
             language="python",
@@ -140,6 +173,7 @@ class KernelSession:
             stdin=None,
             file=None,
             filename=None,
+            inputs=(files.staged(),),  # the inbox, bound read-only for the session's life
         )
         process = await backend.start_long_lived(boot)
         try:
@@ -158,13 +192,15 @@ class KernelSession:
             client = _client(connection.for_server(pid, process.workdir), max_message)
             try:
                 await asyncio.wait_for(client.wait_for_ready(), START_TIMEOUT_SEC)
+                # Its stage is made (the kernel is up in it): its out/ is opened now.
+                await asyncio.to_thread(files.hold, process.launch.out_hold)
             except BaseException:
                 _close_client(client)
                 raise
         except BaseException:
             await process.stop()
             raise
-        return cls(name, process, connection, client, pid, boot, backend.name)
+        return cls(name, process, connection, client, pid, boot, backend.name, files)
 
     def alive(self) -> bool:
         """True while the session's run has not ended."""
@@ -180,16 +216,62 @@ class KernelSession:
         stop: asyncio.Event | None = None,
         run_id: str | None = None,
         plan_id: str | None = None,
+        inputs: Sequence[RunInput] = (),
+        out_folder: OutFolder | None = None,
+        out_caps: OutCaps | None = None,
     ) -> CellOutcome:
-        """Run one (approved) cell in the kernel; see the module docstring."""
+        """Run one (approved) cell in the kernel; see the module docstring.
+
+        ``inputs`` are the cell's (as approved: a changed one raises
+        :class:`~..errors.ApprovalError` before the cell runs); what the cell wrote or
+        changed under ``out/`` is copied within ``out_caps`` into the folder
+        ``out_folder`` makes (called only when ``out/`` holds something; None, or a
+        folder of None: nothing is collected), listed in ``result.files``, and the folder
+        is the outcome's ``out_dir``.
+        """
         async with self._lock:
             self.busy = True
             try:
-                return await self._run(
+                if inputs:
+                    await self._put_inputs(inputs)
+                outcome = await self._run(
                     code, timeout_sec, max_output_bytes, on_output, stop, run_id, plan_id
                 )
+                if out_folder is not None and not outcome.lost and not self.files.nothing_out():
+                    # (A folder only then: most cells leave out/ as it was.)
+                    outcome.out_dir = out_folder()
+                if outcome.out_dir is not None:
+                    found = await asyncio.to_thread(
+                        self.files.collect, outcome.out_dir, out_caps or self.request.out_caps
+                    )
+                    outcome.result.files = found.files
+                    outcome.result.notes += found.notes
+                return outcome
             finally:
                 self.busy = False
+
+    async def _put_inputs(self, inputs: Sequence[RunInput]) -> None:
+        """Copy the cell's inputs into the inbox (as approved) and have the kernel link
+        them at ``./NAME``; raises before the cell runs if either fails."""
+        seen_as, names = await asyncio.to_thread(self.files.stage, inputs)
+        try:
+            msg_id = self.client.execute(
+                link_code(seen_as, names), silent=True, store_history=False, allow_stdin=False
+            )
+            try:
+                reply = await asyncio.wait_for(self._shell_reply(msg_id), LINK_TIMEOUT_SEC)
+            except TimeoutError:
+                reply = {"status": "error", "evalue": "the kernel did not answer"}
+            if reply.get("status") != "ok":
+                why = str(reply.get("evalue") or reply.get("status"))  # (the kernel's words)
+                raise InputRefused(
+                    f"the inputs could not be put in session {self.name!r}'s folder: "
+                    f"{why[:MAX_REASON_CHARS]}"
+                )
+        except BaseException:
+            await asyncio.to_thread(self.files.unstage, seen_as)
+            raise
+        await asyncio.to_thread(self.files.linked, seen_as, names)
 
     async def _run(
         self,
@@ -297,15 +379,20 @@ class KernelSession:
                 shell.cancel()
 
     async def _reply(self, msg_id: str, cell: _Cell) -> None:
+        content = await self._shell_reply(msg_id)
+        if content.get("status") == "aborted":
+            cell.failed = True
+            cell.notes.append("the kernel aborted this cell: it did not run")
+
+    async def _shell_reply(self, msg_id: str) -> dict[str, Any]:
+        """The content of the kernel's reply to ``msg_id`` (empty: the session stopped)."""
         while not self._closed:
-            with contextlib.suppress(Exception):  # (as above)
+            with contextlib.suppress(Exception):  # (a malformed message, as above)
                 msg = await self.client.get_shell_msg()
                 if _parent(msg) == msg_id:
                     content = msg.get("content")
-                    if isinstance(content, dict) and content.get("status") == "aborted":
-                        cell.failed = True
-                        cell.notes.append("the kernel aborted this cell: it did not run")
-                    return
+                    return content if isinstance(content, dict) else {}
+        return {}
 
     async def _handle(self, msg: dict[str, Any], cell: _Cell) -> bool:
         """Take one of the cell's messages; True once the kernel is idle."""
@@ -345,7 +432,10 @@ class KernelSession:
         """End the session: its client, every process of its run, its cgroup and folder."""
         self._closed = True
         _close_client(self.client)
-        await self.process.stop()
+        try:
+            await self.process.stop()
+        finally:
+            await asyncio.to_thread(self.files.close)
 
     @property
     def workdir(self) -> Path:

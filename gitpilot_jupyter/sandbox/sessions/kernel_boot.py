@@ -82,6 +82,34 @@ def offline_pip(shell: Any, note: str) -> None:
     shell.register_magic_function(noted, "line", "pip")
 
 
+def link_inputs(folder: str, names: list[str]) -> None:
+    """Make each of ``names`` in the session's folder a link to its verified copy in
+    ``folder`` (read-only: bound so), replacing a file or link of that name (an earlier
+    cell's input included). A folder of that name is left alone: the cell is refused."""
+    home = os.getcwd()
+    for name in names:
+        link = os.path.join(home, name)
+        if os.path.isdir(link) and not os.path.islink(link):
+            raise IsADirectoryError(
+                f"the session's folder has a folder {name!r}: the input cannot take its "
+                "name (remove or rename that folder in a cell first)"
+            )
+        temporary = os.path.join(home, f".{name}.gitpilot-link")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        os.symlink(os.path.join(folder, name), temporary)
+        os.replace(temporary, link)
+
+
+def own_helper(module: str) -> None:
+    """Leave the helper the server calls before a cell with inputs in ``sys.modules``."""
+    import types
+
+    helper = types.ModuleType(module, "gitpilot sandbox: the session's own helpers")
+    helper.link_inputs = link_inputs  # type: ignore[attr-defined]
+    sys.modules[module] = helper
+
+
 def open_to_server(folder: str, sockets: list[str]) -> None:
     """Let the server reach the sockets when it is not root: search (not list) on each
     folder of the kernel's on their way, read and write on the sockets themselves.
@@ -123,6 +151,7 @@ def main() -> None:
     with os.fdopen(fd, "w") as file:
         json.dump(connection, file)
     network = globals()["NETWORK"]
+    own_helper(globals()["HELPER_MODULE"])
     own_packages(os.path.join(os.getcwd(), globals()["PACKAGES_DIR"]), network)
     # No history database: a session's state is its namespace, not a file of its past.
     app = IPKernelApp.instance()

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..backend import OutputCallback, RunRequest
 from ..errors import InvalidRequest, SessionExists, SessionNotFound
+from ..outfiles import OutCaps
 from ..output import DEFAULT_OUTPUT_CAP
 from ..plans import belongs_to
 from ..settings import DEFAULT_SESSION_IDLE_MIN
 from ..spec import RunSpec
 from .boot import engine_refusal
-from .kernel import CellOutcome, KernelSession
+from .kernel import CellOutcome, KernelSession, OutFolder
 from .spare import Spare
 
 if TYPE_CHECKING:
@@ -193,12 +194,17 @@ class SessionManager:
         plan_id: str | None = None,
         stop: asyncio.Event | None = None,
         max_output_bytes: int = DEFAULT_OUTPUT_CAP,
+        out_folder: OutFolder | None = None,
+        out_caps: OutCaps | None = None,
     ) -> CellOutcome:
         """Run the approved cell ``spec`` in its session (``spec.session``), as ``user``.
 
         The service calls it with the spec an approval token stood for; nothing else
         sends code to a kernel. The spec must agree with the session it names: python,
-        this backend, and the network the session was started with.
+        this backend, and the network the session was started with. Its inputs are
+        handed to the cell as approved (:mod:`.files`); what the cell wrote or changed
+        under ``out/`` is copied within ``out_caps`` into the folder ``out_folder`` makes
+        (:meth:`.kernel.KernelSession.run_cell`).
         """
         if spec.session is None:
             raise InvalidRequest("this plan is not a session's cell", code="invalid_session")
@@ -229,6 +235,9 @@ class SessionManager:
                 stop=stop,
                 run_id=run_id,
                 plan_id=plan_id,
+                inputs=spec.inputs,
+                out_folder=out_folder,
+                out_caps=out_caps,
             )
         finally:
             entry.last_used = time.time()
