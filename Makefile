@@ -20,6 +20,9 @@ STRAY_INSTALL_JSON := gitpilot_jupyter/labextension/install.json
 JSDEPS     := labextension/node_modules/.yarn-state.yml
 # The test targets end with the slowest tests and their times (docs/dev/testing.md, "Runtime").
 DURATIONS ?= --durations=25
+# make test-core's pytest processes (pytest-xdist): the suite mostly waits on servers, kernels and
+# runs (one process kept ~0.4 of a core busy), so three share two cores well; 0 runs it in one.
+TEST_WORKERS ?= 3
 
 .PHONY: help run test test-core test-js test-browser lab bench debug lint docs clean install
 
@@ -55,7 +58,7 @@ run: $(RUN_STAMP) $(LABEXT) ## start JupyterLab with the sandbox on the getting-
 test: $(STAMP) lint docs test-core test-js test-browser ## lint, type-check and run the whole test suite
 
 test-core: $(STAMP) ## the Python tests without a browser (unit, server, kernel, widgets, docker, ...)
-	$(BIN)/python -m pytest tests -m "not browser" $(DURATIONS)
+	$(BIN)/python -m pytest tests -m "not browser" -n $(TEST_WORKERS) --dist loadgroup $(DURATIONS)
 
 test-js: $(LABEXT) ## the lab extension's unit tests (jest)
 	cd labextension && $(JLPM) test

@@ -21,6 +21,26 @@ pytest_plugins = [
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+#: Folders whose tests share the machine's state (the Docker engine's images, containers and
+#: names; the Dask clusters' fixed dashboard port): each runs in one test process of
+#: ``make test-core``'s several (pytest-xdist).
+_ONE_PROCESS = ("docker", "batch")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Group the tests for ``--dist loadgroup``: a file's tests stay in one process (its
+    module fixtures are made once), and so do those of each folder in :data:`_ONE_PROCESS`."""
+    tests = Path(__file__).parent
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        path = Path(str(item.path))
+        parts = path.relative_to(tests).parts if path.is_relative_to(tests) else (str(path),)
+        group = parts[0] if parts[0] in _ONE_PROCESS else "/".join(parts)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 _SANDBOX_ENV = (
     "GITPILOT_SANDBOX",
     "GITPILOT_MATRIXLAB_URL",
