@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import resource
 import subprocess
@@ -40,8 +39,10 @@ from typing import Any
 from gitpilot_jupyter.sandbox.backend import RunRequest
 from gitpilot_jupyter.sandbox.local.backends import SubprocessSandbox
 from gitpilot_jupyter.sandbox.local.pool import PoolConfig
-from gitpilot_jupyter.sandbox.rich import DISPLAY_STREAM, parse_display, python_command
+from gitpilot_jupyter.sandbox.rich import python_command
 from gitpilot_jupyter.sandbox.rich.wire import FrameSplitter, new_nonce
+from gitpilot_jupyter.server.run import stream_line
+from gitpilot_jupyter.server.stream import encoded_line, result_line
 
 from .common import Context, Measure, loadavg, median
 
@@ -78,8 +79,7 @@ async def _timed_run(backend: SubprocessSandbox, code: str) -> tuple[float, floa
     await asyncio.sleep(0.03)  # a user's pace: the refill's work is done
 
     async def on_output(stream: str, text: str) -> None:
-        data: Any = parse_display(text) if stream == DISPLAY_STREAM else text
-        json.dumps({"type": stream, "data": data})
+        encoded_line(stream_line(stream, text))  # what the server's stream sends
 
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     cpu = time.process_time() + _children_cpu()
@@ -88,7 +88,7 @@ async def _timed_run(backend: SubprocessSandbox, code: str) -> tuple[float, floa
         RunRequest(language="python", code=code, timeout_sec=60, env=env), on_output
     )
     envelope = result.to_dict()
-    json.dumps(envelope)
+    encoded_line(result_line(envelope))
     wall = time.perf_counter() - started
     return wall, time.process_time() + _children_cpu() - cpu, envelope
 
