@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -263,7 +264,11 @@ def run(ctx: Context, runs: int | None = None) -> list[Measure]:
     split = split_cost(runs) * 1000
     pngs = {side: median(v) * 1000 for side, v in png_runs(runs).items()}
     png_cost = pngs["png"] - pngs["no png"]
-    cells = {side: median(v) * 1000 for side, v in cell_runs(runs).items()}
+    # The kernel's CPU time comes in clock ticks (10 ms, /proc): its mean, not its median.
+    cells = {
+        side: (statistics.fmean(v) if side.endswith("cpu") else median(v)) * 1000
+        for side, v in cell_runs(runs).items()
+    }
     cell_cost = cells["png"] - cells["no png"]
     mpl = {side: median(v) * 1000 for side, v in mpl_runs(max(runs // 3, 5)).items() if v}
     return [
@@ -303,7 +308,7 @@ def run(ctx: Context, runs: int | None = None) -> list[Measure]:
             ok=cell_cost <= PNG_TARGET_MS,
             note=f"%%sandbox cells in a real kernel, warm pool: {cells['png']:.1f} ms "
             f"displaying it, {cells['no png']:.1f} ms not, execute to idle with the "
-            f"notebook outputs made; CPU (kernel, its runs, the notebook's side) "
+            f"notebook outputs made; CPU means (kernel, its runs, the notebook's side) "
             f"{cells['png cpu']:.1f} and {cells['no png cpu']:.1f} ms; {runs} runs each",
         ),
         *(
