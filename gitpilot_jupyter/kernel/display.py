@@ -13,6 +13,7 @@ from collections.abc import Callable
 from subprocess import CalledProcessError
 from typing import Any, TextIO
 
+from IPython import get_ipython
 from IPython.display import publish_display_data as _publish
 
 from ..sandbox import rich
@@ -61,6 +62,15 @@ def cell_numbered(text: str, language: str, offset: int = MAGIC_LINES) -> str:
         return text  # never run: nothing to renumber
     pattern = _LINE_REFERENCES[lang].format(file=re.escape(snippet_filename(lang)))
     return re.sub(pattern, lambda m: f"{m.group(1)}{int(m.group(2)) + offset}", text)
+
+
+def _publisher_flushes() -> bool:
+    """True when the shell's display publisher flushes stdout and stderr itself before
+    each display, as ipykernel's does: a flush from the run's thread waits for the
+    kernel's IO thread (a loaded machine: milliseconds each), so it is not doubled."""
+    shell = get_ipython()
+    publisher = getattr(shell, "display_pub", None)
+    return callable(getattr(publisher, "_flush_streams", None))
 
 
 class CellEcho:
@@ -113,8 +123,9 @@ class CellEcho:
 
     def show(self, item: dict[str, Any]) -> None:
         """Publish a display output as a cell output, after the text that came before it."""
-        for name in sorted(self._written):
-            self._stream(name).flush()
+        if not _publisher_flushes():
+            for name in sorted(self._written):
+                self._stream(name).flush()
         self._last = None
         safe = rich.for_trusted_view(item)
         publish_display_data(data=safe["data"], metadata=safe.get("metadata") or {})

@@ -26,6 +26,7 @@ from tornado.http1connection import HTTP1Connection
 
 from ..sandbox.errors import FileAccessError, InputRefused, InvalidRequest, SandboxError
 from ..sandbox.request import Caller
+from ..sandbox.rich import json_with_outputs
 from ..sandbox.service import SandboxService
 from .schemas import MAX_BODY_BYTES, parse_body
 
@@ -278,8 +279,8 @@ class SandboxHandler(APIHandler):
             raise http_error(exc) from None
 
     def write_json(self, data: Any) -> None:
-        """Finish with ``data`` as JSON."""
-        self.finish(json.dumps(data))
+        """Finish with ``data`` as JSON (a run's images' base64 not escaped again)."""
+        self.finish(json_with_outputs(data) if isinstance(data, dict) else json.dumps(data))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         """Always the JSON error body, whatever failed."""

@@ -14,6 +14,7 @@ client never leaves its snippet running on the server.
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Any
 
 from tornado import web
@@ -21,9 +22,9 @@ from tornado import web
 from ..sandbox.errors import InvalidRequest, SandboxError
 from ..sandbox.request import RunOptions
 from ..sandbox.results import new_run_id
-from ..sandbox.rich import DISPLAY_STREAM, parse_display
+from ..sandbox.rich import DISPLAY_STREAM, is_last_encoded, parse_display
 from .base import SandboxHandler, authorized_execute, http_error
-from .stream import LineSink, StreamingHandler
+from .stream import Line, LineSink, StreamingHandler
 
 #: Fields that only the long form of a run may carry.
 _LONG_FORM = (
@@ -38,11 +39,18 @@ _LONG_FORM = (
 )
 
 
-def stream_line(stream: str, text: str) -> dict[str, Any]:
+def stream_line(stream: str, text: str) -> Line:
     """An NDJSON line of a run's output: ``{"type": "stdout", "data": text}``, and for a
-    display output ``{"type": "display", "data": item}`` (the item an object)."""
+    display output ``{"type": "display", "data": item}`` (the item an object).
+
+    A display output the run's backend just encoded is spliced in as that text (its
+    image is not encoded a second time); any other is read and encoded again.
+    """
     if stream == DISPLAY_STREAM:
-        return {"type": stream, "data": parse_display(text)}
+        item = parse_display(text)
+        if is_last_encoded(text):
+            return f'{{"type": {json.dumps(stream)}, "data": {text}}}'
+        return {"type": stream, "data": item}
     return {"type": stream, "data": text}
 
 

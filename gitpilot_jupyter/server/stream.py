@@ -28,6 +28,7 @@ from typing import Any
 from tornado import web
 from tornado.http1connection import HTTP1Connection
 
+from ..sandbox.rich import json_with_outputs
 from .base import SandboxHandler, error_body
 
 NDJSON = "application/x-ndjson"
@@ -46,8 +47,22 @@ class StreamLimits:
     stall_sec: float = 30.0
 
 
+#: One line of the stream: an object, or its JSON text already made (one line, no
+#: newline in it: a 1 MB image's output, encoded once, is not encoded again).
+Line = dict[str, Any] | str
 #: Sends one line of the stream.
-LineSink = Callable[[dict[str, Any]], Awaitable[None]]
+LineSink = Callable[[Line], Awaitable[None]]
+
+
+def encoded_line(line: Line) -> bytes:
+    """One line of the stream as sent: its JSON (made now unless it is made) and ``\n``."""
+    return ((line if isinstance(line, str) else json.dumps(line)) + "\n").encode()
+
+
+def result_line(result: dict[str, Any]) -> str:
+    """The stream's last line, ``{"type": "result", ...}`` (a run's images not escaped
+    again: :func:`..sandbox.rich.json_with_outputs`)."""
+    return json_with_outputs({"type": "result", **result})
 
 
 class StreamingHandler(SandboxHandler):
@@ -106,7 +121,7 @@ class StreamingHandler(SandboxHandler):
         if self._room is not None:
             self._room.set()
 
-    def _send_line(self, line: dict[str, Any]) -> None:
+    def _send_line(self, line: Line) -> None:
         # The flush is not awaited here (send_line waits only past the buffer's bound).
         if self._client_gone:
             return
@@ -116,7 +131,7 @@ class StreamingHandler(SandboxHandler):
             # Reverse proxies must pass each line on at once instead of buffering.
             self.set_header("X-Accel-Buffering", "no")
             self.set_header("Cache-Control", "no-cache")
-        data = (json.dumps(line) + "\n").encode()
+        data = encoded_line(line)
         self._written += len(data)
         upto = self._written
         self.write(data)
@@ -164,7 +179,7 @@ class StreamingHandler(SandboxHandler):
         if isinstance(connection, HTTP1Connection):
             connection.close()
 
-    async def send_line(self, line: dict[str, Any]) -> None:
+    async def send_line(self, line: Line) -> None:
         """Write one line of the stream and flush it; past the buffer's bound, wait for
         the client to take some (or for the stall timeout to close the stream)."""
         self._send_line(line)
@@ -190,6 +205,6 @@ class StreamingHandler(SandboxHandler):
                 raise  # nothing sent yet: a normal JSON error answer
             self._send_line({"type": "error", **error_body(exc.status_code, exc)})
         else:
-            self._send_line({"type": "result", **result})
+            self._send_line(result_line(result))
         if not self._client_gone:
             self.finish(set_content_type=NDJSON)

@@ -215,3 +215,66 @@ def test_inline_images_share_the_runs_display_caps() -> None:
     assert inline.take(600 * 1024) == "past 1 MB for the run (max_display_run_mb)"
     assert inline.take(10, base64_encoded=False) is None  # an SVG: its text
     assert inline.take(10) == "a run keeps at most 3 (max_display_outputs)"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet='Ab+/=\n é"\\', max_size=14))
+def test_base64_seen_as_plain_is_base64_the_decoder_takes(text: str) -> None:
+    import base64
+    import binascii
+
+    from gitpilot_jupyter.sandbox.rich.bundles import is_plain_base64
+
+    if is_plain_base64(text):
+        base64.b64decode(text, validate=True)  # never raises for what it says True of
+        assert json.dumps(text) == f'"{text}"'  # and it needs no escape in JSON
+    valid = True
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        valid = False
+    outputs = DisplayOutputs()
+    payload = json.dumps({"data": {"image/png": text}}).encode()
+    kept = outputs.take(Frame(len(payload), payload), 0)
+    assert (kept is not None) == (valid or _valid_unwrapped(text))  # the check as it was
+
+
+def _valid_unwrapped(text: str) -> bool:
+    import base64
+    import binascii
+
+    try:
+        base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["image/png", "image/gif", "text/plain", "text/html"]),
+        st.text(alphabet='AB/+=\n"é', max_size=12) | _JSON_VALUES,
+        max_size=4,
+    ),
+    _JSON_VALUES,
+)
+def test_outputs_encoded_with_their_base64_spliced_are_json_dumps_text(
+    data: dict[str, object], other: object
+) -> None:
+    from gitpilot_jupyter.sandbox.rich import display_json, json_with_outputs
+
+    item = {"output_type": "display_data", "data": data, "metadata": {}, "stdout_at": 3}
+    assert display_json(item) == json.dumps(item)
+    answer = {"plan": {"other": other}, "result": {"outputs": [item, other], "x": other}}
+    assert json_with_outputs(answer) == json.dumps(answer)
+    assert json_with_outputs({"outputs": other}) == json.dumps({"outputs": other})

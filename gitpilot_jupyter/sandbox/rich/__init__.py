@@ -19,7 +19,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .bundles import ALLOWED_TYPES, OUTPUT_TYPE, DisplayCaps, DisplayOutputs, InlineImages
+from .bundles import (
+    ALLOWED_TYPES,
+    OUTPUT_TYPE,
+    DisplayCaps,
+    DisplayOutputs,
+    InlineImages,
+    display_json,
+    json_with_outputs,
+)
 from .trusted import for_trusted_view
 from .wire import NONCE_ENV, is_shim_command, new_nonce, python_command, shim_env, shim_source
 
@@ -39,7 +47,9 @@ __all__ = [
     "InlineImages",
     "encode_display",
     "for_trusted_view",
+    "is_last_encoded",
     "is_shim_command",
+    "json_with_outputs",
     "new_nonce",
     "parse_display",
     "python_command",
@@ -54,18 +64,26 @@ _last_encoded: tuple[str, dict[str, Any]] | None = None
 
 
 def encode_display(item: dict[str, Any]) -> str:
-    """``item`` as a :data:`DISPLAY_STREAM` chunk (JSON)."""
+    """``item`` as a :data:`DISPLAY_STREAM` chunk: ``json.dumps(item)``'s text, made
+    without escaping an image's base64 (:func:`.bundles.display_json`)."""
     global _last_encoded
-    text = json.dumps(item)
+    text = display_json(item)
     _last_encoded = (text, item)
     return text
+
+
+def is_last_encoded(text: str) -> bool:
+    """True when ``text`` is the very chunk :func:`encode_display` wrote last: JSON
+    made here, on one line, that a stream may pass on as it is."""
+    return _last_encoded is not None and text is _last_encoded[0]
 
 
 def parse_display(text: str) -> dict[str, Any]:
     """The output a :data:`DISPLAY_STREAM` chunk carries (raises ``ValueError`` on any
     other text). The chunk :func:`encode_display` just wrote gives its very item (which
     no one changes: a kept output is read-only)."""
-    if _last_encoded is not None and text is _last_encoded[0]:
+    if is_last_encoded(text):
+        assert _last_encoded is not None
         return _last_encoded[1]
     item = json.loads(text)
     if not isinstance(item, dict) or item.get("output_type") != OUTPUT_TYPE:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,16 +67,120 @@ class Dropped(Exception):
     """A frame that breaks a rule: the reason, said in the run's notes."""
 
 
+#: Base64's alphabet (RFC 4648, not the URL-safe one).
+_BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def is_plain_base64(text: str) -> bool:
+    """True when ``text`` is base64 that ``b64decode(text, validate=True)`` takes, seen
+    without decoding it: the alphabet, at most two ``=`` at its end, whole quads. False
+    says only "not seen so": ask the decoder (it takes a few odd forms this does not).
+
+    A string it says True of needs no escape in JSON (a stream and an envelope splice
+    it in as it is: :func:`display_json`). Its cost: one copy and one pass of
+    ``bytes.translate`` (under 1 ms a MiB, against 3 ms to decode it).
+    """
+    if any(text is seen for seen in _SEEN_PLAIN):
+        return True
+    if not text.isascii() or len(text) % 4:  # (isascii: a flag of the string, no scan)
+        return False
+    raw = text.encode("ascii")
+    rest = raw.translate(None, _BASE64_ALPHABET)
+    plain = rest in (b"", b"=", b"==") and raw.endswith(rest)
+    if plain and len(text) >= _SEEN_MIN_CHARS:
+        _SEEN_PLAIN.append(text)
+    return plain
+
+
+#: The last large strings :func:`is_plain_base64` said True of, held (so that ``is``
+#: cannot match another): a kept image is looked at again for its stream chunk and its
+#: envelope, by identity then.
+_SEEN_PLAIN: deque[str] = deque(maxlen=8)
+_SEEN_MIN_CHARS = 65536
+
+
 def _base64(mime: str, value: object) -> str:
     if not isinstance(value, str):
         raise Dropped(f"{mime} is not base64 text")
-    for text in (value, "".join(value.split())):  # it may be wrapped (IPython ends it with \n)
+    if is_plain_base64(value):
+        return value
+    # It may be wrapped (IPython ends it with \n), or in a form only the decoder knows.
+    for text in (value, "".join(value.split())):
+        if text is not value and is_plain_base64(text):
+            return text
         try:
             base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
             continue
         return text
     raise Dropped(f"{mime} is not valid base64")
+
+
+def display_json(item: dict[str, Any]) -> str:
+    """``json.dumps(item)``, the very text, for a kept output (or any dict): its images'
+    base64 spliced in as it is (a 1 MiB image: one copy, not 3 ms of escaping)."""
+    out: list[str] = []
+    _display_parts(item, out)
+    return "".join(out)
+
+
+def json_with_outputs(value: dict[str, Any]) -> str:
+    """``json.dumps(value)``'s text for an answer holding kept outputs (an envelope, a
+    planned run's): each of its ``outputs`` lists, in it or in a dict in it, made as
+    :func:`display_json` makes an output; everything else by ``json.dumps``."""
+    out: list[str] = []
+    _parts_with_outputs(value, out)
+    return "".join(out)
+
+
+def _display_parts(item: dict[str, Any], out: list[str]) -> None:
+    """Append ``json.dumps(item)``'s text to ``out`` in parts (joined once: each copy of
+    a 1 MiB string is a fraction of a millisecond). Only a value :func:`is_plain_base64`
+    says True of is spliced: it needs no escape."""
+    data = item.get("data")
+    if (
+        not isinstance(data, dict)
+        or not any(mime in data for mime in BINARY_TYPES)
+        or not all(isinstance(key, str) for key in (*item, *data))  # (else: dumps's rules)
+    ):
+        out.append(json.dumps(item))
+        return
+    for number, (key, value) in enumerate(item.items()):
+        out += (", " if number else "{", json.dumps(key), ": ")
+        if key != "data":
+            out.append(json.dumps(value))
+            continue
+        for count, (mime, part) in enumerate(data.items()):
+            out += (", " if count else "{", json.dumps(mime), ": ")
+            if mime in BINARY_TYPES and isinstance(part, str) and is_plain_base64(part):
+                out += ('"', part, '"')
+            else:
+                out.append(json.dumps(part))
+        out.append("}" if data else "{}")
+    out.append("}")
+
+
+def _parts_with_outputs(value: dict[str, Any], out: list[str]) -> None:
+    if not all(isinstance(key, str) for key in value) or not any(
+        isinstance(part, (dict, list)) for part in value.values()
+    ):
+        out.append(json.dumps(value))
+        return
+    for number, (key, part) in enumerate(value.items()):
+        out += (", " if number else "{", json.dumps(key), ": ")
+        if isinstance(part, dict):
+            _parts_with_outputs(part, out)
+        elif key == "outputs" and isinstance(part, list) and part:
+            for count, output in enumerate(part):
+                out.append(", " if count else "[")
+                if isinstance(output, dict):
+                    _display_parts(output, out)
+                else:
+                    out.append(json.dumps(output))
+            out.append("]")
+        else:
+            out.append(json.dumps(part))
+    out.append("}")
 
 
 def _utf8(mime: str, value: object) -> None:

@@ -59,13 +59,17 @@ def make(nonce: str, mark: bytes) -> dict[str, object]:  # noqa: C901 - one clos
 
         return binascii.b2a_base64(data, newline=False).decode("ascii")
 
+    # What JSON never escapes, of ASCII: a string of only these goes in as it is. One
+    # pass of bytes.translate (0.5 ms a MiB of base64; isprintable() took 1.8 ms).
+    unescaped = bytes(c for c in range(32, 128) if c not in b'"\\')
+
     def json_text(value: object, out: list[str]) -> None:
         """``value`` as JSON text (``json.dumps(ensure_ascii=False, allow_nan=False)``)."""
         from _json import encode_basestring
 
         if isinstance(value, str):
-            plain = value.isascii() and value.isprintable()  # (base64: no escape needed)
-            if plain and '"' not in value and "\\" not in value:
+            # (isascii: a flag of the string; encode: a copy)
+            if value.isascii() and not value.encode("ascii").translate(None, unescaped):
                 out += ('"', value, '"')
             else:
                 out.append(encode_basestring(value))
