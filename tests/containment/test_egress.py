@@ -13,18 +13,13 @@ ever used. As root the test builds the world itself; an ordinary user cannot, so
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from .world import World, world
 
-from tests.support.system import require_system
-
-from .world import World, built_world, entered_world
+__all__ = ["world"]  # the fixture
 
 PROBE = r"""
 import json, socket
@@ -38,26 +33,6 @@ for name, addr in %(targets)r.items():
         out[name] = type(exc).__name__ + ": " + str(exc.errno)
 print(json.dumps(out))
 """
-
-
-@pytest.fixture
-def world() -> Iterator[World]:
-    """The world, built here as root; else the one root built and started this test in."""
-    require_system("slirp4netns", shutil.which("slirp4netns") is not None, "not on PATH")
-    if os.geteuid() == 0:
-        require_system("ip", shutil.which("ip") is not None, "iproute2 not on PATH")
-        with built_world() as made:
-            yield made
-        return
-    given = entered_world()
-    require_system(
-        "a network world built by root",
-        given is not None,
-        "an ordinary user cannot make network namespaces: run this test as root, or "
-        "inside `python -m tests.containment.world -- COMMAND` (root), as .ci/run does",
-    )
-    assert given is not None
-    yield given
 
 
 def test_1_network_on_reaches_the_world_but_not_the_host(

@@ -13,10 +13,16 @@ import dataclasses
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+import pytest
+
+from tests.support.system import require_system
 
 #: The world a process was started in (JSON of :class:`World`), set by :func:`main`.
 WORLD_ENV = "GITPILOT_TEST_WORLD"
@@ -43,6 +49,10 @@ class World:
     web_addr: str
     #: The host's default gateway (the "net" namespace's address on the host's link).
     gateway_addr: str = ""
+    #: A folder (anyone may write in it) the world's web server serves files from, at
+    #: ``http://web_addr:files_port/``: a test puts what the world offers there (a package index).
+    files_dir: str = ""
+    files_port: int = 8000
     #: True in a process started inside ``host_ns`` (by :func:`main`).
     entered: bool = False
 
@@ -65,6 +75,9 @@ def built_world() -> Iterator[World]:
     subnet = f"198.18.{octet}"
     gateway = f"{subnet}.2"
     world = World(f"gph-{tag}", f"gpn-{tag}", f"{subnet}.1", f"198.19.{octet}.10", gateway)
+    world.files_dir = tempfile.mkdtemp(prefix="gitpilot-world-")
+    # The test filling it may be an ordinary user started inside the world by root.
+    os.chmod(world.files_dir, 0o777)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         _ip("netns", "add", world.host_ns)
@@ -92,6 +105,15 @@ def built_world() -> Iterator[World]:
                     ["ip", "netns", "exec", ns, sys.executable, "-c", LISTEN, addr, port]
                 )
             )
+        files = [sys.executable, "-m", "http.server", "--bind", world.web_addr]
+        files += ["--directory", world.files_dir, str(world.files_port)]
+        procs.append(
+            subprocess.Popen(
+                ["ip", "netns", "exec", world.net_ns, *files],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         yield world
     finally:
         for proc in procs:
@@ -100,6 +122,7 @@ def built_world() -> Iterator[World]:
                 proc.wait(timeout=5)
         for ns in (world.host_ns, world.net_ns):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+        shutil.rmtree(world.files_dir, ignore_errors=True)
 
 
 def entered_world() -> World | None:
@@ -108,6 +131,26 @@ def entered_world() -> World | None:
     if not raw:
         return None
     return dataclasses.replace(World(**json.loads(raw)), entered=True)
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    """The world, built here as root; else the one root built and started this test in."""
+    require_system("slirp4netns", shutil.which("slirp4netns") is not None, "not on PATH")
+    if os.geteuid() == 0:
+        require_system("ip", shutil.which("ip") is not None, "iproute2 not on PATH")
+        with built_world() as made:
+            yield made
+        return
+    given = entered_world()
+    require_system(
+        "a network world built by root",
+        given is not None,
+        "an ordinary user cannot make network namespaces: run this test as root, or "
+        "inside `python -m tests.containment.world -- COMMAND` (root), as .ci/run does",
+    )
+    assert given is not None
+    yield given
 
 
 def main(argv: list[str]) -> int:
